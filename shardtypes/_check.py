@@ -1,0 +1,445 @@
+"""The checker: one value against one annotation, in whichever context it is seen.
+
+Contexts, and where the sharding comes from:
+
+* eager ``jax.Array``: ``x.sharding``, compared exactly (after normalising: padded to rank,
+  size-1 mesh axes dropped, ``UNCONSTRAINED`` read as unsharded);
+* under ``jax.jit``, Explicit axes: ``jax.typeof(x).sharding`` at trace time;
+* under ``jax.jit``, Auto axes: XLA decides the sharding, so it is read at compile time with
+  ``jax.debug.inspect_array_sharding`` (see ``shardtypes.config.auto_sharding_check``);
+* inside ``jax.shard_map``, Manual axes: the value is a local shard, so the global size of a dim is
+  its local size times the sizes of the Manual axes it is annotated with;
+* ``numpy.ndarray``: host data, never sharded; ``jax.ShapeDtypeStruct``: its ``sharding`` if any.
+
+The dimension table is only read here; new bindings are returned to the caller, which commits
+them once the whole value has passed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from ._config import config
+from ._dims import Table
+from ._shape import ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, evaluate
+from typeguard import TypeCheckError
+
+__all__ = ["check_value", "describe"]
+
+_MISSING = object()
+
+# A per-dim sharding: one tuple of mesh axis names per array dim.
+Layout = tuple[tuple[str, ...], ...]
+
+
+class Mismatch(Exception):
+    """A check failed; ``problem`` says how. Turned into a TypeCheckError with full context."""
+
+    def __init__(self, problem: str):
+        super().__init__(problem)
+        self.problem = problem
+
+
+# ---------------------------------------------------------------------------------------------
+# Describing values and layouts for messages.
+
+
+def _fmt_shape(shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _fmt_layout(layout: Layout) -> str:
+    entries = []
+    for axes in layout:
+        if not axes:
+            entries.append("None")
+        elif len(axes) == 1:
+            entries.append(repr(axes[0]))
+        else:
+            entries.append("(" + ", ".join(repr(a) for a in axes) + ")")
+    return "P(" + ", ".join(entries) + ")"
+
+
+def describe(value: Any) -> str:
+    """A short description of what was found: ``float32[8,16] sharded P('d', None)``."""
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        return type(value).__name__
+    text = f"{np.dtype(dtype).name}{_fmt_shape(shape)}"
+    if isinstance(value, (np.ndarray, np.generic)):
+        return text + " (numpy, on the host)"
+    try:
+        if isinstance(value, jax.core.Tracer):
+            sharding = jax.typeof(value).sharding
+        else:
+            sharding = getattr(value, "sharding", None)
+    except Exception:  # describing must never hide the real error
+        return text
+    if isinstance(sharding, NamedSharding):
+        return text + f" sharded {_fmt_layout(_normalise(sharding.spec, len(shape), None))}"
+    if sharding is not None:
+        return text + f" with {type(sharding).__name__}"
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts.
+
+
+def _normalise(spec: PartitionSpec, ndim: int, axis_sizes: dict | None) -> Layout:
+    """A PartitionSpec as one tuple of axes per dim, padded to ``ndim``; axes of size 1 dropped."""
+    out = []
+    for i in range(ndim):
+        entry = spec[i] if i < len(spec) else None
+        if entry is None or entry is PartitionSpec.UNCONSTRAINED:
+            axes: tuple[str, ...] = ()
+        elif isinstance(entry, str):
+            axes = (entry,)
+        else:
+            axes = tuple(entry)
+        if axis_sizes is not None:
+            axes = tuple(a for a in axes if axis_sizes.get(a, 2) != 1)
+        out.append(axes)
+    return tuple(out)
+
+
+def _expected_layout(spec: ShapeSpec, ndim: int) -> Layout:
+    var = spec.variadic_index
+    out: list[tuple[str, ...]] = []
+    for i, dim in enumerate(spec.dims):
+        if i == var:
+            out.extend([()] * (ndim - len(spec.dims) + 1))
+        else:
+            out.append(dim.sharding)
+    return tuple(out)
+
+
+def _drop_size_one(layout: Layout, axis_sizes: dict) -> Layout:
+    return tuple(tuple(a for a in axes if axis_sizes.get(a, 2) != 1) for axes in layout)
+
+
+def _missing_axes(spec: ShapeSpec, axis_names) -> list[str]:
+    return [a for a in spec.mesh_axes if a not in axis_names]
+
+
+def _missing_axes_problem(spec: ShapeSpec, missing: list[str], axis_names, where: str) -> str:
+    names = ", ".join(repr(a) for a in missing)
+    return (
+        f"mesh axis {names} is not in {where}, which has axes {tuple(axis_names)}"
+        if len(missing) == 1
+        else f"mesh axes {names} are not in {where}, which has axes {tuple(axis_names)}"
+    )
+
+
+def _layout_problem(actual: Layout, expected: Layout) -> str:
+    return f"sharding is {_fmt_layout(actual)} but the annotation says {_fmt_layout(expected)}"
+
+
+@functools.lru_cache(maxsize=2048)
+def _named_sharding_problem(sharding: NamedSharding, spec: ShapeSpec, ndim: int) -> str | None:
+    """Compares a concrete NamedSharding with the annotation. Cached: shardings are hashable."""
+    mesh = sharding.mesh
+    sizes = dict(mesh.shape)
+    missing = _missing_axes(spec, mesh.axis_names)
+    if missing:
+        return _missing_axes_problem(spec, missing, mesh.axis_names, "the array's mesh")
+    actual = _normalise(sharding.spec, ndim, sizes)
+    expected = _drop_size_one(_expected_layout(spec, ndim), sizes)
+    if actual != expected:
+        return _layout_problem(actual, expected)
+    return None
+
+
+def _unnamed_sharding_problem(sharding: Any, spec: ShapeSpec, ndim: int) -> str | None:
+    """A sharding that names no mesh axes (SingleDeviceSharding, GSPMDSharding, ...)."""
+    sizes = _current_axis_sizes()
+    expected = _expected_layout(spec, ndim)
+    if sizes:
+        expected = _drop_size_one(expected, sizes)
+    wanted = [a for axes in expected for a in axes]
+    if not wanted and sharding.is_fully_replicated:
+        return None
+    kind = type(sharding).__name__
+    if wanted:
+        return (
+            f"the array has a {kind} (not sharded over any named mesh axis) but the annotation "
+            f"shards it as {_fmt_layout(expected)}; lay it out with "
+            f"jax.device_put(x, NamedSharding(mesh, {_fmt_layout(expected)}))"
+        )
+    return (
+        f"the array has a {kind} that is not fully replicated, so its layout cannot be compared "
+        f"with the annotation's {_fmt_layout(expected)}; use a NamedSharding"
+    )
+
+
+def _current_axis_sizes() -> dict:
+    mesh = jax.sharding.get_abstract_mesh()
+    return {} if mesh.empty else dict(mesh.shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes.
+
+
+def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
+    """Checks ``shape`` (global sizes) against ``spec`` with ``table``; returns new bindings."""
+    dims = spec.dims
+    var = spec.variadic_index
+    ndim = len(shape)
+    if var is None:
+        if ndim != len(dims):
+            raise Mismatch(f"has {ndim} dims {_fmt_shape(shape)} but the annotation has {len(dims)}")
+        pairs = [(d, s, i) for i, (d, s) in enumerate(zip(dims, shape))]
+    else:
+        fixed = len(dims) - 1
+        if ndim < fixed:
+            raise Mismatch(
+                f"has {ndim} dims {_fmt_shape(shape)} but the annotation needs at least {fixed}"
+            )
+        tail = len(dims) - var - 1
+        pairs = [(d, s, i) for i, (d, s) in enumerate(zip(dims[:var], shape[:var]))]
+        pairs += [
+            (d, s, ndim - tail + i)
+            for i, (d, s) in enumerate(zip(dims[var + 1 :], shape[ndim - tail :] if tail else ()))
+        ]
+        var_sizes = tuple(shape[var : ndim - tail])
+
+    sizes = table.sizes
+    new: dict = {}
+
+    def lookup(name):
+        got = new.get(name, _MISSING)
+        return sizes.get(name, _MISSING) if got is _MISSING else got
+
+    def clash(name, size, bound, where):
+        origin = table.origins.get(name, "this value") if name not in new else "this value"
+        raise Mismatch(
+            f"dimension {name!r} is {_fmt_size(size)} here ({where}) but was bound to "
+            f"{_fmt_size(bound)} by {origin}"
+        )
+
+    if var is not None and dims[var].kind == VARIADIC:
+        name = dims[var].name
+        bound = lookup(name)
+        if bound is _MISSING:
+            new[name] = var_sizes
+        elif not isinstance(bound, tuple):
+            raise Mismatch(f"'*{name}' stands for several dims but {name!r} is bound to one size, {bound}")
+        elif not _sizes_equal(bound, var_sizes):
+            clash(name, var_sizes, bound, f"dims {var}..{var + len(var_sizes) - 1}")
+
+    for dim, size, index in pairs:
+        kind = dim.kind
+        if kind == NAMED:
+            bound = lookup(dim.shape)
+            if bound is _MISSING:
+                new[dim.shape] = size
+            elif isinstance(bound, tuple):
+                raise Mismatch(f"{dim.shape!r} is bound to several dims {bound} by '*{dim.shape}'")
+            elif not _size_equal(bound, size):
+                clash(dim.shape, size, bound, f"dim {index}")
+        elif kind == FIXED:
+            if not _size_equal(dim.expr, size):
+                raise Mismatch(f"dim {str(dim)!r} is {_fmt_size(size)}, but the annotation fixes it to {dim.expr}")
+
+    for dim, size, _ in pairs:
+        if dim.kind == BROADCAST:
+            name = dim.name
+            if _size_equal(size, 1):
+                continue
+            bound = lookup(name)
+            if bound is _MISSING:
+                new[name] = size
+            elif not _size_equal(bound, size):
+                raise Mismatch(
+                    f"dim {str(dim)!r} is {_fmt_size(size)}, but must be 1 or {name}={_fmt_size(bound)}"
+                    f" (bound by {table.origins.get(name, 'this value')})"
+                )
+
+    for dim, size, _ in pairs:
+        if dim.kind == EXPR:
+            unbound = sorted(n for n in dim.names if lookup(n) is _MISSING)
+            if unbound:
+                raise Mismatch(
+                    f"dim {str(dim)!r} uses {', '.join(repr(n) for n in unbound)}, which no "
+                    "argument has bound yet; bind it in an earlier dim or with Scope(name=size)"
+                )
+            try:
+                want = evaluate(dim.expr, lookup)
+            except Exception as e:  # e.g. symbolic // symbolic
+                raise Mismatch(f"dim {str(dim)!r} cannot be evaluated: {e}") from None
+            if not _size_equal(want, size):
+                values = ", ".join(f"{n}={_fmt_size(lookup(n))}" for n in sorted(dim.names))
+                raise Mismatch(f"dim {str(dim)!r} is {_fmt_size(size)}, but {dim.shape} = {_fmt_size(want)} ({values})")
+    return new
+
+
+def _fmt_size(size) -> str:
+    if isinstance(size, tuple):
+        return _fmt_shape(size)
+    return str(size)
+
+
+def _size_equal(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # symbolic dims whose equality is undecidable
+        return False
+
+
+def _sizes_equal(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(_size_equal(x, y) for x, y in zip(a, b))
+
+
+# ---------------------------------------------------------------------------------------------
+# The check.
+
+
+def check_value(
+    value: Any,
+    dtype_cls: type,
+    spec: ShapeSpec,
+    table: Table,
+    context: Callable[[], str],
+) -> dict:
+    """Checks ``value`` against ``dtype_cls[spec]``; returns the new bindings.
+
+    Raises ``Mismatch`` naming the problem. ``context()`` names where the value is (for the
+    compile-time check, which reports after this function has returned).
+    """
+    if isinstance(value, jax.core.Tracer):
+        aval = jax.typeof(value)
+        shape, dtype = aval.shape, aval.dtype
+        kind = "traced"
+    elif isinstance(value, jax.Array):
+        shape, dtype = value.shape, value.dtype
+        kind = "array"
+    elif isinstance(value, (np.ndarray, np.generic)):
+        shape, dtype = value.shape, value.dtype
+        kind = "numpy"
+    elif isinstance(value, jax.ShapeDtypeStruct):
+        shape, dtype = value.shape, value.dtype
+        kind = "struct"
+    else:
+        raise Mismatch(f"is not an array (found {type(value).__module__}.{type(value).__qualname__})")
+
+    if not dtype_cls.accepts(dtype):
+        want = dtype_cls.description
+        raise Mismatch(f"has dtype {np.dtype(dtype).name}, the annotation wants {want}")
+
+    if kind == "traced":
+        return _check_traced(value, aval, spec, table, context)
+
+    new = _match_sizes(tuple(shape), spec, table)
+    ndim = len(shape)
+    if kind == "array":
+        sharding = value.sharding
+        problem = (
+            _named_sharding_problem(sharding, spec, ndim)
+            if isinstance(sharding, NamedSharding)
+            else _unnamed_sharding_problem(sharding, spec, ndim)
+        )
+    elif kind == "numpy":
+        problem = None
+        if spec.is_sharded:
+            layout = _fmt_layout(_expected_layout(spec, ndim))
+            problem = (
+                f"is a numpy array (host data, never sharded) but the annotation shards it as "
+                f"{layout}; put it on the mesh with jax.device_put(x, NamedSharding(mesh, {layout}))"
+            )
+    else:  # ShapeDtypeStruct: a sharding of None means "unspecified" and is not checked.
+        sharding = value.sharding
+        if sharding is None:
+            problem = None
+        elif isinstance(sharding, NamedSharding):
+            problem = _named_sharding_problem(sharding, spec, ndim)
+        else:
+            problem = _unnamed_sharding_problem(sharding, spec, ndim)
+    if problem is not None:
+        raise Mismatch(problem)
+    return new
+
+
+def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
+    shape = tuple(aval.shape)
+    ndim = len(shape)
+    sharding = aval.sharding
+    mesh = sharding.mesh if isinstance(sharding, NamedSharding) else None
+    if mesh is None or mesh.empty:
+        mesh = jax.sharding.get_abstract_mesh()
+    AxisType = jax.sharding.AxisType
+    if mesh.empty:
+        manual: frozenset = frozenset()
+        types: dict = {}
+        sizes: dict = {}
+    else:
+        if spec.is_sharded:
+            missing = _missing_axes(spec, mesh.axis_names)
+            if missing:
+                raise Mismatch(_missing_axes_problem(spec, missing, mesh.axis_names, "the mesh"))
+        types = dict(zip(mesh.axis_names, mesh.axis_types))
+        sizes = dict(mesh.shape)
+        manual = frozenset(a for a, t in types.items() if t == AxisType.Manual)
+
+    expected = _expected_layout(spec, ndim)
+    if manual:
+        # A local shard: scale each dim by the Manual axes it is annotated with.
+        shape = tuple(
+            size * math.prod(sizes[a] for a in axes if a in manual) if axes else size
+            for size, axes in zip(shape, expected)
+        )
+    new = _match_sizes(shape, spec, table)
+
+    if mesh.empty:
+        if config.auto_sharding_check == "compile":
+            _check_at_compile_time(value, spec, ndim, frozenset(), context)
+        return new
+    # Explicit axes are exact in the type; compare them now.
+    explicit = {a for a, t in types.items() if t == AxisType.Explicit and sizes[a] != 1}
+    actual = _normalise(sharding.spec, ndim, sizes) if isinstance(sharding, NamedSharding) else ((),) * ndim
+    actual_e = tuple(tuple(a for a in axes if a in explicit) for axes in actual)
+    expected_e = tuple(tuple(a for a in axes if a in explicit) for axes in expected)
+    if actual_e != expected_e:
+        raise Mismatch(
+            f"sharding over Explicit axes is {_fmt_layout(actual_e)} but the annotation says "
+            f"{_fmt_layout(expected_e)}"
+        )
+    auto = any(t == AxisType.Auto and sizes[a] != 1 for a, t in types.items())
+    if auto and config.auto_sharding_check == "compile":
+        _check_at_compile_time(value, spec, ndim, manual, context)
+    return new
+
+
+def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset, context) -> None:
+    """Registers a check of the sharding XLA chooses; runs during compilation, costs nothing after."""
+    where = context()
+
+    def callback(sharding) -> None:
+        if isinstance(sharding, NamedSharding):
+            if manual:  # the compiler reports only the non-manual part inside shard_map
+                mesh_sizes = dict(sharding.mesh.shape)
+                actual = _normalise(sharding.spec, ndim, mesh_sizes)
+                expected = tuple(
+                    tuple(a for a in axes if a not in manual)
+                    for axes in _drop_size_one(_expected_layout(spec, ndim), mesh_sizes)
+                )
+                problem = None if actual == expected else _layout_problem(actual, expected)
+            else:
+                problem = _named_sharding_problem(sharding, spec, ndim)
+        else:
+            problem = _unnamed_sharding_problem(sharding, spec, ndim)
+        if problem is not None:
+            raise TypeCheckError(
+                f"shardtypes (compile-time check): {where}: {problem} (XLA chose this sharding "
+                "under jax.jit on Auto mesh axes; constrain it with jax.lax.with_sharding_constraint"
+                ", or set shardtypes.config.auto_sharding_check = 'off')"
+            )
+
+    jax.debug.inspect_array_sharding(value, callback=callback)

@@ -1,0 +1,146 @@
+"""Dimension tables: which size each dimension name is bound to, and who bound it.
+
+A table is immutable; binding makes a new one and sets it in a ContextVar. That gives:
+
+* one table per call of a checked function, shared by nested checked calls (they run in the same
+  context and see each other's bindings, the seed's "one name, one size across the call tree");
+* ``Scope()`` / ``@scope`` start a fresh table and restore the old one on exit;
+* threads and asyncio tasks never see each other's bindings (each has its own context, and since a
+  table is never mutated in place, a task that inherited a table cannot change its parent's);
+* a failed check commits nothing (bindings are committed only once a whole value has passed).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import types
+from typing import Any, Callable, Mapping, TypeVar
+
+__all__ = ["Scope", "scope", "dims", "Table"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Table:
+    """An immutable dimension table: ``sizes`` maps names to sizes (an int, a symbolic dim, or a
+    tuple for ``*name``), ``origins`` maps names to a phrase saying who bound them."""
+
+    __slots__ = ("sizes", "origins")
+
+    def __init__(self, sizes: dict | None = None, origins: dict | None = None):
+        self.sizes = sizes if sizes is not None else {}
+        self.origins = origins if origins is not None else {}
+
+    def bind(self, new_sizes: dict, origin: str) -> "Table":
+        sizes = dict(self.sizes)
+        sizes.update(new_sizes)
+        origins = dict(self.origins)
+        for name in new_sizes:
+            origins[name] = origin
+        return Table(sizes, origins)
+
+    def __repr__(self) -> str:
+        return f"Table({self.sizes!r})"
+
+
+# The table of the current call tree, or None outside any checked call and any Scope.
+_TABLE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes.table", default=None)
+
+
+def current() -> Table | None:
+    return _TABLE.get()
+
+
+def commit(table: Table) -> None:
+    _TABLE.set(table)
+
+
+class Scope:
+    """Context manager that starts a fresh dimension table, optionally with sizes pre-bound.
+
+    >>> with Scope(batch=8):
+    ...     dims()['batch']
+    8
+    """
+
+    def __init__(self, **bindings: Any):
+        for name, size in bindings.items():
+            if isinstance(size, bool) or not isinstance(size, (int, tuple)) and not _is_dim(size):
+                raise TypeError(
+                    f"Scope({name}=...) must be an int size (or a tuple for a '*{name}' dim), "
+                    f"got {size!r}"
+                )
+        self._bindings = bindings
+        self._tokens: list[contextvars.Token] = []
+
+    def __enter__(self) -> "Scope":
+        table = Table(dict(self._bindings), {n: f"Scope({n}={v!r})" for n, v in self._bindings.items()})
+        self._tokens.append(_TABLE.set(table))
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        _TABLE.reset(self._tokens.pop())
+
+
+def _is_dim(size: Any) -> bool:
+    # Symbolic dims from jax.export.symbolic_shape support arithmetic and ==; accept those.
+    return hasattr(size, "__add__") and hasattr(size, "__mul__") and not isinstance(size, str)
+
+
+def scope(f: F) -> F:
+    """Decorator: each call of ``f`` runs with a fresh dimension table (see ``Scope``).
+
+    Use it where a callee reuses a name (``batch``) to mean a different size than its caller.
+    """
+    if inspect.iscoroutinefunction(f):
+
+        @functools.wraps(f)
+        async def async_wrapper(*args, **kwargs):
+            with Scope():
+                return await f(*args, **kwargs)
+
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        with Scope():
+            return f(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def dims() -> Mapping[str, Any]:
+    """A read-only view of the current bindings (global sizes), e.g. ``dims()['batch']``.
+
+    Empty outside a checked call or ``Scope``.
+    """
+    table = _TABLE.get()
+    return types.MappingProxyType(table.sizes if table is not None else {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables for plain ``typeguard.typechecked`` functions and ``typeguard.check_type`` outside any
+# shardtypes call or Scope. There is no shardtypes wrapper to open a table per call, so the table
+# lives in the locals dict of the checked call's frame, which typeguard hands us as ``memo.locals``:
+# the arguments, annotated locals and return value of one call share it, and it dies with the frame
+# (holding arrays in a side table would keep them alive). At module level ``memo.locals`` is the
+# module's globals; there every check gets a fresh table, so nothing persists between checks.
+
+_MEMO_KEY = "__shardtypes_dimension_table__"
+
+
+def memo_table(memo: Any) -> Table:
+    local_vars = memo.locals
+    if isinstance(local_vars, dict) and local_vars is not memo.globals:
+        table = local_vars.get(_MEMO_KEY)
+        if isinstance(table, Table):
+            return table
+    return Table()
+
+
+def commit_memo_table(memo: Any, table: Table) -> None:
+    local_vars = memo.locals
+    if isinstance(local_vars, dict) and local_vars is not memo.globals:
+        local_vars[_MEMO_KEY] = table
