@@ -43,11 +43,11 @@ from ._dtypes import (
     u64 as u64,
 )
 from ._shape import DimSpec as DimSpec, ShapeSpec as ShapeSpec, ShapeSpecError as ShapeSpecError
+from ._decorator import typechecked as typechecked
 from ._typeguard import (
     ShardtypesWarning as ShardtypesWarning,
     check as check,
     register_with_typeguard as register_with_typeguard,
-    typechecked as typechecked,
 )
 from typeguard import TypeCheckError as TypeCheckError
 

@@ -30,9 +30,13 @@ from ._dims import Table
 from ._shape import ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, evaluate
 from typeguard import TypeCheckError
 
-__all__ = ["check_value", "describe"]
+__all__ = ["Plan", "check_value", "fast_check", "describe"]
 
 _MISSING = object()
+
+# Concrete (non-tracer) jax.Array classes seen so far; lets the fast path skip ABC isinstance.
+_ARRAY_TYPES: set[type] = set()
+_CACHE_LIMIT = 512
 
 # A per-dim sharding: one tuple of mesh axis names per array dim.
 Layout = tuple[tuple[str, ...], ...]
@@ -220,6 +224,7 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
 
     def clash(name, size, bound, where):
         origin = table.origins.get(name, "this value") if name not in new else "this value"
+        origin = str(origin)
         raise Mismatch(
             f"dimension {name!r} is {_fmt_size(size)} here ({where}) but was bound to "
             f"{_fmt_size(bound)} by {origin}"
@@ -302,6 +307,88 @@ def _sizes_equal(a: tuple, b: tuple) -> bool:
 # The check.
 
 
+class Plan:
+    """What one annotation needs at check time, computed once per annotation.
+
+    ``names`` is set for the common shapes made only of names, integers and ``_``: one entry per
+    dim (a name, an int, or None). ``seen`` memoises, per (shape, dtype, sharding) that passed,
+    the (name, size) pairs left to check against the dimension table.
+    """
+
+    __slots__ = ("dtype_cls", "spec", "text", "names", "ndim", "seen")
+
+    def __init__(self, dtype_cls: type, spec: ShapeSpec, text: str):
+        self.dtype_cls = dtype_cls
+        self.spec = spec
+        self.text = text
+        self.ndim = len(spec.dims)
+        simple = all(d.kind in (NAMED, FIXED, ANY) for d in spec.dims)
+        self.names = (
+            tuple(d.shape if d.kind == NAMED else d.expr for d in spec.dims) if simple else None
+        )
+        self.seen: dict = {}
+
+
+def fast_check(value: Any, plan: Plan, sizes: dict) -> dict | None:
+    """The check of a concrete jax.Array against a simple annotation, with no message work.
+
+    Everything but the dimension table is a function of (shape, dtype, sharding), so it is
+    memoised per annotation as the list of (name, size) pairs to bind or compare. Returns the new
+    bindings, or None when the value needs the full check (which also explains any failure).
+    """
+    if type(value) not in _ARRAY_TYPES:
+        return None
+    key = (value.shape, value.dtype, value.sharding)
+    pairs = plan.seen.get(key)
+    if pairs is None:
+        pairs = _simple_pairs(value, plan, key)
+        if pairs is None:
+            return None
+    if not sizes:  # the first value of a call: the pairs are consistent (see _simple_pairs)
+        return dict(pairs)
+    new: dict = {}
+    for name, size in pairs:
+        bound = sizes.get(name, _MISSING)
+        if bound is _MISSING:
+            bound = new.get(name, _MISSING)
+            if bound is _MISSING:
+                new[name] = size
+                continue
+        if bound != size:
+            return None
+    return new
+
+
+def _simple_pairs(value: Any, plan: Plan, key: tuple) -> tuple | None:
+    names = plan.names
+    shape, dtype, sharding = key
+    if names is None or len(shape) != plan.ndim or not plan.dtype_cls.accepts(dtype):
+        return None
+    if not isinstance(sharding, NamedSharding):
+        return None  # compared against the current mesh, so never memoised
+    if _named_sharding_problem(sharding, plan.spec, plan.ndim) is not None:
+        return None
+    pairs = []
+    seen: dict = {}
+    for name, size in zip(names, shape):
+        if name is None:
+            continue
+        if name.__class__ is int:
+            if size != name:
+                return None
+            continue
+        if name in seen:  # a name used twice in one annotation: sizes must agree, keep one pair
+            if seen[name] != size:
+                return None
+            continue
+        seen[name] = size
+        pairs.append((name, size))
+    if len(plan.seen) > _CACHE_LIMIT:
+        plan.seen.clear()
+    pairs = plan.seen[key] = tuple(pairs)
+    return pairs
+
+
 def check_value(
     value: Any,
     dtype_cls: type,
@@ -321,6 +408,7 @@ def check_value(
     elif isinstance(value, jax.Array):
         shape, dtype = value.shape, value.dtype
         kind = "array"
+        _ARRAY_TYPES.add(type(value))
     elif isinstance(value, (np.ndarray, np.generic)):
         shape, dtype = value.shape, value.dtype
         kind = "numpy"
@@ -328,7 +416,9 @@ def check_value(
         shape, dtype = value.shape, value.dtype
         kind = "struct"
     else:
-        raise Mismatch(f"is not an array (found {type(value).__module__}.{type(value).__qualname__})")
+        cls = type(value)
+        name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+        raise Mismatch(f"found a {name}, which is not an array")
 
     if not dtype_cls.accepts(dtype):
         want = dtype_cls.description
@@ -422,6 +512,8 @@ def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset,
     where = context()
 
     def callback(sharding) -> None:
+        if config.auto_sharding_check == "off":  # read now: the setting may change after tracing
+            return
         if isinstance(sharding, NamedSharding):
             if manual:  # the compiler reports only the non-manual part inside shard_map
                 mesh_sizes = dict(sharding.mesh.shape)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import inspect
+import operator
 import types
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -23,26 +24,32 @@ __all__ = ["Scope", "scope", "dims", "Table"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Table:
+class Table(tuple):
     """An immutable dimension table: ``sizes`` maps names to sizes (an int, a symbolic dim, or a
-    tuple for ``*name``), ``origins`` maps names to a phrase saying who bound them."""
+    tuple for ``*name``), ``origins`` maps names to who bound them (a str, or an object whose
+    ``str()`` says it). A tuple underneath, because one is made on every top-level call."""
 
-    __slots__ = ("sizes", "origins")
+    __slots__ = ()
 
-    def __init__(self, sizes: dict | None = None, origins: dict | None = None):
-        self.sizes = sizes if sizes is not None else {}
-        self.origins = origins if origins is not None else {}
+    def __new__(cls, sizes: dict | None = None, origins: dict | None = None):
+        return tuple.__new__(cls, (sizes if sizes is not None else {}, origins if origins is not None else {}))
 
-    def bind(self, new_sizes: dict, origin: str) -> "Table":
-        sizes = dict(self.sizes)
-        sizes.update(new_sizes)
-        origins = dict(self.origins)
-        for name in new_sizes:
-            origins[name] = origin
-        return Table(sizes, origins)
+    sizes = property(operator.itemgetter(0))
+    origins = property(operator.itemgetter(1))
+
+    def bind(self, new_sizes: dict, origin: object) -> "Table":
+        """A new table with ``new_sizes`` added, all bound by ``origin``."""
+        sizes, origins = self
+        if sizes:
+            origins = {**origins, **dict.fromkeys(new_sizes, origin)}
+            sizes = {**sizes, **new_sizes}
+        else:
+            sizes = new_sizes
+            origins = dict.fromkeys(new_sizes, origin)
+        return tuple.__new__(Table, (sizes, origins))
 
     def __repr__(self) -> str:
-        return f"Table({self.sizes!r})"
+        return f"Table({self[0]!r})"
 
 
 # The table of the current call tree, or None outside any checked call and any Scope.
@@ -67,12 +74,16 @@ class Scope:
 
     def __init__(self, **bindings: Any):
         for name, size in bindings.items():
-            if isinstance(size, bool) or not isinstance(size, (int, tuple)) and not _is_dim(size):
+            sizes = size if isinstance(size, tuple) else (size,)
+            if not all(_is_size(s) for s in sizes):
                 raise TypeError(
-                    f"Scope({name}=...) must be an int size (or a tuple for a '*{name}' dim), "
-                    f"got {size!r}"
+                    f"Scope({name}=...) must be an int size (or a tuple of them for a '*{name}' "
+                    f"dim), got {size!r}"
                 )
-        self._bindings = bindings
+        self._bindings = {
+            n: tuple(_as_size(s) for s in v) if isinstance(v, tuple) else _as_size(v)
+            for n, v in bindings.items()
+        }
         self._tokens: list[contextvars.Token] = []
 
     def __enter__(self) -> "Scope":
@@ -84,9 +95,22 @@ class Scope:
         _TABLE.reset(self._tokens.pop())
 
 
-def _is_dim(size: Any) -> bool:
-    # Symbolic dims from jax.export.symbolic_shape support arithmetic and ==; accept those.
-    return hasattr(size, "__add__") and hasattr(size, "__mul__") and not isinstance(size, str)
+def _is_size(size: Any) -> bool:
+    """An int (numpy ints too), or a symbolic dim from ``jax.export.symbolic_shape``."""
+    if isinstance(size, bool):
+        return False
+    try:
+        operator.index(size)
+        return True
+    except TypeError:
+        return type(size).__module__.startswith("jax")
+
+
+def _as_size(size: Any) -> Any:
+    try:
+        return operator.index(size)
+    except TypeError:
+        return size
 
 
 def scope(f: F) -> F:

@@ -17,6 +17,10 @@ from ._shape import ShapeSpec
 __all__ = ["number", "dtype_names"]
 
 
+# Typeguard re-evaluates annotation expressions on every call, so subscription must be cheap.
+_ALIASES: dict[tuple[type, object], types.GenericAlias] = {}
+
+
 class number:
     """Base class of every shardtypes array annotation. Subscript a subclass: ``f32[b'b e']``.
 
@@ -27,20 +31,29 @@ class number:
     description: str = "number"
 
     def __class_getitem__(cls, shape):
+        try:
+            return _ALIASES[cls, shape]
+        except (KeyError, TypeError):  # TypeError: an unhashable "shape", rejected below
+            pass
         if cls is number:
             raise TypeError(
                 "number is the base class of shardtypes annotations; subscript a dtype class "
                 "such as f32[b'batch embed'] or a category such as floating[b'batch embed']"
             )
+        if isinstance(shape, tuple) and len(shape) == 1:  # typing re-subscripts with args tuples
+            return cls[shape[0]]
         if isinstance(shape, tuple):
             raise TypeError(
                 f"{cls.__name__}[...] takes one shape string, as in {cls.__name__}[b'batch embed'];"
                 f" got {len(shape)} arguments {shape!r}"
             )
+        spec = ShapeSpec.parse(shape)  # validate now: a bad annotation fails where it is written
+        key = shape
         if isinstance(shape, str):
             shape = shape.encode("utf-8")
-        ShapeSpec.parse(shape)  # validate now: a bad annotation fails where it is written
-        return types.GenericAlias(cls, shape)
+        alias = _ALIASES[cls, key] = types.GenericAlias(cls, shape)
+        del spec
+        return alias
 
     @classmethod
     def accepts(cls, dtype) -> bool:

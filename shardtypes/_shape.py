@@ -51,8 +51,11 @@ class ShapeSpecError(ValueError):
         self.problem = problem
         self.span = span
         if isinstance(spec, str) and span is not None:
+            # The caret goes under the repr, where a tab or newline takes two characters.
             start, end = span
-            pointer = " " * (start + 1) + "^" * max(1, end - start)
+            offset = len(repr(spec[:start])) - 1
+            width = len(repr(spec[start:end])) - 2
+            pointer = " " * offset + "^" * max(1, width)
             message = f"invalid shape string {spec!r}: {problem}\n    {spec!r}\n    {pointer}"
         else:
             message = f"invalid shape string {spec!r}: {problem}"
@@ -95,6 +98,8 @@ def _parse_expr(text: str):
         if kind == "int":
             return ("int", int(value))
         if kind == "name":
+            if value == "_":
+                raise _DimError(f"'_' (any size) cannot appear in size expression {text!r}")
             return ("name", value)
         if value == "(":
             node = expr()
@@ -207,7 +212,10 @@ class DimSpec:
     @staticmethod
     def parse(dim: Union[str, bytes]) -> "DimSpec":
         if isinstance(dim, bytes):
-            dim = dim.decode("utf-8")
+            try:
+                dim = dim.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ShapeSpecError(dim, "bytes are not valid UTF-8") from None
         if not isinstance(dim, str):
             raise ShapeSpecError(dim, f"a dim must be str or bytes, not {type(dim).__name__}")
         try:
@@ -221,7 +229,7 @@ class DimSpec:
 
 @functools.lru_cache(maxsize=4096)
 def _parse_dim(text: str) -> DimSpec:
-    if not text or text != text.strip():
+    if not text or any(c.isspace() for c in text):
         raise _DimError(f"a dim cannot be empty or contain whitespace: {text!r}")
     size, axes = _split_size(text)
     if size == "":
@@ -312,6 +320,8 @@ class ShapeSpec:
 
         entries = []
         var = self.variadic_index
+        if var is None and ndim is not None and ndim != len(self.dims):
+            raise ShapeSpecError(str(self), f"rank {ndim} does not match the {len(self.dims)} dims")
         for i, dim in enumerate(self.dims):
             if i == var:
                 if ndim is None:

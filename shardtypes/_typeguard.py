@@ -1,26 +1,43 @@
-"""Typeguard integration: the checker lookup, ``typechecked``, ``check`` and the error messages."""
+"""Typeguard integration: the checker typeguard calls for shardtypes annotations, the one-value
+check shared with the decorator, ``check`` and ``register_with_typeguard``.
+
+Where a value sits (``argument "x" of f()``) matters for messages and for saying who bound a dim.
+The decorator knows it and passes it in. When typeguard itself calls us (plain
+``typeguard.typechecked``, ``check_type``, annotations nested in ``tuple[...]`` or ``Optional``),
+typeguard passes no argument name to its checkers, so it is read from typeguard's own frame, only
+when a dim is first bound or a check fails.
+"""
 
 from __future__ import annotations
 
 import functools
-import inspect
 import sys
 import typing
-import warnings
-from typing import Any, Callable, TypeVar
+from typing import Any, Union
 
+import jax
 import numpy as np
 import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
+from typeguard import _checkers as _tg_checkers
+from typeguard import _functions as _tg_functions
 
 from . import _dims
-from ._check import Mismatch, check_value, describe
-from ._dtypes import number
+from ._check import Mismatch, Plan, check_value, describe, fast_check
+from ._dims import _TABLE, Table
+from ._dtypes import dtype_classes, number
 from ._shape import ShapeSpec
 
-__all__ = ["typechecked", "register_with_typeguard", "check", "ShardtypesWarning"]
+__all__ = ["register_with_typeguard", "check", "ShardtypesWarning"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+# typeguard renamed these in 4.5 (the old names became frame-reading helpers); the instrumented
+# code and our decorator call whichever this typeguard has.
+check_argument_types_internal = getattr(
+    _tg_functions, "check_argument_types_internal", _tg_functions.check_argument_types
+)
+check_return_type_internal = getattr(
+    _tg_functions, "check_return_type_internal", _tg_functions.check_return_type
+)
 
 
 class ShardtypesWarning(UserWarning):
@@ -32,104 +49,267 @@ def annotation_text(origin: type, shape: bytes) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Where a value is being checked. Typeguard passes the argument name to none of its checkers, so
-# it is read from typeguard's own frame (only when a dim is first bound, or a check fails).
+# Plans: everything a check needs that depends only on the annotation.
 
-_ROLE_FRAMES = frozenset(
-    {
-        "check_argument_types_internal",
-        "check_return_type_internal",
-        "check_variable_assignment",
-        "check_yield_type_internal",
-        "check_send_type_internal",
-        "check_type",
-    }
-)
+_PLANS: dict[tuple[type, bytes], Plan] = {}
 
 
-def _typeguard_frame():
-    frame = sys._getframe(2)
-    for _ in range(24):
-        if frame is None:
-            return None
-        if frame.f_code.co_name in _ROLE_FRAMES and frame.f_globals.get("__name__", "").startswith(
-            "typeguard"
-        ):
-            return frame
-        frame = frame.f_back
-    return None
-
-
-def _role() -> tuple[str, str | None]:
-    """(what is checked, in which function): ('argument "x"', 'center'), ('check_type()', None)."""
-    frame = _typeguard_frame()
-    if frame is None:
-        return "a checked value", None
-    name = frame.f_code.co_name
-    local = frame.f_locals
-    func = local.get("func_name")
-    if name == "check_argument_types_internal":
-        return f'argument "{local.get("argname")}"', func
-    if name == "check_return_type_internal":
-        return "the return value", func
-    if name == "check_variable_assignment":
-        return f'the value assigned to {local.get("varname")}', _frame_function(frame.f_back)
-    if name == "check_yield_type_internal":
-        return "a yielded value", func
-    if name == "check_send_type_internal":
-        return "a sent value", func
-    return "check_type()", None
-
-
-def _frame_function(frame) -> str | None:
-    return frame.f_code.co_qualname if frame is not None else None
-
-
-def _origin_phrase() -> str:
-    role, func = _role()
-    return f"{role} of {func}()" if func else role
-
-
-# ---------------------------------------------------------------------------------------------
-# The checker typeguard calls for every shardtypes annotation.
-
-
-def _check_annotation(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
+def _plan(origin: type, args: tuple) -> Plan:
     if len(args) != 1 or not isinstance(args[0], bytes):
         raise TypeCheckError(
             f"has a malformed annotation {origin.__name__}{list(args)}; write "
             f"{origin.__name__}[b'batch embed']"
         )
-    shape = args[0]
-    spec = ShapeSpec.parse(shape)
-    table = _dims.current()
-    scoped = table is not None
-    if not scoped:
-        table = _dims.memo_table(memo)
-    try:
-        new = check_value(value, origin, spec, table, lambda: _where(origin, shape))
-    except Mismatch as m:
-        role, func = _role()
-        prefix = f"of {func}() " if func and role != "check_type()" else ""
-        raise TypeCheckError(
-            f"{prefix}is not {annotation_text(origin, shape)}: {m.problem} (found {describe(value)})"
-        ) from None
+    key = (origin, args[0])
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = Plan(origin, ShapeSpec.parse(args[0]), annotation_text(origin, args[0]))
+    return plan
+
+
+def plan_for(annotation: Any) -> Plan | None:
+    """The plan of a shardtypes array annotation, or None for any other annotation."""
+    origin = typing.get_origin(annotation)
+    if isinstance(origin, type) and issubclass(origin, number):
+        return _plan(origin, typing.get_args(annotation))
+    return None
+
+
+def _qualified(value: Any) -> str:
+    if isinstance(value, jax.core.Tracer):
+        return "traced jax.Array"
+    if isinstance(value, jax.Array):
+        return "jax.Array"
+    cls = type(value)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def check_with_plan(value: Any, plan: Plan, role: str, func: str, origin: str) -> None:
+    """Checks one value where the caller knows its place (the decorator). Needs a table."""
+    table = _TABLE.get()
+    new = fast_check(value, plan, table.sizes)
+    if new is None:
+        try:
+            new = check_value(value, plan.dtype_cls, plan.spec, table,
+                              lambda: f"{origin}, annotated {plan.text}")
+        except Mismatch as m:
+            raise TypeCheckError(
+                f"{role} ({_qualified(value)}) of {func}() is not {plan.text}: {m.problem}"
+                f"{_found(value, m)}"
+            ) from None
     if new:
-        table = table.bind(new, _origin_phrase())
-        if scoped:
-            _dims.commit(table)
-        else:
-            _dims.commit_memo_table(memo, table)
+        _TABLE.set(table.bind(new, origin))
 
 
-def _where(origin: type, shape: bytes) -> str:
-    return f"{_origin_phrase()}, annotated {annotation_text(origin, shape)}"
+def _found(value: Any, m: Mismatch) -> str:
+    return "" if m.problem.endswith("which is not an array") else f" (found {describe(value)})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Where typeguard is checking a value, read from its frames.
+
+_ROLE_NAMES = {
+    "check_argument_types_internal": "argument",
+    "check_return_type_internal": "return",
+    "check_variable_assignment": "variable",
+    "check_yield_type_internal": "yield",
+    "check_send_type_internal": "send",
+    "check_type": "check_type",
+}
+if check_argument_types_internal.__name__ == "check_argument_types":  # typeguard < 4.5
+    _ROLE_NAMES.update(check_argument_types="argument", check_return_type="return")
+
+_CODES = {
+    getattr(_tg_functions, name).__code__: role
+    for name, role in _ROLE_NAMES.items()
+    if hasattr(_tg_functions, name)
+}
+
+
+def _typeguard_frame():
+    frame = sys._getframe(2)
+    for _ in range(32):
+        if frame is None or frame.f_code in _CODES:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _role() -> tuple[str, str | None, str]:
+    """(what is checked, in which function, which typeguard entry point), e.g.
+    ('argument "x"', 'center', 'argument') or ('check_type()', None, 'check_type')."""
+    frame = _typeguard_frame()
+    if frame is None:
+        return "a checked value", None, "unknown"
+    kind = _CODES[frame.f_code]
+    local = frame.f_locals
+    func = local.get("func_name")
+    if kind == "argument":
+        return f'argument "{local.get("argname")}"', func, kind
+    if kind == "return":
+        return "the return value", func, kind
+    if kind == "variable":
+        caller = frame.f_back
+        return f'the value assigned to {local.get("varname")}', caller and caller.f_code.co_qualname, kind
+    if kind == "yield":
+        return "a yielded value", func, kind
+    if kind == "send":
+        return "a sent value", func, kind
+    return "check_type()", None, kind
+
+
+def _origin_phrase() -> str:
+    role, func, _ = _role()
+    return f"{role} of {func}()" if func else role
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables when typeguard calls us. Inside a shardtypes call or Scope: that table. Otherwise, for
+# checks made by a plain typeguard-instrumented function: a table kept with that call's frame
+# (see _dims.memo_table). Otherwise (check_type at top level): a fresh table per check.
+
+
+_CHECK_TYPE_TABLE = "_shardtypes_dimension_table"
+
+
+def _get_table(memo: TypeCheckMemo) -> tuple[Table, bool]:
+    table = _TABLE.get()
+    if table is not None:
+        return table, True
+    frame = _typeguard_frame()
+    kind = _CODES[frame.f_code] if frame is not None else None
+    if kind == "check_type":
+        # check_type makes a fresh configuration object per call; the call's table rides on it,
+        # so the items of one check_type([...]) share a table and separate calls never do.
+        return getattr(memo.config, _CHECK_TYPE_TABLE, None) or Table(), False
+    if kind is not None:
+        return _dims.memo_table(memo), False
+    return Table(), False
+
+
+def _set_table(memo: TypeCheckMemo, table: Table, scoped: bool) -> None:
+    if scoped:
+        _TABLE.set(table)
+        return
+    frame = _typeguard_frame()
+    kind = _CODES[frame.f_code] if frame is not None else None
+    if kind == "check_type":
+        try:
+            setattr(memo.config, _CHECK_TYPE_TABLE, table)
+        except (AttributeError, TypeError):  # a frozen or slotted config: one table per item
+            pass
+    elif kind is not None:
+        _dims.commit_memo_table(memo, table)
+
+
+def _check_annotation(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
+    plan = _PLANS.get((origin, args[0])) if len(args) == 1 else None
+    if plan is None:
+        plan = _plan(origin, args)
+    table, scoped = _get_table(memo)
+    new = fast_check(value, plan, table.sizes)
+    if new is None:
+        try:
+            new = check_value(value, origin, plan.spec, table,
+                              lambda: f"{_origin_phrase()}, annotated {plan.text}")
+        except Mismatch as m:
+            role, func, kind = _role()
+            prefix = f"of {func}() " if func and kind != "check_type" else ""
+            raise TypeCheckError(f"{prefix}is not {plan.text}: {m.problem}{_found(value, m)}") from None
+    if new:
+        _set_table(memo, table.bind(new, _origin_phrase()), scoped)
+
+
+def _snapshot(memo: TypeCheckMemo):
+    table = _TABLE.get()
+    if table is not None:
+        return lambda: _TABLE.set(table)
+    config_table = getattr(memo.config, _CHECK_TYPE_TABLE, None)
+    local_vars = memo.locals
+    frame_table = _dims.memo_table(memo)
+
+    def restore():
+        if getattr(memo.config, _CHECK_TYPE_TABLE, None) is not config_table:
+            setattr(memo.config, _CHECK_TYPE_TABLE, config_table)
+        if isinstance(local_vars, dict) and local_vars is not memo.globals:
+            _dims.commit_memo_table(memo, frame_table)
+
+    return restore
+
+
+def _transactional(checker):
+    """typeguard's checker for a container, made all-or-nothing: if any item fails, the items
+    that passed leave no bindings behind."""
+
+    def check(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
+        restore = _snapshot(memo)
+        try:
+            checker(value, origin, args, memo)
+        except TypeCheckError:
+            restore()
+            raise
+
+    return check
+
+
+def _check_union(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
+    """typing.Union with shardtypes members: like typeguard's, but a member that fails leaves
+    no bindings behind for the next member to trip on."""
+    restore = _snapshot(memo)
+    errors = []
+    for member in args:
+        try:
+            typeguard.check_type_internal(value, member, memo)
+            return
+        except TypeCheckError as e:
+            errors.append(f"{_type_repr(member)}: {e}")
+            restore()
+    raise TypeCheckError("did not match any element in the union:\n  " + "\n  ".join(errors))
+
+
+def _type_repr(annotation: Any) -> str:
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__qualname__
+    return repr(annotation).replace("typing.", "")
+
+
+@functools.lru_cache(maxsize=1024)
+def _has_shardtypes_member(args: tuple) -> bool:
+    for arg in args:
+        origin = typing.get_origin(arg)
+        if isinstance(origin, type) and issubclass(origin, number):
+            return True
+        if origin is not None and _has_shardtypes_member(typing.get_args(arg)):
+            return True
+    return False
+
+
+def _has_member(args: tuple) -> bool:
+    try:
+        return _has_shardtypes_member(args)
+    except TypeError:  # unhashable arguments (Literal of a list, ...): not ours
+        return False
 
 
 def _lookup(origin, args, extras):
     if isinstance(origin, type) and issubclass(origin, number):
         return _check_annotation
+    if args and origin is not None and _has_member(args):
+        if origin is Union:
+            return _check_union
+        checker = _CONTAINER_CHECKERS.get(origin)
+        if checker is not None:
+            return _TRANSACTIONAL.setdefault(origin, _transactional(checker))
     return None
+
+
+# typeguard's own checkers for containers (tuple, list, dict, Sequence, ...), which we wrap.
+_CONTAINER_CHECKERS = {
+    origin: checker
+    for origin, checker in _tg_checkers.origin_type_checkers.items()
+    if origin is not Union
+}
+_TRANSACTIONAL: dict = {}
 
 
 def register_with_typeguard() -> None:
@@ -139,139 +319,10 @@ def register_with_typeguard() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The decorator.
-
-
-def typechecked(target: F | None = None) -> F:
-    """Checks the annotated arguments, annotated locals and return value of each call.
-
-    This is ``typeguard.typechecked`` plus dimension tables: every call of a checked function
-    that is not itself inside a checked call gets a fresh table; nested checked calls share their
-    caller's (use ``@scope`` or ``with Scope():`` to isolate a callee).
-
-    >>> @typechecked
-    ... def center(x: f32[b'batch/d channels']) -> f32[b'batch/d channels']:
-    ...     return x - jnp.mean(x, axis=-1, keepdims=True)
-    """
-    if target is None:
-        return typechecked  # type: ignore[return-value]
-    if isinstance(target, type):
-        return _typecheck_class(target)  # type: ignore[return-value]
-    if isinstance(target, (staticmethod, classmethod)):
-        return type(target)(typechecked(target.__func__))  # type: ignore[return-value]
-    if not callable(target):
-        raise TypeError(f"typechecked expects a function or class, got {target!r}")
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        instrumented = typeguard.typechecked(target)
-    for w in caught:
-        if not issubclass(w.category, typeguard.InstrumentationWarning):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    if instrumented is target or getattr(instrumented, "__code__", None) is getattr(
-        target, "__code__", None
-    ):
-        reason = (
-            "Python runs with -O, which turns typeguard's instrumentation off"
-            if not __debug__
-            else "; ".join(str(w.message) for w in caught) or "typeguard left it unchanged"
-        )
-        warnings.warn(
-            f"shardtypes.typechecked could not instrument {_qualname(target)} ({reason}). Its "
-            "arguments and return value are checked from its signature instead; annotated local "
-            "variables inside it are NOT checked.",
-            ShardtypesWarning,
-            stacklevel=2,
-        )
-        instrumented = _signature_checked(target)
-
-    if inspect.iscoroutinefunction(target):
-
-        @functools.wraps(target)
-        async def async_wrapper(*args, **kwargs):
-            if _dims.current() is not None:
-                return await instrumented(*args, **kwargs)
-            with _dims.Scope():
-                return await instrumented(*args, **kwargs)
-
-        return async_wrapper  # type: ignore[return-value]
-
-    @functools.wraps(target)
-    def wrapper(*args, **kwargs):
-        if _dims.current() is not None:
-            return instrumented(*args, **kwargs)
-        token = _dims._TABLE.set(_dims.Table())
-        try:
-            return instrumented(*args, **kwargs)
-        finally:
-            _dims._TABLE.reset(token)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _qualname(f: Any) -> str:
-    return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
-
-
-def _typecheck_class(cls: type) -> type:
-    for name, attr in list(vars(cls).items()):
-        if inspect.isfunction(attr) or isinstance(attr, (staticmethod, classmethod)):
-            setattr(cls, name, typechecked(attr))
-    return cls
-
-
-def _signature_checked(target: Callable) -> Callable:
-    """Checks arguments and return value from the signature, for functions typeguard cannot
-    instrument. Uses typeguard's own checks so the messages are the same."""
-    from typeguard._functions import check_argument_types_internal, check_return_type_internal
-
-    sig = inspect.signature(target)
-    try:
-        hints = typing.get_type_hints(target)
-    except Exception:
-        hints = {name: p.annotation for name, p in sig.parameters.items()}
-        hints["return"] = sig.return_annotation
-    func_name = getattr(target, "__qualname__", repr(target))
-    globals_ = getattr(target, "__globals__", {})
-
-    def checked(*args, **kwargs):
-        bound = sig.bind(*args, **kwargs)
-        bound.apply_defaults()
-        local_vars = dict(bound.arguments)
-        memo = TypeCheckMemo(globals_, local_vars)
-        arguments = {}
-        for name, value in bound.arguments.items():
-            if name not in hints:
-                continue
-            kind = sig.parameters[name].kind
-            ann = hints[name]
-            if kind is inspect.Parameter.VAR_POSITIONAL:
-                ann = tuple[ann, ...]
-            elif kind is inspect.Parameter.VAR_KEYWORD:
-                ann = dict[str, ann]
-            arguments[name] = (value, ann)
-        check_argument_types_internal(func_name, arguments, memo)
-        result = target(*args, **kwargs)
-        if "return" in hints and hints["return"] is not inspect.Signature.empty:
-            check_return_type_internal(func_name, result, hints["return"], memo)
-        return result
-
-    if inspect.iscoroutinefunction(target):
-
-        async def async_checked(*args, **kwargs):
-            return await checked(*args, **kwargs)
-
-        return async_checked
-    return checked
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=None)
 def _class_for_dtype(np_dtype: np.dtype) -> type:
-    from ._dtypes import dtype_classes
-
     for cls in dtype_classes.values():
         if cls.dtype == np_dtype:
             return cls
@@ -291,12 +342,11 @@ def check(dtype: Any, shape_spec: ShapeSpec | str | bytes, value: Any) -> None:
     else:
         dtype_cls = _class_for_dtype(np.dtype(dtype))
     spec = shape_spec if isinstance(shape_spec, ShapeSpec) else ShapeSpec.parse(shape_spec)
-    table = _dims.current()
-    scoped = table is not None
+    table = _TABLE.get()
     text = annotation_text(dtype_cls, str(spec).encode())
     try:
-        new = check_value(value, dtype_cls, spec, table or _dims.Table(), lambda: f"check() of {text}")
+        new = check_value(value, dtype_cls, spec, table or Table(), lambda: f"check() of {text}")
     except Mismatch as m:
-        raise TypeCheckError(f"is not {text}: {m.problem} (found {describe(value)})") from None
-    if new and scoped:
-        _dims.commit(table.bind(new, "check()"))
+        raise TypeCheckError(f"check(): value is not {text}: {m.problem}{_found(value, m)}") from None
+    if new and table is not None:
+        _TABLE.set(table.bind(new, "check()"))

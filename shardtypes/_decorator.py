@@ -1,0 +1,368 @@
+"""``typechecked``: the decorator users put on functions, methods and classes.
+
+It checks a function's annotated arguments and return value, and its annotated locals, with one
+dimension table per top-level call (nested checked calls share it). Two ways to get there:
+
+* A function whose body annotates no locals (the usual model code) is checked by a wrapper that
+  reads its signature once and checks shardtypes annotations directly, with no typeguard machinery
+  per call; every other annotation (``int``, ``tuple[f32[...], ...]``, a config class) goes to
+  typeguard's own argument checks, so the messages are typeguard's.
+* A function that annotates locals, or a generator, is instrumented by ``typeguard.typechecked``,
+  which is the only way to check an annotated assignment.
+
+A function typeguard cannot instrument (no source, ``python -O``) is never left unchecked: its
+arguments and return value are checked from the signature and a ShardtypesWarning says that its
+annotated locals are not.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import sys
+import textwrap
+import typing
+import warnings
+from typing import Any, Callable, TypeVar
+
+import typeguard
+from typeguard import TypeCheckError, TypeCheckMemo
+
+from ._dims import _TABLE, Table
+from ._typeguard import (
+    ShardtypesWarning,
+    check_argument_types_internal,
+    check_return_type_internal,
+    check_with_plan,
+    plan_for,
+)
+from ._check import fast_check
+
+__all__ = ["typechecked"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_EMPTY = Table()  # tables are immutable, so every top-level call can start from this one
+
+
+def typechecked(target: F | None = None) -> F:
+    """Checks the annotated arguments, annotated locals and return value of each call.
+
+    This is ``typeguard.typechecked`` plus dimension tables: a call of a checked function that is
+    not inside another checked call gets a fresh table; nested checked calls share their caller's
+    (use ``@scope`` or ``with Scope():`` to isolate a callee). Works on functions, methods,
+    ``staticmethod``/``classmethod``, properties, classes and ``async`` functions.
+
+    >>> @typechecked
+    ... def center(x: f32[b'batch/d channels']) -> f32[b'batch/d channels']:
+    ...     return x - jnp.mean(x, axis=-1, keepdims=True)
+    """
+    if target is None:
+        return typechecked  # type: ignore[return-value]
+    # Annotations may name variables of the scope the decorator is applied in (a class body, an
+    # enclosing function); keep that scope's names to resolve them, as typeguard does.
+    return _typechecked(target, sys._getframe(1).f_locals)
+
+
+def _typechecked(target: Any, scope_vars: dict) -> Any:
+    if isinstance(target, type):
+        return _typecheck_class(target, scope_vars)
+    if isinstance(target, (staticmethod, classmethod)):
+        return type(target)(_typechecked(target.__func__, scope_vars))
+    if isinstance(target, property):
+        return property(
+            *(_typechecked(f, scope_vars) if f is not None else None
+              for f in (target.fget, target.fset, target.fdel)),
+            target.__doc__,
+        )
+    if not callable(target) or not hasattr(target, "__code__"):
+        raise TypeError(f"typechecked expects a function, method or class, got {target!r}")
+
+    needs, why_not = _needs_instrumentation(target)
+    if needs:
+        instrumented, problem = _instrument(target)
+        if problem is None:
+            return _with_table(target, instrumented)  # type: ignore[return-value]
+        _warn_unchecked_locals(target, problem)
+    elif why_not is not None:
+        _warn_unchecked_locals(target, why_not)
+    return _SignatureChecker(target, scope_vars).wrap()
+
+
+def _warn_unchecked_locals(target: Callable, reason: str) -> None:
+    warnings.warn(
+        f"shardtypes.typechecked cannot instrument {_qualname(target)} ({reason}). Its arguments "
+        "and return value are checked from its signature; annotated local variables inside it, "
+        "if any, are NOT checked.",
+        ShardtypesWarning,
+        stacklevel=_user_stacklevel(),
+    )
+
+
+def _user_stacklevel() -> int:
+    """The stacklevel of the first frame outside this module (the line that applied the decorator)."""
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _qualname(f: Any) -> str:
+    return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', repr(f))}"
+
+
+def _typecheck_class(cls: type, scope_vars: dict) -> type:
+    scope_vars = {**scope_vars, cls.__name__: cls}
+    for name, attr in list(vars(cls).items()):
+        if inspect.isfunction(attr) or isinstance(attr, (staticmethod, classmethod, property)):
+            setattr(cls, name, _typechecked(attr, scope_vars))
+    return cls
+
+
+# ---------------------------------------------------------------------------------------------
+# Choosing how to check.
+
+
+def _needs_instrumentation(target: Callable) -> tuple[bool, str | None]:
+    """(whether typeguard must instrument ``target``, why its body could not be read)."""
+    if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+        return True, None
+    try:
+        source = textwrap.dedent(inspect.getsource(target))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError, IndentationError) as e:
+        return False, f"its source is not available: {e}"
+    func = next(
+        (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None
+    )
+    if func is None:  # a lambda: it has no statements, so no annotated locals
+        return False, None
+    return _annotates_locals(func.body), None
+
+
+def _annotates_locals(body: list) -> bool:
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.AnnAssign):
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue  # a nested scope's locals are not this function's
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _instrument(target: Callable) -> tuple[Callable, str | None]:
+    """typeguard's instrumentation of ``target``, or why there is none."""
+    if not __debug__:
+        return target, "Python runs with -O, which turns typeguard's instrumentation off"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            instrumented = typeguard.typechecked(target)
+        except Exception as e:  # typeguard fails on some exec'd or interactive code
+            return target, f"typeguard failed: {type(e).__name__}: {e}"
+    problems = [str(w.message) for w in caught if issubclass(w.category, typeguard.InstrumentationWarning)]
+    for w in caught:
+        if not issubclass(w.category, typeguard.InstrumentationWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if instrumented is target or getattr(instrumented, "__code__", None) is target.__code__:
+        return target, "; ".join(problems) or "typeguard left it unchanged"
+    return instrumented, None
+
+
+def _with_table(target: Callable, checked: Callable) -> Callable:
+    """Wraps ``checked`` so that a call outside any table runs with a fresh one."""
+    if inspect.iscoroutinefunction(target):
+
+        @functools.wraps(target)
+        async def async_wrapper(*args, **kwargs):
+            if _TABLE.get() is not None:
+                return await checked(*args, **kwargs)
+            token = _TABLE.set(_EMPTY)
+            try:
+                return await checked(*args, **kwargs)
+            finally:
+                _TABLE.reset(token)
+
+        return async_wrapper
+
+    if inspect.isasyncgenfunction(target) or inspect.isgeneratorfunction(target):
+        # A generator's body runs after the call returns; typeguard checks it in its own frames,
+        # each with the table of whoever iterates it.
+        return functools.wraps(target)(checked)
+
+    @functools.wraps(target)
+    def wrapper(*args, **kwargs):
+        if _TABLE.get() is not None:
+            return checked(*args, **kwargs)
+        token = _TABLE.set(_EMPTY)
+        try:
+            return checked(*args, **kwargs)
+        finally:
+            _TABLE.reset(token)
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------
+# The signature checker.
+
+
+class _Param:
+    __slots__ = ("name", "kind", "annotation", "plan", "role", "origin")
+
+    def __init__(self, name, kind, annotation, plan, role, origin):
+        self.name = name
+        self.kind = kind
+        self.annotation = annotation
+        self.plan = plan
+        self.role = role
+        self.origin = origin
+
+
+class _SignatureChecker:
+    """Checks arguments and return value of one function from its signature.
+
+    Annotations are resolved at the first call (so forward references and PEP 563 strings may
+    name things defined after the function), then kept.
+    """
+
+    def __init__(self, target: Callable, scope_vars: dict):
+        self.target = target
+        self.scope_vars: dict | None = scope_vars
+        self.signature = inspect.signature(target)
+        self.func_name = target.__qualname__
+        self.params: list[_Param] | None = None
+        self.positional: list[_Param] = []
+        self.by_name: dict[str, _Param] = {}
+        self.returns: _Param | None = None
+
+    def _resolve(self) -> None:
+        try:
+            hints = typing.get_type_hints(self.target, localns=self.scope_vars, include_extras=True)
+        except Exception as e:
+            raise NameError(
+                f"shardtypes.typechecked cannot resolve the annotations of "
+                f"{_qualname(self.target)}: {type(e).__name__}: {e}"
+            ) from e
+        fn = self.func_name
+        params = []
+        for p in self.signature.parameters.values():
+            ann = hints.get(p.name)
+            if ann is not None and p.kind is inspect.Parameter.VAR_POSITIONAL:
+                ann = tuple[ann, ...]
+            elif ann is not None and p.kind is inspect.Parameter.VAR_KEYWORD:
+                ann = dict[str, ann]
+            plan = plan_for(ann)
+            role = f'argument "{p.name}"'
+            params.append(_Param(p.name, p.kind, ann, plan, role, f"{role} of {fn}()"))
+        self.scope_vars = None  # resolved: stop holding the defining scope's objects
+        self.by_name = {p.name: p for p in params}
+        simple = all(
+            p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            for p in params
+        )
+        self.positional = params if simple else []
+        if "return" in hints:
+            ann = hints["return"]
+            self.returns = _Param("return", None, ann, plan_for(ann), "the return value",
+                                  f"the return value of {fn}()")
+        self.params = params
+
+    def wrap(self) -> Callable:
+        target = self.target
+        checker = self
+
+        def check_arguments(args, kwargs) -> None:
+            if checker.params is None:
+                checker._resolve()
+            positional = checker.positional
+            if not kwargs and len(args) == len(positional) and positional:
+                pairs = zip(positional, args)
+            else:
+                bound = checker.signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                by_name = checker.by_name
+                pairs = ((by_name[name], value) for name, value in bound.arguments.items())
+            table = _TABLE.get()
+            for param, value in pairs:
+                plan = param.plan
+                if plan is not None:
+                    # The fast path inline (this loop runs on every call); anything it cannot
+                    # settle goes to check_with_plan, which also writes the messages.
+                    new = fast_check(value, plan, table[0])
+                    if new is None:
+                        _TABLE.set(table)
+                        check_with_plan(value, plan, param.role, checker.func_name, param.origin)
+                        table = _TABLE.get()
+                    elif new:
+                        table = table.bind(new, param.origin)
+                elif param.annotation is not None:
+                    # Any other annotation: typeguard's check, in argument order, so messages
+                    # say which argument bound a dim first.
+                    _TABLE.set(table)
+                    memo = TypeCheckMemo(target.__globals__, {param.name: value})
+                    _transactional(check_argument_types_internal, checker.func_name,
+                                   {param.name: (value, param.annotation)}, memo)
+                    table = _TABLE.get()
+            _TABLE.set(table)
+
+        def check_result(result):
+            ret = checker.returns
+            if ret is None:
+                return result
+            if ret.plan is not None:
+                check_with_plan(result, ret.plan, ret.role, checker.func_name, ret.origin)
+            elif ret.annotation is not None:
+                memo = TypeCheckMemo(target.__globals__, {})
+                _transactional(check_return_type_internal, checker.func_name, result, ret.annotation, memo)
+            return result
+
+        if inspect.iscoroutinefunction(target):
+
+            async def async_checked(*args, **kwargs):
+                check_arguments(args, kwargs)
+                return check_result(await target(*args, **kwargs))
+
+            return _with_table(target, async_checked)
+
+        get_table, set_table, reset_table = _TABLE.get, _TABLE.set, _TABLE.reset
+
+        # One frame per call: the table, the checks and the call itself. The return value's
+        # fast path is inline too; check_arguments and check_result handle everything else.
+        @functools.wraps(target)
+        def checked(*args, **kwargs):
+            token = set_table(_EMPTY) if get_table() is None else None
+            try:
+                check_arguments(args, kwargs)
+                result = target(*args, **kwargs)
+                ret = checker.returns
+                if ret is not None and ret.plan is not None:
+                    table = get_table()
+                    new = fast_check(result, ret.plan, table[0])
+                    if new:
+                        set_table(table.bind(new, ret.origin))
+                    elif new is None:
+                        check_with_plan(result, ret.plan, ret.role, checker.func_name, ret.origin)
+                    return result
+                return check_result(result)
+            finally:
+                if token is not None:
+                    reset_table(token)
+
+        return checked
+
+
+def _transactional(fn: Callable, *args) -> Any:
+    """Runs one of typeguard's checks; if it fails, the table is left as it was before."""
+    before = _TABLE.get()
+    try:
+        return fn(*args)
+    except TypeCheckError:
+        _TABLE.set(before)
+        raise
+
