@@ -315,7 +315,7 @@ class Plan:
     the (name, size) pairs left to check against the dimension table.
     """
 
-    __slots__ = ("dtype_cls", "spec", "text", "names", "ndim", "seen")
+    __slots__ = ("dtype_cls", "spec", "text", "names", "ndim", "seen", "first")
 
     def __init__(self, dtype_cls: type, spec: ShapeSpec, text: str):
         self.dtype_cls = dtype_cls
@@ -327,6 +327,7 @@ class Plan:
             tuple(d.shape if d.kind == NAMED else d.expr for d in spec.dims) if simple else None
         )
         self.seen: dict = {}
+        self.first: dict = {}  # the same key -> the bindings of a value checked first in a table
 
 
 def fast_check(value: Any, plan: Plan, sizes: dict) -> dict | None:
@@ -344,8 +345,9 @@ def fast_check(value: Any, plan: Plan, sizes: dict) -> dict | None:
         pairs = _simple_pairs(value, plan, key)
         if pairs is None:
             return None
-    if not sizes:  # the first value of a call: the pairs are consistent (see _simple_pairs)
-        return dict(pairs)
+    if not sizes:  # the first value of a call: its bindings are exactly the (consistent) pairs
+        first = plan.first.get(key)  # absent only if another thread just cleared the cache
+        return first if first is not None else dict(pairs)
     new: dict = {}
     for name, size in pairs:
         bound = sizes.get(name, _MISSING)
@@ -385,7 +387,9 @@ def _simple_pairs(value: Any, plan: Plan, key: tuple) -> tuple | None:
         pairs.append((name, size))
     if len(plan.seen) > _CACHE_LIMIT:
         plan.seen.clear()
+        plan.first.clear()
     pairs = plan.seen[key] = tuple(pairs)
+    plan.first[key] = dict(pairs)  # shared, so never mutated (tables copy on bind)
     return pairs
 
 

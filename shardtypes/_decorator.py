@@ -213,7 +213,7 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
 
 
 class _Param:
-    __slots__ = ("name", "kind", "annotation", "plan", "role", "origin")
+    __slots__ = ("name", "kind", "annotation", "plan", "role", "origin", "first")
 
     def __init__(self, name, kind, annotation, plan, role, origin):
         self.name = name
@@ -222,6 +222,10 @@ class _Param:
         self.plan = plan
         self.role = role
         self.origin = origin
+        # (bindings, table) of the last call in which this parameter bound first into an empty
+        # table: the next such call with the same bindings object reuses the table (both are
+        # immutable), which saves building one on every top-level call.
+        self.first: tuple = (None, None)
 
 
 class _SignatureChecker:
@@ -237,7 +241,8 @@ class _SignatureChecker:
         self.signature = inspect.signature(target)
         self.func_name = target.__qualname__
         self.params: list[_Param] | None = None
-        self.positional: list[_Param] = []
+        # Parameters in order when every one is positional-or-keyword; None until resolved.
+        self.positional: list[_Param] | None = None
         self.by_name: dict[str, _Param] = {}
         self.returns: _Param | None = None
 
@@ -266,7 +271,7 @@ class _SignatureChecker:
             p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
             for p in params
         )
-        self.positional = params if simple else []
+        self.positional = params if simple else None
         if "return" in hints:
             ann = hints["return"]
             self.returns = _Param("return", None, ann, plan_for(ann), "the return value",
@@ -276,80 +281,94 @@ class _SignatureChecker:
     def wrap(self) -> Callable:
         target = self.target
         checker = self
+        func_name = self.func_name
+        get_table, set_table, reset_table = _TABLE.get, _TABLE.set, _TABLE.reset
 
-        def check_arguments(args, kwargs) -> None:
+        def check_one(param: _Param, value: Any, table: Table) -> Table:
+            """Checks one argument or return value; returns the table with its bindings."""
+            plan = param.plan
+            if plan is not None:
+                new = fast_check(value, plan, table[0])
+                if new:
+                    return table.bind(new, param.origin)
+                if new is not None:
+                    return table
+                set_table(table)  # the full check, which also explains a failure
+                check_with_plan(value, plan, param.role, func_name, param.origin)
+                return get_table()
+            if param.annotation is None:
+                return table
+            # Any other annotation: typeguard's own check, with typeguard's messages.
+            set_table(table)
+            if param.kind is None:
+                memo = TypeCheckMemo(target.__globals__, {})
+                _transactional(check_return_type_internal, func_name, value, param.annotation, memo)
+            else:
+                memo = TypeCheckMemo(target.__globals__, {param.name: value})
+                _transactional(check_argument_types_internal, func_name,
+                               {param.name: (value, param.annotation)}, memo)
+            return get_table()
+
+        def check_arguments(args, kwargs, table: Table) -> Table:
             if checker.params is None:
                 checker._resolve()
-            positional = checker.positional
-            if not kwargs and len(args) == len(positional) and positional:
-                pairs = zip(positional, args)
-            else:
-                bound = checker.signature.bind(*args, **kwargs)
-                bound.apply_defaults()
-                by_name = checker.by_name
-                pairs = ((by_name[name], value) for name, value in bound.arguments.items())
-            table = _TABLE.get()
-            for param, value in pairs:
-                plan = param.plan
-                if plan is not None:
-                    # The fast path inline (this loop runs on every call); anything it cannot
-                    # settle goes to check_with_plan, which also writes the messages.
-                    new = fast_check(value, plan, table[0])
-                    if new is None:
-                        _TABLE.set(table)
-                        check_with_plan(value, plan, param.role, checker.func_name, param.origin)
-                        table = _TABLE.get()
-                    elif new:
-                        table = table.bind(new, param.origin)
-                elif param.annotation is not None:
-                    # Any other annotation: typeguard's check, in argument order, so messages
-                    # say which argument bound a dim first.
-                    _TABLE.set(table)
-                    memo = TypeCheckMemo(target.__globals__, {param.name: value})
-                    _transactional(check_argument_types_internal, checker.func_name,
-                                   {param.name: (value, param.annotation)}, memo)
-                    table = _TABLE.get()
-            _TABLE.set(table)
-
-        def check_result(result):
-            ret = checker.returns
-            if ret is None:
-                return result
-            if ret.plan is not None:
-                check_with_plan(result, ret.plan, ret.role, checker.func_name, ret.origin)
-            elif ret.annotation is not None:
-                memo = TypeCheckMemo(target.__globals__, {})
-                _transactional(check_return_type_internal, checker.func_name, result, ret.annotation, memo)
-            return result
+            bound = checker.signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            by_name = checker.by_name
+            for name, value in bound.arguments.items():
+                table = check_one(by_name[name], value, table)
+            return table
 
         if inspect.iscoroutinefunction(target):
 
             async def async_checked(*args, **kwargs):
-                check_arguments(args, kwargs)
-                return check_result(await target(*args, **kwargs))
+                set_table(check_arguments(args, kwargs, get_table()))
+                result = await target(*args, **kwargs)
+                if checker.returns is not None:
+                    set_table(check_one(checker.returns, result, get_table()))
+                return result
 
             return _with_table(target, async_checked)
 
-        get_table, set_table, reset_table = _TABLE.get, _TABLE.set, _TABLE.reset
-
-        # One frame per call: the table, the checks and the call itself. The return value's
-        # fast path is inline too; check_arguments and check_result handle everything else.
+        # The wrapper of every call, so its common case is inline: all arguments positional,
+        # each checked by the fast path, in order (messages name the argument that bound a dim
+        # first). Anything else goes through check_one / check_arguments.
         @functools.wraps(target)
         def checked(*args, **kwargs):
-            token = set_table(_EMPTY) if get_table() is None else None
+            table = start = get_table()
+            token = None
+            if table is None:
+                table = _EMPTY
+                token = set_table(_EMPTY)
             try:
-                check_arguments(args, kwargs)
+                positional = checker.positional
+                if positional is not None and not kwargs and len(args) == len(positional):
+                    for param, value in zip(positional, args):
+                        plan = param.plan
+                        new = fast_check(value, plan, table[0]) if plan is not None else None
+                        if new:
+                            if table[0]:
+                                table = table.bind(new, param.origin)
+                            else:
+                                first_new, first_table = param.first
+                                if new is not first_new:
+                                    first_table = table.bind(new, param.origin)
+                                    param.first = (new, first_table)
+                                table = first_table
+                        elif new is None:
+                            table = check_one(param, value, table)
+                else:
+                    table = check_arguments(args, kwargs, table)
+                set_table(table)
                 result = target(*args, **kwargs)
                 ret = checker.returns
-                if ret is not None and ret.plan is not None:
-                    table = get_table()
-                    new = fast_check(result, ret.plan, table[0])
-                    if new:
-                        set_table(table.bind(new, ret.origin))
-                    elif new is None:
-                        check_with_plan(result, ret.plan, ret.role, checker.func_name, ret.origin)
-                    return result
-                return check_result(result)
+                if ret is not None:
+                    set_table(check_one(ret, result, get_table()))
+                return result
+            except TypeCheckError:
+                if token is None:  # nested: a failed call leaves the caller's table as it was
+                    set_table(start)
+                raise
             finally:
                 if token is not None:
                     reset_table(token)
