@@ -533,9 +533,10 @@ def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset,
             problem = _unnamed_sharding_problem(sharding, spec, ndim)
         if problem is not None:
             raise TypeCheckError(
-                f"shardtypes (compile-time check): {where}: {problem} (XLA chose this sharding "
-                "under jax.jit on Auto mesh axes; constrain it with jax.lax.with_sharding_constraint"
-                ", or set shardtypes.config.auto_sharding_check = 'off')"
+                f"shardtypes (compile-time check): {where}: {problem} (the sharding compiled under "
+                "jax.jit on Auto mesh axes; lay the value out as annotated or constrain it with "
+                "jax.lax.with_sharding_constraint, or set shardtypes.config.auto_sharding_check = "
+                "'off')"
             )
 
     jax.debug.inspect_array_sharding(value, callback=callback)
