@@ -43,6 +43,18 @@ from ._dtypes import (
     u64 as u64,
 )
 from ._shape import DimSpec as DimSpec, ShapeSpec as ShapeSpec, ShapeSpecError as ShapeSpecError
+from ._shard_map import typed_shard_map as typed_shard_map
+from ._specs import (
+    is_fully_sharded as is_fully_sharded,
+    make_partition_specs as make_partition_specs,
+    make_shape_dtype_structs as make_shape_dtype_structs,
+    make_shardings as make_shardings,
+    shard as shard,
+)
+from ._trees import Array as Array, pytree_dataclass as pytree_dataclass
+from dataclasses import field as field
+
+from . import ops as ops
 from ._decorator import typechecked as typechecked
 from ._typeguard import (
     ShardtypesWarning as ShardtypesWarning,

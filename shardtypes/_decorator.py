@@ -79,15 +79,22 @@ def _typechecked(target: Any, scope_vars: dict) -> Any:
     if not callable(target) or not hasattr(target, "__code__"):
         raise TypeError(f"typechecked expects a function, method or class, got {target!r}")
 
+    if getattr(target, "__shardtypes_checked__", False):
+        return target  # already checked: checking twice would only cost time
     needs, why_not = _needs_instrumentation(target)
     if needs:
         instrumented, problem = _instrument(target)
         if problem is None:
-            return _with_table(target, instrumented)  # type: ignore[return-value]
+            return _mark(_with_table(target, instrumented))
         _warn_unchecked_locals(target, problem)
     elif why_not is not None:
         _warn_unchecked_locals(target, why_not)
-    return _SignatureChecker(target, scope_vars).wrap()
+    return _mark(_SignatureChecker(target, scope_vars).wrap())
+
+
+def _mark(wrapper: Callable) -> Callable:
+    wrapper.__shardtypes_checked__ = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 def _warn_unchecked_locals(target: Callable, reason: str) -> None:
@@ -130,6 +137,12 @@ def _needs_instrumentation(target: Callable) -> tuple[bool, str | None]:
     """(whether typeguard must instrument ``target``, why its body could not be read)."""
     if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
         return True, None
+    if hasattr(target, "__wrapped__"):
+        # A wrapper made by another decorator (scope, typed_shard_map, functools.wraps): its
+        # source is the wrapped function's, which typeguard cannot find in the wrapper's code.
+        # Its arguments and return value are checked from the signature; the wrapped function's
+        # locals are the business of whoever checks it.
+        return False, None
     try:
         source = textwrap.dedent(inspect.getsource(target))
         tree = ast.parse(source)

@@ -10,6 +10,7 @@ when a dim is first bound or a check fails.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import sys
 import typing
@@ -27,6 +28,7 @@ from ._check import Mismatch, Plan, check_value, describe, fast_check
 from ._dims import _TABLE, Table
 from ._dtypes import dtype_classes, number
 from ._shape import ShapeSpec
+from ._trees import _INFO as _TREE_CLASSES, tree_info
 
 __all__ = ["register_with_typeguard", "check", "ShardtypesWarning"]
 
@@ -159,8 +161,15 @@ def _role() -> tuple[str, str | None, str]:
 
 
 def _origin_phrase() -> str:
-    role, func, _ = _role()
-    return f"{role} of {func}()" if func else role
+    role, func, kind = _role()
+    phrase = f"{role} of {func}()" if func else role
+    fields = _FIELD_PATH.get()
+    if fields:
+        path = "." + ".".join(fields)
+        if kind == "argument" and role.startswith('argument "'):
+            path = role[len('argument "'):-1] + path
+        phrase = f"{path} ({phrase})"
+    return phrase
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,6 +261,67 @@ def _transactional(checker):
     return check
 
 
+class FieldError(TypeCheckError):
+    """A field of a pytree dataclass failed; ``fields`` is the attribute path from the outermost
+    dataclass, ``core`` the leaf's own complaint."""
+
+    def __init__(self, message: str, fields: list[str], core: str):
+        super().__init__(message)
+        self.fields = fields
+        self.core = core
+
+
+def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
+    """A pytree dataclass: any stacking of the same base class, checked field by field against
+    the annotation's field types."""
+    info = tree_info(origin)
+    value_info = tree_info(type(value))
+    if value_info is None or value_info.base is not info.base:
+        raise TypeCheckError(f"is not an instance of {origin!r} (found {_qualified(value)})")
+    types = info.field_types
+    restore = _snapshot(memo)
+    outer = _FIELD_PATH.get()
+    try:
+        for name in info.data_fields:
+            _FIELD_PATH.set((*outer, name))
+            try:
+                typeguard.check_type_internal(getattr(value, name), types[name], memo)
+            except TypeCheckError as e:
+                restore()
+                raise _field_error(e, name) from None
+    finally:
+        _FIELD_PATH.set(outer)
+
+
+# The attribute path of the dataclass field being checked, for "bound by" phrases.
+_FIELD_PATH: contextvars.ContextVar[tuple] = contextvars.ContextVar("shardtypes.field_path", default=())
+
+
+def _field_error(e: TypeCheckError, name: str) -> FieldError:
+    if isinstance(e, FieldError):
+        fields, core = [name, *e.fields], e.core
+    else:
+        fields, core = [name], _core_message(e)
+    role, func, kind = _role()
+    path = "." + ".".join(fields)
+    if kind == "argument" and role.startswith('argument "'):
+        root = role[len('argument "'):-1]
+        message = f"of {func}(): {root}{path} {core}"
+    elif func:
+        message = f"of {func}(): {path} {core}"
+    else:
+        message = f"{path} {core}"
+    return FieldError(message, fields, core)
+
+
+def _core_message(e: TypeCheckError) -> str:
+    """A leaf's complaint without the function prefix _check_annotation adds."""
+    text = str(e)
+    if text.startswith("of ") and "() is not " in text:
+        text = text[text.index("() is not ") + 3:]
+    return text
+
+
 def _check_union(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
     """typing.Union with shardtypes members: like typeguard's, but a member that fails leaves
     no bindings behind for the next member to trip on."""
@@ -279,6 +349,8 @@ def _has_shardtypes_member(args: tuple) -> bool:
         origin = typing.get_origin(arg)
         if isinstance(origin, type) and issubclass(origin, number):
             return True
+        if arg in _TREE_CLASSES:
+            return True
         if origin is not None and _has_shardtypes_member(typing.get_args(arg)):
             return True
     return False
@@ -294,6 +366,8 @@ def _has_member(args: tuple) -> bool:
 def _lookup(origin, args, extras):
     if isinstance(origin, type) and issubclass(origin, number):
         return _check_annotation
+    if not args and origin in _TREE_CLASSES:
+        return _check_dataclass
     if args and origin is not None and _has_member(args):
         if origin is Union:
             return _check_union

@@ -1,0 +1,154 @@
+"""``typed_shard_map``: ``jax.shard_map`` whose specs come from the function's annotations.
+
+>>> @typed_shard_map
+... def matmul(x: f32[b'batch/d embed'], w: f32[b'embed hidden/t']) -> f32[b'batch/d hidden/t']:
+...     return x @ w          # x is the local (batch/4, embed) block on a (d=4, t=2) mesh
+
+The body is checked with local shapes against the global sizes in its annotations (see
+``_check``). Parameters whose annotation has no layout (ints, configs, unannotated) are passed
+through as static values, closed over by the mapped function.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from typing import Any, Callable
+
+import jax
+from jax.sharding import PartitionSpec
+
+from ._decorator import typechecked
+from ._specs import make_partition_specs
+
+__all__ = ["typed_shard_map"]
+
+
+def typed_shard_map(
+    f: Callable | None = None,
+    /,
+    *,
+    mesh: Any = None,
+    axis_names: Any = None,
+    check_vma: bool | None = None,
+    check_rep: bool | None = None,
+) -> Callable:
+    """``jax.shard_map`` with ``in_specs`` and ``out_specs`` derived from ``f``'s annotations.
+
+    Use as ``@typed_shard_map`` or ``@partial(typed_shard_map, check_vma=False)``. ``mesh``
+    defaults to the mesh current at each call (``jax.set_mesh``); ``axis_names`` makes only those
+    axes manual (the specs then keep only them); ``check_rep`` is the older name of
+    ``check_vma``.
+    """
+    if check_rep is not None:
+        if check_vma is not None and check_vma != check_rep:
+            raise TypeError("typed_shard_map: check_rep is the old name of check_vma; pass one of them")
+        check_vma = check_rep
+    if f is None:
+        return functools.partial(typed_shard_map, mesh=mesh, axis_names=axis_names, check_vma=check_vma)
+    if not callable(f):
+        raise TypeError(f"typed_shard_map expects a function, got {f!r}")
+    return _TypedShardMap(f, mesh, axis_names, check_vma).wrapper
+
+
+class _TypedShardMap:
+    def __init__(self, f: Callable, mesh: Any, axis_names: Any, check_vma: bool | None):
+        self.f = f
+        self.body = f if getattr(f, "__shardtypes_checked__", False) else typechecked(f)
+        self.mesh = mesh
+        self.axis_names = frozenset(axis_names) if axis_names is not None else None
+        self.check_vma = check_vma
+        self.signature = inspect.signature(f)
+        self.name = getattr(f, "__qualname__", repr(f))
+        # Resolved at the first call (annotations may name things defined after f), then kept.
+        self.arrays: list[str] | None = None
+        self.in_specs: tuple | None = None
+        self.out_specs: Any = None
+        self.wrapper = self._make_wrapper()
+
+    def _resolve(self) -> None:
+        try:
+            hints = typing.get_type_hints(self.f, include_extras=True)
+        except Exception as e:
+            raise NameError(
+                f"typed_shard_map cannot resolve the annotations of {self.name}: {type(e).__name__}: {e}"
+            ) from e
+        arrays, specs = [], []
+        for p in self.signature.parameters.values():
+            if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                raise TypeError(
+                    f"typed_shard_map: {self.name} has *{p.name}; annotate each array parameter instead"
+                )
+            spec = self._specs_of(hints.get(p.name), f'argument "{p.name}"', static_ok=True)
+            if spec is not None:
+                arrays.append(p.name)
+                specs.append(spec)
+        if "return" not in hints:
+            raise TypeError(f"typed_shard_map: {self.name} needs a return annotation for its out_specs")
+        self.out_specs = self._specs_of(hints["return"], "the return value", static_ok=False)
+        self.in_specs = tuple(specs)
+        self.arrays = arrays
+
+    def _specs_of(self, annotation: Any, what: str, static_ok: bool) -> Any:
+        if annotation is None:
+            if static_ok:
+                return None
+        try:
+            specs = make_partition_specs(annotation)
+        except (TypeError, ValueError) as e:
+            if static_ok and isinstance(e, TypeError):
+                return None  # no layout: a static parameter
+            raise TypeError(f"typed_shard_map: {what} of {self.name}: {e}") from None
+        if self.axis_names is not None:
+            specs = jax.tree.map(self._manual_only, specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
+        return specs
+
+    def _manual_only(self, spec: PartitionSpec) -> PartitionSpec:
+        """Partial-manual shard_map specs name only the manual axes; the others stay in the
+        annotation and are checked inside the body."""
+        entries = []
+        for entry in spec:
+            axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+            kept = tuple(a for a in axes if a in self.axis_names)
+            entries.append(None if not kept else kept[0] if len(kept) == 1 else kept)
+        return PartitionSpec(*entries)
+
+    def _make_wrapper(self) -> Callable:
+        state = self
+        body = self.body
+        parameters = list(self.signature.parameters.values())
+
+        @functools.wraps(self.f)
+        def wrapper(*args, **kwargs):
+            if state.arrays is None:
+                state._resolve()
+            bound = state.signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            values = bound.arguments
+            array_names = state.arrays
+            static = {n: v for n, v in values.items() if n not in array_names}
+
+            def mapped(*arrays):
+                given = dict(static)
+                given.update(zip(array_names, arrays))
+                positional = [given.pop(p.name) for p in parameters
+                              if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+                return body(*positional, **given)
+
+            options: dict = {"in_specs": state.in_specs, "out_specs": state.out_specs}
+            if state.mesh is not None:
+                options["mesh"] = state.mesh
+            elif jax.sharding.get_abstract_mesh().empty:
+                raise ValueError(
+                    f"typed_shard_map: calling {state.name} with no mesh; pass mesh=... or call it "
+                    "inside `with jax.set_mesh(mesh):`"
+                )
+            if state.axis_names is not None:
+                options["axis_names"] = set(state.axis_names)
+            if state.check_vma is not None:
+                options["check_vma"] = state.check_vma
+            return jax.shard_map(mapped, **options)(*(values[n] for n in array_names))
+
+        wrapper.__shardtypes_shard_map__ = state  # type: ignore[attr-defined]
+        return wrapper

@@ -1,0 +1,321 @@
+"""Deriving layouts from annotations: PartitionSpecs, NamedShardings, ShapeDtypeStructs, and
+laying values out (``shard``).
+
+Every function here walks an *annotation tree*: an array annotation (``f32[b'b/d e']``), a pytree
+dataclass class (including ``Array[axes, cls]``), ``tuple[...]``, ``Optional[X]``, a NamedTuple
+class, or plain Python tuples, lists and dicts whose leaves are annotations. The result has the
+shape of the value the annotation describes:
+
+>>> make_partition_specs(Layer)          # doctest: +SKIP
+Layer(w_up=PartitionSpec('d', 't'), w_down=PartitionSpec('t', 'd'))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from typing import Any, Callable, Mapping, Union
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from ._dtypes import number
+from ._shape import ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, evaluate
+from ._trees import tree_info
+
+__all__ = [
+    "make_partition_specs",
+    "make_shardings",
+    "make_shape_dtype_structs",
+    "shard",
+    "is_fully_sharded",
+    "current_mesh",
+]
+
+
+class _Leaf(typing.NamedTuple):
+    path: str
+    dtype_cls: type
+    spec: ShapeSpec
+    text: str
+
+
+def _walk(annotation: Any, leaf: Callable[[_Leaf], Any], path: str | None = None) -> Any:
+    """Maps ``leaf`` over the array annotations of an annotation tree, keeping its shape.
+    ``path`` names where a leaf sits, from the root's name (``Layer.w_up``, ``[0]['x']``)."""
+    if path is None:
+        path = _root_name(annotation)
+    where = path or "the annotation"
+    if isinstance(annotation, str):
+        raise TypeError(
+            f"{where} is the string {annotation!r}: pass the annotation itself (with PEP 563, "
+            "resolve it with typing.get_type_hints first)"
+        )
+    origin = typing.get_origin(annotation)
+    if isinstance(origin, type) and issubclass(origin, number):
+        (shape,) = typing.get_args(annotation)
+        spec = ShapeSpec.parse(shape)
+        return leaf(_Leaf(path, origin, spec, f"{origin.__name__}[{shape!r}]"))
+    info = tree_info(annotation)
+    if info is not None:
+        types = info.field_types
+        values = {}
+        for f in annotation.__dataclass_fields__.values():
+            if f.name in info.static_fields:
+                if f.default is not dataclasses.MISSING:
+                    values[f.name] = f.default
+                elif f.default_factory is not dataclasses.MISSING:
+                    values[f.name] = f.default_factory()
+                else:
+                    values[f.name] = None
+            else:
+                values[f.name] = _walk(types[f.name], leaf, f"{path}.{f.name}")
+        return annotation(**values)
+    if origin is Union:
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(members) == 1:
+            return _walk(members[0], leaf, path)
+        raise TypeError(f"{where}: a Union of several types {annotation!r} has no single layout")
+    if origin is tuple:
+        args = typing.get_args(annotation)
+        if len(args) == 2 and args[1] is Ellipsis:
+            raise TypeError(f"{where}: {annotation!r} has no fixed length, so no layout tree")
+        return tuple(_walk(a, leaf, f"{path}[{i}]") for i, a in enumerate(args))
+    if isinstance(annotation, type) and issubclass(annotation, tuple) and hasattr(annotation, "_fields"):
+        hints = typing.get_type_hints(annotation)
+        return annotation(*(_walk(hints[n], leaf, f"{path}.{n}") for n in annotation._fields))
+    if isinstance(annotation, (tuple, list)):
+        return type(annotation)(_walk(a, leaf, f"{path}[{i}]") for i, a in enumerate(annotation))
+    if isinstance(annotation, dict):
+        return {k: _walk(a, leaf, f"{path}[{k!r}]") for k, a in annotation.items()}
+    raise TypeError(
+        f"{where} is {annotation!r}, which has no layout: use array annotations (f32[b'...']), "
+        "pytree dataclasses, tuple[...], Optional[...], NamedTuples, or tuples, lists and dicts "
+        "of them"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _root_name(annotation: Any) -> str:
+    if tree_info(annotation) is not None:
+        return repr(annotation).replace("shardtypes.", "") if type(annotation) is not type else annotation.__qualname__
+    if isinstance(annotation, type) and issubclass(annotation, tuple) and hasattr(annotation, "_fields"):
+        return annotation.__qualname__
+    return ""
+
+
+def make_partition_specs(annotation: Any) -> Any:
+    """The tree of ``PartitionSpec`` an annotation describes.
+
+    >>> make_partition_specs(f32[b'batch/d seq embed/t'])
+    PartitionSpec('d', None, 't')
+    """
+    return _walk(annotation, lambda leaf: _partition_spec(leaf))
+
+
+def _partition_spec(leaf: _Leaf, ndim: int | None = None) -> PartitionSpec:
+    try:
+        return leaf.spec.partition_spec(ndim)
+    except ValueError as e:
+        raise ValueError(f"{leaf.path or 'the annotation'} ({leaf.text}): {e}") from None
+
+
+def current_mesh(mesh: Any = None, what: str = "make_shardings") -> Any:
+    """``mesh`` if given, else the current one: the concrete mesh eagerly, the abstract mesh
+    under jit (both from ``jax.set_mesh``)."""
+    if mesh is not None:
+        return mesh
+    try:
+        concrete = jax.sharding.get_mesh()
+    except Exception:  # under jit only the abstract mesh is available
+        concrete = None
+    if concrete is not None and not concrete.empty:
+        return concrete
+    abstract = jax.sharding.get_abstract_mesh()
+    if abstract.empty:
+        raise ValueError(
+            f"{what}: no mesh; pass mesh=... or set one with `with jax.set_mesh(mesh):`"
+        )
+    return abstract
+
+
+def _validate_axes(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = None) -> None:
+    """Every annotated axis is in the mesh; every dim whose size is known divides its axes."""
+    mesh_sizes = dict(mesh.shape)
+    where = leaf.path or "the annotation"
+    for i, dim in enumerate(leaf.spec.dims):
+        missing = [a for a in dim.sharding if a not in mesh_sizes]
+        if missing:
+            raise ValueError(
+                f"{where} ({leaf.text}): dim {i} {str(dim)!r} is sharded over mesh axis "
+                f"{missing[0]!r}, which the mesh does not have (axes: {tuple(mesh_sizes)})"
+            )
+        if not dim.sharding:
+            continue
+        size = _dim_size(dim, sizes or {}, leaf, i, required=False)
+        if size is None:
+            continue
+        parts = math.prod(mesh_sizes[a] for a in dim.sharding)
+        try:
+            divides = size % parts == 0
+        except Exception:  # symbolic sizes: divisibility is the checker's business at call time
+            divides = True
+        if not divides:
+            raise ValueError(
+                f"{where} ({leaf.text}): dim {i} {str(dim)!r} has size {size}, which does not "
+                f"divide over mesh axes {dim.sharding} of total size {parts}"
+            )
+
+
+def _dim_size(dim, sizes: Mapping[str, Any], leaf: _Leaf, index: int, required: bool) -> Any:
+    where = leaf.path or "the annotation"
+    kind = dim.kind
+    if kind == FIXED:
+        return dim.expr
+    if kind in (NAMED, BROADCAST):
+        name = dim.name
+        if name in sizes:
+            return sizes[name]
+    elif kind == EXPR:
+        missing = sorted(n for n in dim.names if n not in sizes)
+        if not missing:
+            return evaluate(dim.expr, sizes.__getitem__)
+        name = missing[0]
+    elif kind == ANY:
+        if required:
+            raise ValueError(f"{where} ({leaf.text}): dim {index} is '_' (any size), so it has no shape")
+        return None
+    else:  # ELLIPSIS / VARIADIC are handled by the caller
+        return None
+    if required:
+        raise ValueError(
+            f"{where} ({leaf.text}): dim {index} {str(dim)!r} needs the size of {name!r}; "
+            f"pass it in dims (given: {sorted(sizes)})"
+        )
+    return None
+
+
+def make_shardings(annotation: Any, mesh: Any = None) -> Any:
+    """The tree of ``NamedSharding`` an annotation describes, over ``mesh`` or the current mesh.
+
+    An axis the mesh lacks, or a fixed-size dim that its axes do not divide, is an error naming
+    the path.
+    """
+    mesh = current_mesh(mesh, "make_shardings")
+
+    def leaf(leaf: _Leaf) -> NamedSharding:
+        _validate_axes(leaf, mesh)
+        return NamedSharding(mesh, _partition_spec(leaf))
+
+    return _walk(annotation, leaf)
+
+
+def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None) -> Any:
+    """The tree of ``jax.ShapeDtypeStruct`` (with shardings) an annotation describes, with the
+    sizes of its named dims taken from ``dims``. For ``jax.eval_shape``, AOT lowering and memory
+    planning. ``mesh`` defaults to the current mesh; with no mesh at all the structs have no
+    sharding.
+
+    >>> make_shape_dtype_structs(f32[b'batch/d embed'], {'batch': 8, 'embed': 16}, mesh)  # doctest: +SKIP
+    ShapeDtypeStruct(shape=(8, 16), dtype=float32, sharding=NamedSharding(..., P('d', None)))
+    """
+    if not isinstance(dims, Mapping):
+        raise TypeError(f"make_shape_dtype_structs: dims must be a mapping of name to size, got {dims!r}")
+    try:
+        mesh = current_mesh(mesh, "make_shape_dtype_structs")
+    except ValueError:
+        mesh = None
+
+    def leaf(leaf: _Leaf) -> jax.ShapeDtypeStruct:
+        where = leaf.path or "the annotation"
+        if leaf.dtype_cls.dtype is None:
+            raise ValueError(
+                f"{where} ({leaf.text}): {leaf.dtype_cls.__name__} is a category of dtypes; a "
+                "ShapeDtypeStruct needs one dtype (f32, bf16, ...)"
+            )
+        shape: list = []
+        for i, dim in enumerate(leaf.spec.dims):
+            if dim.kind == ELLIPSIS:
+                raise ValueError(f"{where} ({leaf.text}): dim {i} is '...', which has no shape")
+            if dim.kind == VARIADIC:
+                if dim.name not in dims:
+                    raise ValueError(
+                        f"{where} ({leaf.text}): dim {i} {str(dim)!r} needs dims[{dim.name!r}], a "
+                        "tuple of sizes"
+                    )
+                shape.extend(dims[dim.name])
+                continue
+            shape.append(_dim_size(dim, dims, leaf, i, required=True))
+        sharding = None
+        if mesh is not None:
+            _validate_axes(leaf, mesh, dims)
+            sharding = NamedSharding(mesh, _partition_spec(leaf, len(shape)))
+        return jax.ShapeDtypeStruct(tuple(shape), leaf.dtype_cls.dtype, sharding=sharding)
+
+    return _walk(annotation, leaf)
+
+
+def shard(value: Any, annotation: Any, mesh: Any = None) -> Any:
+    """Lays ``value`` (an array or a tree) out as ``annotation`` says.
+
+    Eagerly this is ``jax.device_put``; under jit, ``jax.sharding.reshard`` on Explicit mesh axes
+    and ``jax.lax.with_sharding_constraint`` on Auto ones.
+    """
+    mesh = current_mesh(mesh, "shard")
+    shardings = make_shardings(annotation, mesh)
+    value_leaves, value_def = jax.tree_util.tree_flatten_with_path(value)
+    sharding_leaves = jax.tree_util.tree_flatten_with_path(shardings)[0]
+    value_keys = [jax.tree_util.keystr(p) for p, _ in value_leaves]
+    sharding_keys = [jax.tree_util.keystr(p) for p, _ in sharding_leaves]
+    if value_keys != sharding_keys:
+        raise ValueError(
+            "shard: the value's leaves do not match the annotation's: value has "
+            f"{value_keys[:6]}{'...' if len(value_keys) > 6 else ''}, annotation has "
+            f"{sharding_keys[:6]}{'...' if len(sharding_keys) > 6 else ''}"
+        )
+    placed = []
+    for (path, x), (_, sharding) in zip(value_leaves, sharding_leaves):
+        placed.append(_place(x, sharding, jax.tree_util.keystr(path)))
+    return jax.tree_util.tree_unflatten(value_def, placed)
+
+
+def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
+    if not isinstance(x, jax.core.Tracer):
+        return jax.device_put(x, sharding)
+    mesh = sharding.mesh
+    types = dict(zip(mesh.axis_names, mesh.axis_types))
+    used = [a for entry in sharding.spec if entry is not None
+            for a in ((entry,) if isinstance(entry, str) else entry)]
+    explicit = any(types.get(a) == jax.sharding.AxisType.Explicit for a in used)
+    all_explicit = all(t == jax.sharding.AxisType.Explicit for t in types.values())
+    if explicit or (all_explicit and not used):
+        return jax.sharding.reshard(x, sharding.spec)
+    return jax.lax.with_sharding_constraint(x, sharding)
+
+
+def is_fully_sharded(spec: PartitionSpec, mesh: Any = None) -> bool:
+    """Whether ``spec`` uses every axis of ``mesh`` (default: the current mesh; inside shard_map,
+    its manual axes)."""
+    if mesh is None:
+        abstract = jax.sharding.get_abstract_mesh()
+        if abstract.empty:
+            raise ValueError("is_fully_sharded: no mesh; pass mesh=... or use jax.set_mesh")
+        manual = abstract.manual_axes
+        names = tuple(manual) if manual else abstract.axis_names
+    else:
+        names = mesh.axis_names
+    used: list[str] = []
+    for entry in spec:
+        if entry is None or entry is PartitionSpec.UNCONSTRAINED:
+            continue
+        if isinstance(entry, str):
+            used.append(entry)
+        elif isinstance(entry, tuple):
+            used.extend(entry)
+        else:
+            raise ValueError(f"is_fully_sharded: unexpected entry {entry!r} in {spec}")
+    return set(used) >= set(names)
+

@@ -1,0 +1,244 @@
+"""Trees: pytree dataclasses and stacked layers (``Array[axes, cls]``).
+
+>>> @pytree_dataclass
+... class Layer:
+...     w_up: f32[b'embed/d hidden/t']
+...     w_down: f32[b'hidden/t embed/d']
+>>> Layers = Array['layers', Layer]     # every field gets a leading 'layers' dim
+>>> Layers.w_up                          # doctest: +SKIP (fields are dataclass fields)
+
+A value of ``Array['layers', Layer]`` is an instance of that (generated, cached) dataclass. The
+slice ``lax.scan`` hands its body is an instance of the same class holding one layer's arrays; it
+type-checks against ``Layer``, because a check of a pytree dataclass accepts any stacking of the
+same base class and checks the fields against the annotation's own field types.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import dataclasses
+import functools
+import types
+import typing
+from typing import Any, Union
+
+import jax
+
+from ._dtypes import number
+from ._shape import ShapeSpec
+
+__all__ = ["pytree_dataclass", "Array", "tree_info", "is_pytree_dataclass", "stack_annotation"]
+
+
+class TreeInfo:
+    """What shardtypes knows of a registered pytree dataclass: the unstacked class it stacks
+    (``base``, itself when not stacked), the leading axes it adds, and its field types."""
+
+    __slots__ = ("cls", "base", "axes", "_types")
+
+    def __init__(self, cls: type, base: type, axes: str):
+        self.cls = cls
+        self.base = base
+        self.axes = axes
+        self._types: dict | None = None
+
+    @property
+    def field_types(self) -> dict:
+        """Field name -> resolved annotation, for every field (PEP 563 strings resolved)."""
+        if self._types is None:
+            try:
+                hints = typing.get_type_hints(self.cls, include_extras=True)
+            except Exception as e:
+                raise NameError(
+                    f"cannot resolve the field annotations of {self.cls.__qualname__}: "
+                    f"{type(e).__name__}: {e}"
+                ) from e
+            self._types = {f.name: hints.get(f.name, Any) for f in dataclasses.fields(self.cls)}
+        return self._types
+
+    @property
+    def data_fields(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self.cls) if not _is_static(f)]
+
+    @property
+    def static_fields(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self.cls) if _is_static(f)]
+
+
+_INFO: dict[type, TreeInfo] = {}
+
+
+def tree_info(cls: Any) -> TreeInfo | None:
+    return _INFO.get(cls) if isinstance(cls, type) else None
+
+
+def is_pytree_dataclass(cls: Any) -> bool:
+    return isinstance(cls, type) and cls in _INFO
+
+
+def _is_static(field: dataclasses.Field) -> bool:
+    return bool(field.metadata.get("static", False))
+
+
+def pytree_dataclass(cls: type | None = None, /, **dataclass_options: Any):
+    """A dataclass registered as a JAX pytree with attribute keys (``keystr`` gives ``.w_q``).
+
+    Fields with ``field(metadata={'static': True})`` are static (part of the tree structure, not
+    leaves). Takes the options of ``dataclasses.dataclass`` (``frozen=True``, ...); an existing
+    dataclass is registered as it is. Passed to a checked function, it is checked field by
+    field, and a failure names the path (``state.weights.w_q``).
+
+    >>> @pytree_dataclass
+    ... class Attention:
+    ...     w_q: f32[b'embed/d heads/t head_dim']
+    ...     heads: int = field(default=8, metadata={'static': True})
+    """
+    if cls is None:
+        return functools.partial(pytree_dataclass, **dataclass_options)
+    if not isinstance(cls, type):
+        raise TypeError(f"pytree_dataclass expects a class, got {cls!r}")
+    if "__dataclass_fields__" not in cls.__dict__:
+        cls = dataclasses.dataclass(cls, **dataclass_options)
+    elif dataclass_options:
+        raise TypeError(
+            f"{cls.__qualname__} is already a dataclass; pass options to @dataclass or to "
+            "@pytree_dataclass, not both"
+        )
+    return _register(cls, cls, "")
+
+
+def _register(cls: type, base: type, axes: str) -> type:
+    if cls in _INFO:
+        return cls
+    no_init = [f.name for f in dataclasses.fields(cls) if not f.init]
+    if no_init:
+        raise TypeError(
+            f"pytree_dataclass {cls.__qualname__}: fields {no_init} have init=False; a pytree "
+            "dataclass is rebuilt from its fields, so every field must be an __init__ argument"
+        )
+    data = [f.name for f in dataclasses.fields(cls) if not _is_static(f)]
+    meta = [f.name for f in dataclasses.fields(cls) if _is_static(f)]
+    jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
+    _INFO[cls] = TreeInfo(cls, base, axes)
+    return cls
+
+
+# ---------------------------------------------------------------------------------------------
+# Stacking.
+
+
+class _StackedMeta(type):
+    """The metaclass of ``Array[axes, cls]`` classes: a readable repr, and pickling by recipe
+    (such a class is made on demand, so it cannot be found by module and name)."""
+
+    def __repr__(cls) -> str:
+        info = _INFO.get(cls)
+        if info is None:
+            return super().__repr__()
+        return f"shardtypes.Array[{info.axes!r}, {info.base.__module__}.{info.base.__qualname__}]"
+
+
+def _reduce_stacked(cls: type):
+    info = _INFO[cls]
+    return (_stacked_dataclass, (info.axes, info.base))
+
+
+copyreg.pickle(_StackedMeta, _reduce_stacked)
+
+
+def _normalise_axes(axes: Any) -> str:
+    if isinstance(axes, bytes):
+        axes = axes.decode("utf-8")
+    if not isinstance(axes, str):
+        raise TypeError(f"Array[axes, cls]: axes must be a str or bytes shape string, got {axes!r}")
+    spec = ShapeSpec.parse(axes)
+    if not spec.dims:
+        raise TypeError("Array[axes, cls]: axes must name at least one dim, as in Array['layers', Layer]")
+    if spec.variadic_index is not None:
+        raise TypeError(f"Array[{axes!r}, cls]: stacked axes cannot be variadic ('...' or '*name')")
+    return str(spec)
+
+
+def stack_annotation(axes: str, annotation: Any, where: str = "") -> Any:
+    """``annotation`` with leading dims ``axes``: array annotations, pytree dataclasses, and
+    Optional/tuple of those."""
+    origin = typing.get_origin(annotation)
+    if isinstance(origin, type) and issubclass(origin, number):
+        (shape,) = typing.get_args(annotation)
+        inner = shape.decode("utf-8") if isinstance(shape, bytes) else shape
+        return origin[(axes + " " + inner).strip()]
+    info = tree_info(annotation)
+    if info is not None:
+        full = (axes + " " + info.axes).strip()
+        return _stacked_dataclass(_normalise_axes(full), info.base)
+    if origin is Union:
+        return Union[tuple(
+            a if a is type(None) else stack_annotation(axes, a, where) for a in typing.get_args(annotation)
+        )]
+    if origin is tuple:
+        args = typing.get_args(annotation)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple[stack_annotation(axes, args[0], where), ...]
+        return tuple[tuple(stack_annotation(axes, a, where) for a in args)]
+    raise TypeError(
+        f"Array[{axes!r}, ...]: cannot stack {where or 'an annotation'} of type {annotation!r}; "
+        "stack array annotations, pytree dataclasses, Optional and tuple of them, or mark the "
+        "field static with field(metadata={'static': True})"
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _stacked_dataclass(axes: str, base: type) -> type:
+    info = _INFO[base]
+    fields = []
+    for f in dataclasses.fields(base):
+        ftype = info.field_types[f.name]
+        if not _is_static(f):
+            ftype = stack_annotation(axes, ftype, f"field {base.__qualname__}.{f.name}")
+        kwargs: dict = {"metadata": f.metadata, "repr": f.repr, "compare": f.compare, "kw_only": f.kw_only}
+        if f.default is not dataclasses.MISSING:
+            kwargs["default"] = f.default
+        if f.default_factory is not dataclasses.MISSING:
+            kwargs["default_factory"] = f.default_factory
+        fields.append((f.name, ftype, dataclasses.field(**kwargs)))
+    params = base.__dataclass_params__  # type: ignore[attr-defined]
+    name = f"{base.__name__}_stacked"
+    namespace = {"__module__": base.__module__, "__qualname__": f"Array[{axes!r}, {base.__qualname__}]"}
+    cls = types.new_class(name, (), {"metaclass": _StackedMeta}, lambda ns: ns.update(namespace))
+    for fname, ftype, fobj in fields:
+        setattr(cls, fname, fobj)
+    cls.__annotations__ = {fname: ftype for fname, ftype, _ in fields}
+    cls = dataclasses.dataclass(cls, frozen=params.frozen, eq=params.eq, order=params.order,
+                                unsafe_hash=params.unsafe_hash)
+    _register(cls, base, axes)
+    # The field types are already resolved objects; record them so no string lookup happens.
+    _INFO[cls]._types = {fname: ftype for fname, ftype, _ in fields}
+    return cls
+
+
+class Array:
+    """``Array[axes, cls]``: ``cls`` with leading dims ``axes`` prepended.
+
+    ``cls`` is an array annotation (``Array['layers', f32[b'embed hidden']]`` is
+    ``f32[b'layers embed hidden']``) or a pytree dataclass (every data field stacked; static
+    fields, defaults and frozenness kept). Several axes and sharded axes work:
+    ``Array['stages layers', Layer]``, ``Array['layers/p', Layer]``. The same arguments give the
+    same class, which pickles and whose repr says what it is.
+    """
+
+    def __class_getitem__(cls, key: Any) -> Any:
+        if not isinstance(key, tuple) or len(key) != 2:
+            raise TypeError(f"write Array[axes, cls], as in Array['layers', Layer]; got Array[{key!r}]")
+        axes, inner = key
+        axes = _normalise_axes(axes)
+        return stack_annotation(axes, inner)
+
+
+def optional_inner(annotation: Any) -> Any:
+    """``X`` for ``Optional[X]``, else None."""
+    if typing.get_origin(annotation) is Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(annotation)) == 2:
+            return args[0]
+    return None
+
