@@ -20,8 +20,8 @@ compiled program of the checked function with the bare one and the cost of a cac
 from __future__ import annotations
 
 import argparse
-import re
-import timeit
+import os
+import sys
 
 import jax
 
@@ -33,6 +33,13 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E4
 
 import shardtypes  # noqa: E402
 from shardtypes import f32  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _common import measure as _measure, program_text  # noqa: E402
+
+
+def measure(fns: dict, args, number: int, repeat: int) -> dict:
+    return _measure({name: (lambda fn=fn: fn(*args)) for name, fn in fns.items()}, number, repeat)
 
 
 def make_versions(body):
@@ -62,36 +69,6 @@ def make_versions(body):
 
     versions["jaxtyping+beartype"] = with_jaxtyping
     return versions
-
-
-def program_text(jitted, *args) -> str:
-    """The optimised HLO of ``jitted`` without what only names the source: the module name and
-    source-location metadata (file and function names differ between two functions by design)."""
-    text = jitted.lower(*args).compile().as_text()
-    lines = []
-    skipping = False
-    for line in text.splitlines():
-        if line.startswith("HloModule "):
-            line = "HloModule " + line.split(",", 1)[1]
-        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
-            skipping = True
-            continue
-        if skipping:
-            if line.strip() == "":
-                skipping = False
-            continue
-        lines.append(re.sub(r",? ?metadata=\{[^}]*\}", "", line))
-    return "\n".join(lines)
-
-
-def measure(fns: dict, args, number: int, repeat: int) -> dict:
-    """Best µs per call of each function; the functions take turns so drift hits all alike."""
-    best = {name: float("inf") for name in fns}
-    for _ in range(repeat):
-        for name, fn in fns.items():
-            seconds = min(timeit.repeat(lambda: fn(*args), number=number, repeat=1))
-            best[name] = min(best[name], seconds / number * 1e6)
-    return best
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 import typing
 from typing import Any, Callable, Mapping, Union
 
@@ -39,13 +40,31 @@ class _Leaf(typing.NamedTuple):
     dtype_cls: type
     spec: ShapeSpec
     text: str
+    annotation: Any
 
 
-def _walk(annotation: Any, leaf: Callable[[_Leaf], Any], path: str | None = None) -> Any:
+def _leaf_of(annotation: Any, path: str) -> _Leaf:
+    origin = typing.get_origin(annotation)
+    (shape,) = typing.get_args(annotation)
+    return _Leaf(path, origin, ShapeSpec.parse(shape), f"{origin.__name__}[{shape!r}]", annotation)
+
+
+def _walk(
+    annotation: Any,
+    leaf: Callable[[_Leaf], Any],
+    path: str | None = None,
+    fast: Callable[[Any], Any] | None = None,
+) -> Any:
     """Maps ``leaf`` over the array annotations of an annotation tree, keeping its shape.
-    ``path`` names where a leaf sits, from the root's name (``Layer.w_up``, ``[0]['x']``)."""
+    ``path`` names where a leaf sits, from the root's name (``Layer.w_up``, ``[0]['x']``).
+    ``fast(annotation)``, if given, is tried first and may answer from a cache (None: no answer).
+    """
     if path is None:
         path = _root_name(annotation)
+    if fast is not None and type(annotation) is types.GenericAlias:
+        hit = fast(annotation)
+        if hit is not None:
+            return hit
     where = path or "the annotation"
     if isinstance(annotation, str):
         raise TypeError(
@@ -54,15 +73,14 @@ def _walk(annotation: Any, leaf: Callable[[_Leaf], Any], path: str | None = None
         )
     origin = typing.get_origin(annotation)
     if isinstance(origin, type) and issubclass(origin, number):
-        (shape,) = typing.get_args(annotation)
-        spec = ShapeSpec.parse(shape)
-        return leaf(_Leaf(path, origin, spec, f"{origin.__name__}[{shape!r}]"))
+        return leaf(_leaf_of(annotation, path))
     info = tree_info(annotation)
     if info is not None:
-        types = info.field_types
+        field_types = info.field_types
+        static = info.static_fields
         values = {}
         for f in annotation.__dataclass_fields__.values():
-            if f.name in info.static_fields:
+            if f.name in static:
                 if f.default is not dataclasses.MISSING:
                     values[f.name] = f.default
                 elif f.default_factory is not dataclasses.MISSING:
@@ -70,25 +88,25 @@ def _walk(annotation: Any, leaf: Callable[[_Leaf], Any], path: str | None = None
                 else:
                     values[f.name] = None
             else:
-                values[f.name] = _walk(types[f.name], leaf, f"{path}.{f.name}")
+                values[f.name] = _walk(field_types[f.name], leaf, f"{path}.{f.name}", fast)
         return annotation(**values)
     if origin is Union:
         members = [a for a in typing.get_args(annotation) if a is not type(None)]
         if len(members) == 1:
-            return _walk(members[0], leaf, path)
+            return _walk(members[0], leaf, path, fast)
         raise TypeError(f"{where}: a Union of several types {annotation!r} has no single layout")
     if origin is tuple:
         args = typing.get_args(annotation)
         if len(args) == 2 and args[1] is Ellipsis:
             raise TypeError(f"{where}: {annotation!r} has no fixed length, so no layout tree")
-        return tuple(_walk(a, leaf, f"{path}[{i}]") for i, a in enumerate(args))
+        return tuple(_walk(a, leaf, f"{path}[{i}]", fast) for i, a in enumerate(args))
     if isinstance(annotation, type) and issubclass(annotation, tuple) and hasattr(annotation, "_fields"):
         hints = typing.get_type_hints(annotation)
-        return annotation(*(_walk(hints[n], leaf, f"{path}.{n}") for n in annotation._fields))
+        return annotation(*(_walk(hints[n], leaf, f"{path}.{n}", fast) for n in annotation._fields))
     if isinstance(annotation, (tuple, list)):
-        return type(annotation)(_walk(a, leaf, f"{path}[{i}]") for i, a in enumerate(annotation))
+        return type(annotation)(_walk(a, leaf, f"{path}[{i}]", fast) for i, a in enumerate(annotation))
     if isinstance(annotation, dict):
-        return {k: _walk(a, leaf, f"{path}[{k!r}]") for k, a in annotation.items()}
+        return {k: _walk(a, leaf, f"{path}[{k!r}]", fast) for k, a in annotation.items()}
     raise TypeError(
         f"{where} is {annotation!r}, which has no layout: use array annotations (f32[b'...']), "
         "pytree dataclasses, tuple[...], Optional[...], NamedTuples, or tuples, lists and dicts "
@@ -205,12 +223,25 @@ def make_shardings(annotation: Any, mesh: Any = None) -> Any:
     the path.
     """
     mesh = current_mesh(mesh, "make_shardings")
+    cache = _SHARDINGS.get(mesh)
+    if cache is None:
+        if len(_SHARDINGS) > 64:
+            _SHARDINGS.clear()
+        cache = _SHARDINGS[mesh] = {}
 
     def leaf(leaf: _Leaf) -> NamedSharding:
         _validate_axes(leaf, mesh)
-        return NamedSharding(mesh, _partition_spec(leaf))
+        sharding = NamedSharding(mesh, _partition_spec(leaf))
+        cache[leaf.annotation] = sharding
+        return sharding
 
-    return _walk(annotation, leaf)
+    return _walk(annotation, leaf, fast=cache.get)
+
+
+# mesh -> {array annotation -> NamedSharding}: a sharding is a function of the two alone, and
+# parameter trees repeat a few annotations many times (every layer, every optimizer moment).
+_SHARDINGS: dict = {}
+
 
 
 def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None) -> Any:

@@ -34,13 +34,16 @@ class TreeInfo:
     """What shardtypes knows of a registered pytree dataclass: the unstacked class it stacks
     (``base``, itself when not stacked), the leading axes it adds, and its field types."""
 
-    __slots__ = ("cls", "base", "axes", "_types")
+    __slots__ = ("cls", "base", "axes", "_types", "data_fields", "static_fields")
 
     def __init__(self, cls: type, base: type, axes: str):
         self.cls = cls
         self.base = base
         self.axes = axes
         self._types: dict | None = None
+        fields = dataclasses.fields(cls)
+        self.data_fields: tuple[str, ...] = tuple(f.name for f in fields if not _is_static(f))
+        self.static_fields: frozenset[str] = frozenset(f.name for f in fields if _is_static(f))
 
     @property
     def field_types(self) -> dict:
@@ -55,14 +58,6 @@ class TreeInfo:
                 ) from e
             self._types = {f.name: hints.get(f.name, Any) for f in dataclasses.fields(self.cls)}
         return self._types
-
-    @property
-    def data_fields(self) -> list[str]:
-        return [f.name for f in dataclasses.fields(self.cls) if not _is_static(f)]
-
-    @property
-    def static_fields(self) -> list[str]:
-        return [f.name for f in dataclasses.fields(self.cls) if _is_static(f)]
 
 
 _INFO: dict[type, TreeInfo] = {}
