@@ -277,7 +277,13 @@ def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any
                         f"{where} ({leaf.text}): dim {i} {str(dim)!r} needs dims[{dim.name!r}], a "
                         "tuple of sizes"
                     )
-                shape.extend(dims[dim.name])
+                sizes = dims[dim.name]
+                if not isinstance(sizes, tuple):
+                    raise ValueError(
+                        f"{where} ({leaf.text}): dim {i} {str(dim)!r} stands for several dims, so "
+                        f"dims[{dim.name!r}] must be a tuple of sizes, not {sizes!r}"
+                    )
+                shape.extend(sizes)
                 continue
             shape.append(_dim_size(dim, dims, leaf, i, required=True))
         sharding = None
@@ -297,7 +303,9 @@ def shard(value: Any, annotation: Any, mesh: Any = None) -> Any:
     """
     mesh = current_mesh(mesh, "shard")
     shardings = make_shardings(annotation, mesh)
-    value_leaves, value_def = jax.tree_util.tree_flatten_with_path(value)
+    # None in the value is an Optional left empty: a leaf here, so it lines up with the
+    # annotation's leaf, and it stays None.
+    value_leaves, value_def = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda x: x is None)
     sharding_leaves = jax.tree_util.tree_flatten_with_path(shardings)[0]
     value_keys = [jax.tree_util.keystr(p) for p, _ in value_leaves]
     sharding_keys = [jax.tree_util.keystr(p) for p, _ in sharding_leaves]
@@ -309,7 +317,7 @@ def shard(value: Any, annotation: Any, mesh: Any = None) -> Any:
         )
     placed = []
     for (path, x), (_, sharding) in zip(value_leaves, sharding_leaves):
-        placed.append(_place(x, sharding, jax.tree_util.keystr(path)))
+        placed.append(None if x is None else _place(x, sharding, jax.tree_util.keystr(path)))
     return jax.tree_util.tree_unflatten(value_def, placed)
 
 

@@ -34,7 +34,7 @@ class TreeInfo:
     """What shardtypes knows of a registered pytree dataclass: the unstacked class it stacks
     (``base``, itself when not stacked), the leading axes it adds, and its field types."""
 
-    __slots__ = ("cls", "base", "axes", "_types", "data_fields", "static_fields")
+    __slots__ = ("cls", "base", "axes", "_types", "data_fields", "static_fields", "field_names")
 
     def __init__(self, cls: type, base: type, axes: str):
         self.cls = cls
@@ -44,6 +44,7 @@ class TreeInfo:
         fields = dataclasses.fields(cls)
         self.data_fields: tuple[str, ...] = tuple(f.name for f in fields if not _is_static(f))
         self.static_fields: frozenset[str] = frozenset(f.name for f in fields if _is_static(f))
+        self.field_names: tuple[str, ...] = tuple(f.name for f in fields)
 
     @property
     def field_types(self) -> dict:

@@ -277,12 +277,14 @@ def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo)
     info = tree_info(origin)
     value_info = tree_info(type(value))
     if value_info is None or value_info.base is not info.base:
-        raise TypeCheckError(f"is not an instance of {origin!r} (found {_qualified(value)})")
+        _, func, kind = _role()
+        prefix = f"of {func}() " if func and kind != "check_type" else ""
+        raise TypeCheckError(f"{prefix}is not an instance of {origin!r} (found {_qualified(value)})")
     types = info.field_types
     restore = _snapshot(memo)
     outer = _FIELD_PATH.get()
     try:
-        for name in info.data_fields:
+        for name in info.field_names:
             _FIELD_PATH.set((*outer, name))
             try:
                 typeguard.check_type_internal(getattr(value, name), types[name], memo)
@@ -315,11 +317,13 @@ def _field_error(e: TypeCheckError, name: str) -> FieldError:
 
 
 def _core_message(e: TypeCheckError) -> str:
-    """A leaf's complaint without the function prefix _check_annotation adds."""
-    text = str(e)
-    if text.startswith("of ") and "() is not " in text:
-        text = text[text.index("() is not ") + 3:]
-    return text
+    """A leaf's complaint without the ``of f()`` prefix our checkers add (the field error says
+    the function once, at its start), keeping typeguard's own path (``item 1``)."""
+    text = str(e.args[0]) if e.args else ""
+    if text.startswith("of ") and "() " in text:
+        text = text[text.index("() ") + 3:]
+    path = getattr(e, "_path", None)
+    return f"{' of '.join(path)} {text}" if path else text
 
 
 def _check_union(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
