@@ -17,6 +17,7 @@ them once the whole value has passed.
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import math
 from typing import Any, Callable
@@ -33,6 +34,12 @@ from typeguard import TypeCheckError
 __all__ = ["Plan", "check_value", "fast_check", "describe"]
 
 _MISSING = object()
+
+# False while typed_shard_map checks its global arguments and result: on Auto axes shard_map lays
+# them out as its specs say anyway, and a compile-time check there would only cost dispatch time.
+COMPILE_TIME_CHECKS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "shardtypes.compile_time_checks", default=True
+)
 
 # Concrete (non-tracer) jax.Array classes seen so far; lets the fast path skip ABC isinstance.
 _ARRAY_TYPES: set[type] = set()
@@ -52,6 +59,10 @@ class Mismatch(Exception):
 
 # ---------------------------------------------------------------------------------------------
 # Describing values and layouts for messages.
+
+
+def _n_dims(n: int) -> str:
+    return "1 dim" if n == 1 else f"{n} dims"
 
 
 def _fmt_shape(shape) -> str:
@@ -199,7 +210,7 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
     ndim = len(shape)
     if var is None:
         if ndim != len(dims):
-            raise Mismatch(f"has {ndim} dims {_fmt_shape(shape)} but the annotation has {len(dims)}")
+            raise Mismatch(f"has {_n_dims(ndim)} {_fmt_shape(shape)} but the annotation has {len(dims)}")
         pairs = [(d, s, i) for i, (d, s) in enumerate(zip(dims, shape))]
     else:
         fixed = len(dims) - 1
@@ -461,8 +472,18 @@ def check_value(
     return new
 
 
+def _check_rank(shape: tuple, spec: ShapeSpec) -> None:
+    ndim, n = len(shape), len(spec.dims)
+    if spec.variadic_index is None:
+        if ndim != n:
+            raise Mismatch(f"has {_n_dims(ndim)} {_fmt_shape(shape)} but the annotation has {n}")
+    elif ndim < n - 1:
+        raise Mismatch(f"has {ndim} dims {_fmt_shape(shape)} but the annotation needs at least {n - 1}")
+
+
 def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
     shape = tuple(aval.shape)
+    _check_rank(shape, spec)  # before anything zips the shape with the annotation's dims
     ndim = len(shape)
     sharding = aval.sharding
     mesh = sharding.mesh if isinstance(sharding, NamedSharding) else None
@@ -492,7 +513,7 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
     new = _match_sizes(shape, spec, table)
 
     if mesh.empty:
-        if config.auto_sharding_check == "compile":
+        if config.auto_sharding_check == "compile" and COMPILE_TIME_CHECKS.get():
             _check_at_compile_time(value, spec, ndim, frozenset(), context)
         return new
     # Explicit axes are exact in the type; compare them now.
@@ -506,7 +527,7 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
             f"{_fmt_layout(expected_e)}"
         )
     auto = any(t == AxisType.Auto and sizes[a] != 1 for a, t in types.items())
-    if auto and config.auto_sharding_check == "compile":
+    if auto and config.auto_sharding_check == "compile" and COMPILE_TIME_CHECKS.get():
         _check_at_compile_time(value, spec, ndim, manual, context)
     return new
 

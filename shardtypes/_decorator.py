@@ -18,6 +18,7 @@ annotated locals are not.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import inspect
 import sys
@@ -29,7 +30,7 @@ from typing import Any, Callable, TypeVar
 import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from ._dims import _TABLE, Table
+from ._dims import _TABLE, Table, scope
 from ._typeguard import (
     ShardtypesWarning,
     check_argument_types_internal,
@@ -44,6 +45,12 @@ __all__ = ["typechecked"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 _EMPTY = Table()  # tables are immutable, so every top-level call can start from this one
+
+# Every item of a list or dict of arrays is checked (typeguard checks only the first by default,
+# which would let the second layer of a list through unchecked).
+_CONFIG = dataclasses.replace(
+    typeguard.config, collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS
+)
 
 
 def typechecked(target: F | None = None) -> F:
@@ -81,6 +88,9 @@ def _typechecked(target: Any, scope_vars: dict) -> Any:
 
     if getattr(target, "__shardtypes_checked__", False):
         return target  # already checked: checking twice would only cost time
+    if getattr(target, "__shardtypes_scope__", False):
+        # typechecked(scope(f)): the checks belong inside the fresh table, as in scope(typechecked(f)).
+        return scope(_typechecked(target.__wrapped__, scope_vars))
     needs, why_not = _needs_instrumentation(target)
     if needs:
         instrumented, problem = _instrument(target)
@@ -175,7 +185,9 @@ def _instrument(target: Callable) -> tuple[Callable, str | None]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            instrumented = typeguard.typechecked(target)
+            instrumented = typeguard.typechecked(
+                target, collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS
+            )
         except Exception as e:  # typeguard fails on some exec'd or interactive code
             return target, f"typeguard failed: {type(e).__name__}: {e}"
     problems = [str(w.message) for w in caught if issubclass(w.category, typeguard.InstrumentationWarning)]
@@ -193,8 +205,13 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
 
         @functools.wraps(target)
         async def async_wrapper(*args, **kwargs):
-            if _TABLE.get() is not None:
-                return await checked(*args, **kwargs)
+            start = _TABLE.get()
+            if start is not None:
+                try:
+                    return await checked(*args, **kwargs)
+                except TypeCheckError:
+                    _TABLE.set(start)  # a failed call leaves the caller's table as it was
+                    raise
             token = _TABLE.set(_EMPTY)
             try:
                 return await checked(*args, **kwargs)
@@ -210,8 +227,13 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
 
     @functools.wraps(target)
     def wrapper(*args, **kwargs):
-        if _TABLE.get() is not None:
-            return checked(*args, **kwargs)
+        start = _TABLE.get()
+        if start is not None:
+            try:
+                return checked(*args, **kwargs)
+            except TypeCheckError:
+                _TABLE.set(start)  # a failed call leaves the caller's table as it was
+                raise
         token = _TABLE.set(_EMPTY)
         try:
             return checked(*args, **kwargs)
@@ -314,10 +336,10 @@ class _SignatureChecker:
             # Any other annotation: typeguard's own check, with typeguard's messages.
             set_table(table)
             if param.kind is None:
-                memo = TypeCheckMemo(target.__globals__, {})
+                memo = TypeCheckMemo(target.__globals__, {}, config=_CONFIG)
                 _transactional(check_return_type_internal, func_name, value, param.annotation, memo)
             else:
-                memo = TypeCheckMemo(target.__globals__, {param.name: value})
+                memo = TypeCheckMemo(target.__globals__, {param.name: value}, config=_CONFIG)
                 _transactional(check_argument_types_internal, func_name,
                                {param.name: (value, param.annotation)}, memo)
             return get_table()

@@ -125,6 +125,7 @@ def scope(f: F) -> F:
             with Scope():
                 return await f(*args, **kwargs)
 
+        async_wrapper.__shardtypes_scope__ = True  # type: ignore[attr-defined]
         return async_wrapper  # type: ignore[return-value]
 
     @functools.wraps(f)
@@ -132,6 +133,8 @@ def scope(f: F) -> F:
         with Scope():
             return f(*args, **kwargs)
 
+    # Lets typechecked(scope(f)) and typed_shard_map(scope(f)) check inside the fresh table.
+    wrapper.__shardtypes_scope__ = True  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
 
 

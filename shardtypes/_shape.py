@@ -276,7 +276,7 @@ class ShapeSpec:
     >>> str(spec)
     'batch/d seq embed/t'
     >>> spec.partition_spec()
-    PartitionSpec('d', None, 't')
+    P('d', None, 't')
     """
 
     dims: tuple[DimSpec, ...]

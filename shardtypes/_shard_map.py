@@ -19,7 +19,9 @@ from typing import Any, Callable
 import jax
 from jax.sharding import PartitionSpec
 
+from ._check import COMPILE_TIME_CHECKS
 from ._decorator import typechecked
+from ._dims import scope
 from ._specs import make_partition_specs
 
 __all__ = ["typed_shard_map"]
@@ -49,13 +51,29 @@ def typed_shard_map(
         return functools.partial(typed_shard_map, mesh=mesh, axis_names=axis_names, check_vma=check_vma)
     if not callable(f):
         raise TypeError(f"typed_shard_map expects a function, got {f!r}")
-    return _TypedShardMap(f, mesh, axis_names, check_vma).wrapper
+    if getattr(f, "__shardtypes_scope__", False):
+        # typed_shard_map(scope(f)): the kernel's checks, outside and inside, get a fresh table.
+        return scope(typed_shard_map(f.__wrapped__, mesh=mesh, axis_names=axis_names, check_vma=check_vma))
+    # The global arguments and result are checked too (so a wrongly laid out input is a
+    # TypeCheckError naming it, not JAX's spec mismatch); the body checks the local blocks.
+    checked = typechecked(_TypedShardMap(f, mesh, axis_names, check_vma).wrapper)
+
+    @functools.wraps(checked)
+    def entry(*args, **kwargs):
+        token = COMPILE_TIME_CHECKS.set(False)
+        try:
+            return checked(*args, **kwargs)
+        finally:
+            COMPILE_TIME_CHECKS.reset(token)
+
+    entry.__shardtypes_checked__ = True  # type: ignore[attr-defined]
+    return entry
 
 
 class _TypedShardMap:
     def __init__(self, f: Callable, mesh: Any, axis_names: Any, check_vma: bool | None):
         self.f = f
-        self.body = f if getattr(f, "__shardtypes_checked__", False) else typechecked(f)
+        self.body = typechecked(f)  # returns f itself when f is already checked
         self.mesh = mesh
         self.axis_names = frozenset(axis_names) if axis_names is not None else None
         self.check_vma = check_vma
@@ -77,8 +95,10 @@ class _TypedShardMap:
         arrays, specs = [], []
         for p in self.signature.parameters.values():
             if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                stars = "*" if p.kind is inspect.Parameter.VAR_POSITIONAL else "**"
                 raise TypeError(
-                    f"typed_shard_map: {self.name} has *{p.name}; annotate each array parameter instead"
+                    f"typed_shard_map: {self.name} has {stars}{p.name}; annotate each array "
+                    "parameter instead"
                 )
             spec = self._specs_of(hints.get(p.name), f'argument "{p.name}"', static_ok=True)
             if spec is not None:
@@ -148,7 +168,11 @@ class _TypedShardMap:
                 options["axis_names"] = set(state.axis_names)
             if state.check_vma is not None:
                 options["check_vma"] = state.check_vma
-            return jax.shard_map(mapped, **options)(*(values[n] for n in array_names))
+            token = COMPILE_TIME_CHECKS.set(True)  # the body's checks are the ordinary kind
+            try:
+                return jax.shard_map(mapped, **options)(*(values[n] for n in array_names))
+            finally:
+                COMPILE_TIME_CHECKS.reset(token)
 
         wrapper.__shardtypes_shard_map__ = state  # type: ignore[attr-defined]
         return wrapper

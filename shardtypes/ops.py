@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import string
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -67,6 +67,24 @@ def _same_dims(op: str, text: str, a: ShapeSpec, b: ShapeSpec) -> None:
         )
 
 
+def _own_table(op: Callable) -> Callable:
+    """Outside any dimension table (a hand-written shard_map), the operands and result of one op
+    call share a table of their own."""
+
+    @functools.wraps(op)
+    def wrapper(*args, **kwargs):
+        if _TABLE.get() is not None:
+            return op(*args, **kwargs)
+        token = _TABLE.set(Table())
+        try:
+            return op(*args, **kwargs)
+        finally:
+            _TABLE.reset(token)
+
+    return wrapper
+
+
+@_own_table
 def all_gather(spec: str, x: Any) -> Any:
     """Gathers the mesh axes that ``spec`` removes from a dim: ``'V/t M/d -> V/t M'``.
 
@@ -89,6 +107,7 @@ def all_gather(spec: str, x: Any) -> Any:
     return x
 
 
+@_own_table
 def psum_scatter(spec: str, x: Any) -> Any:
     """Sums over the mesh axes that ``spec`` adds to one dim and leaves that dim scattered over
     them: ``'B/d L M -> B/d L M/t'``."""
@@ -111,6 +130,7 @@ def psum_scatter(spec: str, x: Any) -> Any:
     return x
 
 
+@_own_table
 def einsum_unreduced(spec: str, *operands: Any, **kwargs: Any) -> Any:
     """A local ``jnp.einsum`` written with dim names: ``'B/d L M, M F/t -> B/d L F/t'``.
 
@@ -134,6 +154,10 @@ def einsum_unreduced(spec: str, *operands: Any, **kwargs: Any) -> Any:
 
     in_subs = [subscript(s) for s in inputs]
     out_sub = subscript(output)
+    given = {d.shape for s in inputs for d in s.dims}
+    stray = [d.shape for d in output.dims if d.shape not in given]
+    if stray:
+        raise ShapeSpecError(spec, f"shardtypes.ops.einsum_unreduced: output dim {stray[0]!r} is in no input")
     for i, (s, x) in enumerate(zip(inputs, operands)):
         _check("einsum_unreduced", spec, f"operand {i}", s, x)
     result = jnp.einsum(",".join(in_subs) + "->" + out_sub, *operands, **kwargs)
@@ -141,6 +165,7 @@ def einsum_unreduced(spec: str, *operands: Any, **kwargs: Any) -> Any:
     return result
 
 
+@_own_table
 def index_unreduced(spec: str, table: Any, ids: Any) -> Any:
     """Rows of ``table`` picked by ``ids``, where the indexed dim (in brackets) is sharded:
     ``'[V/t] M, B/d L -> B/d L M'``.

@@ -643,7 +643,7 @@ def test_numpy_shape_and_dtype():
         host(npz(3, 5))
     with pytest.raises(TypeCheckError, match="has dtype float64"):
         host(npz(3, 4, dtype=np.float64))
-    with pytest.raises(TypeCheckError, match="has 1 dims"):
+    with pytest.raises(TypeCheckError, match="has 1 dim"):
         host(npz(4))
     ct(np.float32(1.0), f32[b""])
 
@@ -822,7 +822,7 @@ def test_dim_kinds_pass(annotation, shape):
         (f32[b"_ _"], (2, 3, 4), "has 3 dims"),
         (f32[b"_ n n"], (2, 3, 4), "dimension 'n' is 4 here"),
         (f32[b"3 4"], (3, 5), "dim '4' is 5, but the annotation fixes it to 4"),
-        (f32[b""], (1,), "has 1 dims"),
+        (f32[b""], (1,), "has 1 dim"),
         (f32[b"n n+1"], (3, 5), "dim 'n+1' is 5, but n+1 = 4 (n=3)"),
         (f32[b"n 2*n"], (3, 5), "dim '2*n' is 5, but 2*n = 6 (n=3)"),
         (f32[b"n n//2"], (7, 4), "dim 'n//2' is 4, but n//2 = 3 (n=7)"),

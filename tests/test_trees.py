@@ -334,7 +334,7 @@ def test_wrong_class_argument_names_the_function():
 def test_wrong_class_argument_fails():
     with pytest.raises(
         TypeCheckError,
-        match=r"argument \"layer\" \(.*Other\) of use_layer\(\) is not an instance of <class '.*\\.Layer'> \(found .*Other\)",
+        match=r"argument \"layer\" \(.*Other\) of use_layer\(\) is not an instance of <class '.*\.Layer'> \(found .*Other\)",
     ):
         use_layer(Other(Z(4, 8), Z(8, 4)))
 

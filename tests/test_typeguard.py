@@ -80,7 +80,7 @@ def test_plain_typechecked_checks_dtype_and_rank():
     assert plain_pair(Z(2, 3), Z(2, 3)).shape == (2, 3)
     with pytest.raises(TypeCheckError, match=r'argument "x" .*has dtype int32, the annotation wants float32'):
         plain_pair(I(2, 3), Z(2, 3))
-    with pytest.raises(TypeCheckError, match=r'argument "y" .*has 1 dims \[2\] but the annotation has 2'):
+    with pytest.raises(TypeCheckError, match=r'argument "y" .*has 1 dim \[2\] but the annotation has 2'):
         plain_pair(Z(2, 3), Z(2))
     with pytest.raises(TypeCheckError, match=r'argument "x" .*is not an array'):
         plain_pair([1.0], Z(2, 3))
@@ -581,7 +581,7 @@ def test_check_passes():
 
 
 def test_check_fails():
-    with pytest.raises(TypeCheckError, match=re.escape("is not f32[b'a b']: has 1 dims [2] but the annotation has 2")):
+    with pytest.raises(TypeCheckError, match=re.escape("is not f32[b'a b']: has 1 dim [2] but the annotation has 2")):
         check(jnp.float32, "a b", jnp.zeros((2,)))
     with pytest.raises(TypeCheckError, match=re.escape("is not f32[b'a b']: has dtype int32, the annotation wants float32")):
         check(jnp.float32, "a b", jnp.zeros((2, 3), jnp.int32))
