@@ -84,6 +84,20 @@ def _own_table(op: Callable) -> Callable:
     return wrapper
 
 
+def _trailing_extra(op: str, spec: str, i: int, before, after, fewer, more, verb: str) -> tuple:
+    """The mesh axes ``more`` has after those of ``fewer``, which must be its leading axes."""
+    if more.sharding[: len(fewer.sharding)] != fewer.sharding or len(more.sharding) == len(fewer.sharding):
+        raise ShapeSpecError(
+            spec, f"shardtypes.ops.{op}: dim {i} goes from {str(before)!r} to {str(after)!r}; "
+            f"{op} can only {verb} trailing mesh axes of a dim"
+        )
+    return more.sharding[len(fewer.sharding):]
+
+
+def _one_or_tuple(axes: tuple) -> Any:
+    return axes if len(axes) > 1 else axes[0]
+
+
 @_own_table
 def all_gather(spec: str, x: Any) -> Any:
     """Gathers the mesh axes that ``spec`` removes from a dim: ``'V/t M/d -> V/t M'``.
@@ -92,17 +106,14 @@ def all_gather(spec: str, x: Any) -> Any:
     """
     (before,), after = _arrow("all_gather", spec, 1)
     _same_dims("all_gather", spec, before, after)
+    gathers = [
+        (i, _trailing_extra("all_gather", spec, i, b, a, fewer=a, more=b, verb="remove"))
+        for i, (b, a) in enumerate(zip(before.dims, after.dims))
+        if b.sharding != a.sharding
+    ]
     _check("all_gather", spec, "operand", before, x)
-    for i, (b, a) in enumerate(zip(before.dims, after.dims)):
-        if b.sharding == a.sharding:
-            continue
-        if b.sharding[: len(a.sharding)] != a.sharding:
-            raise ShapeSpecError(
-                spec, f"shardtypes.ops.all_gather: dim {i} goes from {str(b)!r} to {str(a)!r}; "
-                "all_gather can only remove trailing mesh axes of a dim"
-            )
-        gathered = b.sharding[len(a.sharding):]
-        x = jax.lax.all_gather(x, gathered if len(gathered) > 1 else gathered[0], axis=i, tiled=True)
+    for i, axes in gathers:
+        x = jax.lax.all_gather(x, _one_or_tuple(axes), axis=i, tiled=True)
     _check("all_gather", spec, "result", after, x)
     return x
 
@@ -113,19 +124,14 @@ def psum_scatter(spec: str, x: Any) -> Any:
     them: ``'B/d L M -> B/d L M/t'``."""
     (before,), after = _arrow("psum_scatter", spec, 1)
     _same_dims("psum_scatter", spec, before, after)
-    _check("psum_scatter", spec, "operand", before, x)
     changed = [i for i, (b, a) in enumerate(zip(before.dims, after.dims)) if b.sharding != a.sharding]
     if len(changed) != 1:
         raise ShapeSpecError(spec, "shardtypes.ops.psum_scatter: exactly one dim must gain mesh axes")
     (i,) = changed
     b, a = before.dims[i], after.dims[i]
-    if a.sharding[: len(b.sharding)] != b.sharding or len(a.sharding) == len(b.sharding):
-        raise ShapeSpecError(
-            spec, f"shardtypes.ops.psum_scatter: dim {i} goes from {str(b)!r} to {str(a)!r}; it "
-            "can only gain trailing mesh axes"
-        )
-    added = a.sharding[len(b.sharding):]
-    x = jax.lax.psum_scatter(x, added if len(added) > 1 else added[0], scatter_dimension=i, tiled=True)
+    added = _trailing_extra("psum_scatter", spec, i, b, a, fewer=b, more=a, verb="gain")
+    _check("psum_scatter", spec, "operand", before, x)
+    x = jax.lax.psum_scatter(x, _one_or_tuple(added), scatter_dimension=i, tiled=True)
     _check("psum_scatter", spec, "result", after, x)
     return x
 

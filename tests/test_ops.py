@@ -458,8 +458,8 @@ MALFORMED = {
     ),
     "psum_scatter-removes-axis": (
         lambda x, w, table, ids, y: ops.psum_scatter("B/d M -> B M", x),
-        "shardtypes.ops.psum_scatter: dim 0 goes from 'B/d' to 'B'; it can only gain trailing "
-        "mesh axes",
+        "shardtypes.ops.psum_scatter: dim 0 goes from 'B/d' to 'B'; psum_scatter can only gain "
+        "trailing mesh axes of a dim",
     ),
     "psum_scatter-other-dims": (
         lambda x, w, table, ids, y: ops.psum_scatter("B/d M -> B/d F/t", x),
