@@ -42,6 +42,15 @@ from ._dtypes import (
     u32 as u32,
     u64 as u64,
 )
+from ._rules import (
+    AxisRules as AxisRules,
+    AxisRulesError as AxisRulesError,
+    axis_rules as axis_rules,
+    current_rules as current_rules,
+    eformer_rules as eformer_rules,
+    explain as explain,
+    t5x_rules as t5x_rules,
+)
 from ._shape import DimSpec as DimSpec, ShapeSpec as ShapeSpec, ShapeSpecError as ShapeSpecError
 from ._shard_map import typed_shard_map as typed_shard_map
 from ._specs import (

@@ -28,6 +28,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ._config import config
 from ._dims import Table
+from ._rules import _ACTIVE as _ACTIVE_RULES, AxisRulesError, layout as rules_layout
 from ._shape import ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, evaluate
 from typeguard import TypeCheckError
 
@@ -125,57 +126,78 @@ def _normalise(spec: PartitionSpec, ndim: int, axis_sizes: dict | None) -> Layou
     return tuple(out)
 
 
-def _expected_layout(spec: ShapeSpec, ndim: int) -> Layout:
-    var = spec.variadic_index
-    out: list[tuple[str, ...]] = []
-    for i, dim in enumerate(spec.dims):
-        if i == var:
-            out.extend([()] * (ndim - len(spec.dims) + 1))
-        else:
-            out.append(dim.sharding)
-    return tuple(out)
+def _expected_layout(spec: ShapeSpec, ndim: int, mesh_sizes: dict | None = None,
+                     shape: tuple | None = None, active: Any = False) -> Layout:
+    """The annotation's mesh axes per dim: as written, or through the active axis rules (whose
+    errors, such as a logical name with no rule, are mismatches of this value)."""
+    try:
+        return rules_layout(spec, ndim, mesh_sizes, shape, active=active)
+    except AxisRulesError as e:
+        raise Mismatch(str(e)) from None
 
 
 def _drop_size_one(layout: Layout, axis_sizes: dict) -> Layout:
     return tuple(tuple(a for a in axes if axis_sizes.get(a, 2) != 1) for axes in layout)
 
 
-def _missing_axes(spec: ShapeSpec, axis_names) -> list[str]:
-    return [a for a in spec.mesh_axes if a not in axis_names]
+def _missing_axes(layout: Layout, axis_names) -> list[str]:
+    return [a for axes in layout for a in axes if a not in axis_names]
 
 
-def _missing_axes_problem(spec: ShapeSpec, missing: list[str], axis_names, where: str) -> str:
+def _missing_axes_problem(missing: list[str], axis_names, where: str) -> str:
     names = ", ".join(repr(a) for a in missing)
-    return (
+    text = (
         f"mesh axis {names} is not in {where}, which has axes {tuple(axis_names)}"
         if len(missing) == 1
         else f"mesh axes {names} are not in {where}, which has axes {tuple(axis_names)}"
     )
+    if _ACTIVE_RULES.get() is None:
+        text += " (if these are logical axis names, activate rules with shardtypes.axis_rules)"
+    return text
 
 
 def _layout_problem(actual: Layout, expected: Layout) -> str:
     return f"sharding is {_fmt_layout(actual)} but the annotation says {_fmt_layout(expected)}"
 
 
+def _named_sharding_problem(sharding: NamedSharding, spec: ShapeSpec, ndim: int,
+                            active: Any = None, shape: tuple | None = None) -> str | None:
+    """Compares a concrete NamedSharding with the annotation (through ``active`` axis rules,
+    with ``shape`` for their divisibility checks)."""
+    try:
+        return _named_sharding_problem_cached(sharding, spec, ndim, active,
+                                              shape if active is not None else None)
+    except TypeError:  # unhashable symbolic sizes
+        return _named_sharding_problem_cached.__wrapped__(sharding, spec, ndim, active, shape)
+
+
 @functools.lru_cache(maxsize=2048)
-def _named_sharding_problem(sharding: NamedSharding, spec: ShapeSpec, ndim: int) -> str | None:
-    """Compares a concrete NamedSharding with the annotation. Cached: shardings are hashable."""
+def _named_sharding_problem_cached(sharding, spec, ndim, active, shape) -> str | None:
     mesh = sharding.mesh
     sizes = dict(mesh.shape)
-    missing = _missing_axes(spec, mesh.axis_names)
+    try:
+        expected = _expected_layout(spec, ndim, sizes, shape, active)
+    except Mismatch as m:
+        return m.problem
+    missing = _missing_axes(expected, mesh.axis_names)
     if missing:
-        return _missing_axes_problem(spec, missing, mesh.axis_names, "the array's mesh")
+        return _missing_axes_problem(missing, mesh.axis_names, "the array's mesh")
     actual = _normalise(sharding.spec, ndim, sizes)
-    expected = _drop_size_one(_expected_layout(spec, ndim), sizes)
+    expected = _drop_size_one(expected, sizes)
     if actual != expected:
         return _layout_problem(actual, expected)
     return None
 
 
-def _unnamed_sharding_problem(sharding: Any, spec: ShapeSpec, ndim: int) -> str | None:
+def _unnamed_sharding_problem(sharding: Any, spec: ShapeSpec, ndim: int, active: Any = None,
+                              shape: tuple | None = None, expected: Layout | None = None) -> str | None:
     """A sharding that names no mesh axes (SingleDeviceSharding, GSPMDSharding, ...)."""
     sizes = _current_axis_sizes()
-    expected = _expected_layout(spec, ndim)
+    if expected is None:
+        try:
+            expected = _expected_layout(spec, ndim, sizes or None, shape, active)
+        except Mismatch as m:
+            return m.problem
     if sizes:
         expected = _drop_size_one(expected, sizes)
     wanted = [a for axes in expected for a in axes]
@@ -350,7 +372,7 @@ def fast_check(value: Any, plan: Plan, sizes: dict) -> dict | None:
     """
     if type(value) not in _ARRAY_TYPES:
         return None
-    key = (value.shape, value.dtype, value.sharding)
+    key = (value.shape, value.dtype, value.sharding, _ACTIVE_RULES.get())
     pairs = plan.seen.get(key)
     if pairs is None:
         pairs = _simple_pairs(value, plan, key)
@@ -374,12 +396,12 @@ def fast_check(value: Any, plan: Plan, sizes: dict) -> dict | None:
 
 def _simple_pairs(value: Any, plan: Plan, key: tuple) -> tuple | None:
     names = plan.names
-    shape, dtype, sharding = key
+    shape, dtype, sharding, active = key
     if names is None or len(shape) != plan.ndim or not plan.dtype_cls.accepts(dtype):
         return None
     if not isinstance(sharding, NamedSharding):
         return None  # compared against the current mesh, so never memoised
-    if _named_sharding_problem(sharding, plan.spec, plan.ndim) is not None:
+    if _named_sharding_problem(sharding, plan.spec, plan.ndim, active, shape) is not None:
         return None
     pairs = []
     seen: dict = {}
@@ -444,17 +466,20 @@ def check_value(
 
     new = _match_sizes(tuple(shape), spec, table)
     ndim = len(shape)
+    active = _ACTIVE_RULES.get()
+    shape = tuple(shape)
     if kind == "array":
         sharding = value.sharding
         problem = (
-            _named_sharding_problem(sharding, spec, ndim)
+            _named_sharding_problem(sharding, spec, ndim, active, shape)
             if isinstance(sharding, NamedSharding)
-            else _unnamed_sharding_problem(sharding, spec, ndim)
+            else _unnamed_sharding_problem(sharding, spec, ndim, active, shape)
         )
     elif kind == "numpy":
         problem = None
-        if spec.is_sharded:
-            layout = _fmt_layout(_expected_layout(spec, ndim))
+        expected = _expected_layout(spec, ndim, None, shape, active)
+        if any(expected):
+            layout = _fmt_layout(expected)
             problem = (
                 f"is a numpy array (host data, never sharded) but the annotation shards it as "
                 f"{layout}; put it on the mesh with jax.device_put(x, NamedSharding(mesh, {layout}))"
@@ -464,9 +489,9 @@ def check_value(
         if sharding is None:
             problem = None
         elif isinstance(sharding, NamedSharding):
-            problem = _named_sharding_problem(sharding, spec, ndim)
+            problem = _named_sharding_problem(sharding, spec, ndim, active, shape)
         else:
-            problem = _unnamed_sharding_problem(sharding, spec, ndim)
+            problem = _unnamed_sharding_problem(sharding, spec, ndim, active, shape)
     if problem is not None:
         raise Mismatch(problem)
     return new
@@ -490,20 +515,23 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
     if mesh is None or mesh.empty:
         mesh = jax.sharding.get_abstract_mesh()
     AxisType = jax.sharding.AxisType
+    active = _ACTIVE_RULES.get()
     if mesh.empty:
         manual: frozenset = frozenset()
         types: dict = {}
         sizes: dict = {}
+        expected = _expected_layout(spec, ndim, None, None, active)
     else:
-        if spec.is_sharded:
-            missing = _missing_axes(spec, mesh.axis_names)
-            if missing:
-                raise Mismatch(_missing_axes_problem(spec, missing, mesh.axis_names, "the mesh"))
         types = dict(zip(mesh.axis_names, mesh.axis_types))
         sizes = dict(mesh.shape)
         manual = frozenset(a for a, t in types.items() if t == AxisType.Manual)
+        # Divisibility through the rules is judged on global sizes, which a local block in a
+        # shard_map only gives after scaling: leave it to the boundary checks there.
+        expected = _expected_layout(spec, ndim, sizes, None if manual else shape, active)
+        missing = _missing_axes(expected, mesh.axis_names)
+        if missing:
+            raise Mismatch(_missing_axes_problem(missing, mesh.axis_names, "the mesh"))
 
-    expected = _expected_layout(spec, ndim)
     if manual:
         # A local shard: scale each dim by the Manual axes it is annotated with.
         shape = tuple(
@@ -514,7 +542,7 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
 
     if mesh.empty:
         if config.auto_sharding_check == "compile" and COMPILE_TIME_CHECKS.get():
-            _check_at_compile_time(value, spec, ndim, frozenset(), context)
+            _check_at_compile_time(value, spec, ndim, frozenset(), context, expected)
         return new
     # Explicit axes are exact in the type; compare them now.
     explicit = {a for a, t in types.items() if t == AxisType.Explicit and sizes[a] != 1}
@@ -528,30 +556,31 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
         )
     auto = any(t == AxisType.Auto and sizes[a] != 1 for a, t in types.items())
     if auto and config.auto_sharding_check == "compile" and COMPILE_TIME_CHECKS.get():
-        _check_at_compile_time(value, spec, ndim, manual, context)
+        _check_at_compile_time(value, spec, ndim, manual, context, expected)
     return new
 
 
-def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset, context) -> None:
-    """Registers a check of the sharding XLA chooses; runs during compilation, costs nothing after."""
+def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset, context,
+                           expected: Layout) -> None:
+    """Registers a check of the sharding XLA chooses; runs during compilation, costs nothing after.
+    ``expected`` is resolved now, at trace time, under the axis rules active now."""
     where = context()
 
     def callback(sharding) -> None:
         if config.auto_sharding_check == "off":  # read now: the setting may change after tracing
             return
         if isinstance(sharding, NamedSharding):
-            if manual:  # the compiler reports only the non-manual part inside shard_map
-                mesh_sizes = dict(sharding.mesh.shape)
-                actual = _normalise(sharding.spec, ndim, mesh_sizes)
-                expected = tuple(
-                    tuple(a for a in axes if a not in manual)
-                    for axes in _drop_size_one(_expected_layout(spec, ndim), mesh_sizes)
-                )
-                problem = None if actual == expected else _layout_problem(actual, expected)
+            mesh_sizes = dict(sharding.mesh.shape)
+            missing = _missing_axes(expected, sharding.mesh.axis_names)
+            want = tuple(tuple(a for a in axes if a not in manual)
+                         for axes in _drop_size_one(expected, mesh_sizes))
+            actual = _normalise(sharding.spec, ndim, mesh_sizes)
+            if missing:
+                problem = _missing_axes_problem(missing, sharding.mesh.axis_names, "the array's mesh")
             else:
-                problem = _named_sharding_problem(sharding, spec, ndim)
+                problem = None if actual == want else _layout_problem(actual, want)
         else:
-            problem = _unnamed_sharding_problem(sharding, spec, ndim)
+            problem = _unnamed_sharding_problem(sharding, spec, ndim, expected=expected)
         if problem is not None:
             raise TypeCheckError(
                 f"shardtypes (compile-time check): {where}: {problem} (the sharding compiled under "

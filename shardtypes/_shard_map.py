@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec
 from ._check import COMPILE_TIME_CHECKS
 from ._decorator import typechecked
 from ._dims import scope
+from ._rules import current_rules
 from ._specs import make_partition_specs
 
 __all__ = ["typed_shard_map"]
@@ -83,6 +84,9 @@ class _TypedShardMap:
         self.arrays: list[str] | None = None
         self.in_specs: tuple | None = None
         self.out_specs: Any = None
+        self.annotations: tuple = ()
+        # Under axis rules the specs depend on the rules too: (rules, mode) -> (in, out).
+        self.rule_specs: dict = {}
         self.wrapper = self._make_wrapper()
 
     def _resolve(self) -> None:
@@ -92,7 +96,7 @@ class _TypedShardMap:
             raise NameError(
                 f"typed_shard_map cannot resolve the annotations of {self.name}: {type(e).__name__}: {e}"
             ) from e
-        arrays, specs = [], []
+        arrays, specs, annotations = [], [], []
         for p in self.signature.parameters.values():
             if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
                 stars = "*" if p.kind is inspect.Parameter.VAR_POSITIONAL else "**"
@@ -104,11 +108,30 @@ class _TypedShardMap:
             if spec is not None:
                 arrays.append(p.name)
                 specs.append(spec)
+                annotations.append((hints[p.name], f'argument "{p.name}"'))
         if "return" not in hints:
             raise TypeError(f"typed_shard_map: {self.name} needs a return annotation for its out_specs")
         self.out_specs = self._specs_of(hints["return"], "the return value", static_ok=False)
         self.in_specs = tuple(specs)
+        self.annotations = (tuple(annotations), hints["return"])
         self.arrays = arrays
+
+    def specs(self) -> tuple[tuple, Any]:
+        """(in_specs, out_specs) under the active axis rules."""
+        active = current_rules()
+        if active is None:
+            return self.in_specs, self.out_specs
+        found = self.rule_specs.get(active)
+        if found is None:
+            params, ret = self.annotations
+            found = (
+                tuple(self._specs_of(a, what, static_ok=False) for a, what in params),
+                self._specs_of(ret, "the return value", static_ok=False),
+            )
+            if len(self.rule_specs) > 32:
+                self.rule_specs.clear()
+            self.rule_specs[active] = found
+        return found
 
     def _specs_of(self, annotation: Any, what: str, static_ok: bool) -> Any:
         if annotation is None:
@@ -156,7 +179,8 @@ class _TypedShardMap:
                               if p.kind is inspect.Parameter.POSITIONAL_ONLY]
                 return body(*positional, **given)
 
-            options: dict = {"in_specs": state.in_specs, "out_specs": state.out_specs}
+            in_specs, out_specs = state.specs()
+            options: dict = {"in_specs": in_specs, "out_specs": out_specs}
             if state.mesh is not None:
                 options["mesh"] = state.mesh
             elif jax.sharding.get_abstract_mesh().empty:

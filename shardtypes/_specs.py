@@ -23,6 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ._dtypes import number
 from ._shape import ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, evaluate
+from ._rules import AxisRulesError, choices as rules_choices, current_rules, layout as rules_layout
 from ._trees import tree_info
 
 __all__ = [
@@ -134,11 +135,21 @@ def make_partition_specs(annotation: Any) -> Any:
     return _walk(annotation, lambda leaf: _partition_spec(leaf))
 
 
-def _partition_spec(leaf: _Leaf, ndim: int | None = None) -> PartitionSpec:
+def _partition_spec(leaf: _Leaf, ndim: int | None = None, mesh_sizes: Mapping[str, int] | None = None,
+                    shape: tuple | None = None) -> PartitionSpec:
+    """The leaf's PartitionSpec: its mesh axes as written or, with axis rules active, resolved
+    through them (over ``mesh_sizes`` and ``shape`` where known)."""
+    where = leaf.path or "the annotation"
     try:
-        return leaf.spec.partition_spec(ndim)
+        if current_rules() is None:
+            return leaf.spec.partition_spec(ndim)
+        if ndim is None:
+            leaf.spec.partition_spec(None)  # a variadic before sharded dims needs a rank: say so
+            ndim = len(leaf.spec.dims) - (leaf.spec.variadic_index is not None)
+        axes = rules_layout(leaf.spec, ndim, mesh_sizes, shape)
     except ValueError as e:
-        raise ValueError(f"{leaf.path or 'the annotation'} ({leaf.text}): {e}") from None
+        raise type(e)(f"{where} ({leaf.text}): {e}") from None
+    return PartitionSpec(*(None if not a else a[0] if len(a) == 1 else a for a in axes))
 
 
 def current_mesh(mesh: Any = None, what: str = "make_shardings") -> Any:
@@ -160,32 +171,42 @@ def current_mesh(mesh: Any = None, what: str = "make_shardings") -> Any:
     return abstract
 
 
-def _validate_axes(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = None) -> None:
-    """Every annotated axis is in the mesh; every dim whose size is known divides its axes."""
+def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = None,
+                   ndim: int | None = None) -> PartitionSpec:
+    """The leaf's PartitionSpec on ``mesh``, checked: every axis is in the mesh, and every dim
+    whose size ``sizes`` gives divides over its axes."""
     mesh_sizes = dict(mesh.shape)
     where = leaf.path or "the annotation"
-    for i, dim in enumerate(leaf.spec.dims):
-        missing = [a for a in dim.sharding if a not in mesh_sizes]
+    known = [_dim_size(dim, sizes or {}, leaf, i, required=False) if not dim.is_variadic else None
+             for i, dim in enumerate(leaf.spec.dims)]
+    shape = tuple(known) if leaf.spec.variadic_index is None else None
+    spec = _partition_spec(leaf, ndim, mesh_sizes, shape)
+    var = leaf.spec.variadic_index
+    for i, entry in enumerate(spec):
+        axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        if var is not None and i >= var:
+            break  # positions after a variadic dim: their sizes are not known here
+        text = str(leaf.spec.dims[i]) if i < len(leaf.spec.dims) else ""
+        missing = [a for a in axes if a not in mesh_sizes]
         if missing:
             raise ValueError(
-                f"{where} ({leaf.text}): dim {i} {str(dim)!r} is sharded over mesh axis "
+                f"{where} ({leaf.text}): dim {i} {text!r} is sharded over mesh axis "
                 f"{missing[0]!r}, which the mesh does not have (axes: {tuple(mesh_sizes)})"
             )
-        if not dim.sharding:
+        size = known[i] if i < len(known) else None
+        if not axes or size is None:
             continue
-        size = _dim_size(dim, sizes or {}, leaf, i, required=False)
-        if size is None:
-            continue
-        parts = math.prod(mesh_sizes[a] for a in dim.sharding)
+        parts = math.prod(mesh_sizes[a] for a in axes)
         try:
             divides = size % parts == 0
         except Exception:  # symbolic sizes: divisibility is the checker's business at call time
             divides = True
         if not divides:
             raise ValueError(
-                f"{where} ({leaf.text}): dim {i} {str(dim)!r} has size {size}, which does not "
-                f"divide over mesh axes {dim.sharding} of total size {parts}"
+                f"{where} ({leaf.text}): dim {i} {text!r} has size {size}, which does not "
+                f"divide over mesh axes {axes} of total size {parts}"
             )
+    return spec
 
 
 def _dim_size(dim, sizes: Mapping[str, Any], leaf: _Leaf, index: int, required: bool) -> Any:
@@ -223,23 +244,23 @@ def make_shardings(annotation: Any, mesh: Any = None) -> Any:
     the path.
     """
     mesh = current_mesh(mesh, "make_shardings")
-    cache = _SHARDINGS.get(mesh)
+    key = (mesh, current_rules())
+    cache = _SHARDINGS.get(key)
     if cache is None:
         if len(_SHARDINGS) > 64:
             _SHARDINGS.clear()
-        cache = _SHARDINGS[mesh] = {}
+        cache = _SHARDINGS[key] = {}
 
     def leaf(leaf: _Leaf) -> NamedSharding:
-        _validate_axes(leaf, mesh)
-        sharding = NamedSharding(mesh, _partition_spec(leaf))
+        sharding = NamedSharding(mesh, _resolved_spec(leaf, mesh))
         cache[leaf.annotation] = sharding
         return sharding
 
     return _walk(annotation, leaf, fast=cache.get)
 
 
-# mesh -> {array annotation -> NamedSharding}: a sharding is a function of the two alone, and
-# parameter trees repeat a few annotations many times (every layer, every optimizer moment).
+# (mesh, active rules) -> {array annotation -> NamedSharding}: a sharding is a function of these
+# alone, and parameter trees repeat a few annotations many times (every layer, every moment).
 _SHARDINGS: dict = {}
 
 
@@ -288,8 +309,7 @@ def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any
             shape.append(_dim_size(dim, dims, leaf, i, required=True))
         sharding = None
         if mesh is not None:
-            _validate_axes(leaf, mesh, dims)
-            sharding = NamedSharding(mesh, _partition_spec(leaf, len(shape)))
+            sharding = NamedSharding(mesh, _resolved_spec(leaf, mesh, dims, len(shape)))
         return jax.ShapeDtypeStruct(tuple(shape), leaf.dtype_cls.dtype, sharding=sharding)
 
     return _walk(annotation, leaf)
@@ -358,3 +378,40 @@ def is_fully_sharded(spec: PartitionSpec, mesh: Any = None) -> bool:
             raise ValueError(f"is_fully_sharded: unexpected entry {entry!r} in {spec}")
     return set(used) >= set(names)
 
+
+
+def explain_tree(annotation: Any, mesh: Any = None, dims: Mapping[str, Any] | None = None) -> str:
+    """The text of ``explain``: for each array of the annotation tree, each dim's mesh axes and
+    the rule that put them there (or why none did)."""
+    if mesh is None:
+        try:
+            mesh = current_mesh(None, "explain")
+        except ValueError:
+            mesh = None
+    mesh_sizes = dict(mesh.shape) if mesh is not None else None
+    active = current_rules()
+    lines = []
+    if active is None:
+        lines.append("no axis rules are active: the names after '/' are mesh axes")
+    else:
+        rules, mode = active
+        lines.append(f"under {rules!r}" + (f" in mode {mode!r}" if mode else ""))
+
+    def leaf(leaf: _Leaf) -> None:
+        spec = leaf.spec
+        known = [_dim_size(d, dims or {}, leaf, i, required=False) if not d.is_variadic else None
+                 for i, d in enumerate(spec.dims)]
+        ndim = len(spec.dims) - (spec.variadic_index is not None)
+        lines.append(f"{leaf.path or 'the annotation'}: {leaf.text}")
+        try:
+            story = rules_choices(spec, ndim, mesh_sizes, tuple(known) if spec.variadic_index is None else None)
+        except AxisRulesError as e:
+            lines.append(f"  error: {e}")
+            return
+        for choice in story:
+            axes = ", ".join(choice.axes) if choice.axes else "replicated"
+            notes = "; ".join(choice.notes)
+            lines.append(f"  dim {choice.index} {choice.dim!r}: {axes}" + (f"  ({notes})" if notes else ""))
+
+    _walk(annotation, leaf)
+    return "\n".join(lines)

@@ -1,0 +1,511 @@
+"""Meshes and hosts: device meshes for the devices present, and the data each process loads.
+
+A job on several hosts runs one JAX process per host (``jax.distributed.initialize``). Each process
+sees every device (``jax.devices()``) but can only put data on its own (``jax.local_devices()``).
+Two questions follow, and this module answers both from the annotations:
+
+1. **Which mesh?** ``default_mesh()`` arranges the devices present as hosts × local devices, so
+   data parallelism runs across hosts and model parallelism stays inside one;
+   ``hybrid_mesh(ici_shape, dcn_shape, names)`` says exactly how many ways each axis is split
+   inside a host or slice (ICI: fast links) and across them (DCN: the data-centre network)::
+
+       mesh = default_mesh()                         # ('data': hosts*local, 'model': 1)
+       mesh = default_mesh(model_parallelism=2)      # ('data': hosts*local/2, 'model': 2)
+       mesh = hybrid_mesh((4, 2), (2, 1), ('data', 'model'))   # 2 hosts of 8 devices: (8, 2)
+
+2. **Which rows does this process load?** An input pipeline reads only the part of the global
+   batch that lands on this process's devices. ``data_layout`` derives it from the annotation
+   the model is written against (T5X's ``DataLayout`` and ``LocalChunker``, but from the real
+   device-to-index map of the sharding, so it is right for any mesh)::
+
+       layout = data_layout(u32[b'batch/data len'], (global_batch, seq_len), mesh)
+       rows = dataset.shard(layout.num_shards, layout.shard_id)   # or read layout.batch_slice
+       batch = make_global_array(local_rows, u32[b'batch/data len'], (global_batch, seq_len), mesh)
+
+   ``batch`` is one ``jax.Array`` of the global shape, laid out as annotated, which a
+   ``@typechecked`` function with the same annotation accepts.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import operator
+import typing
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from ._dims import Scope
+from ._dtypes import number
+from ._specs import current_mesh, make_shardings
+from ._typeguard import check
+
+__all__ = ["default_mesh", "hybrid_mesh", "DataLayout", "data_layout", "make_global_array"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Meshes
+
+
+def _granules(devices: Sequence[Any]) -> tuple[str, list[list[Any]]]:
+    """The devices grouped into the units the slow network joins: slices on TPU, processes
+    (hosts) elsewhere. Groups are ordered by their index; each keeps the order the devices were
+    given in. (CPU devices of a multi-process job have a ``slice_index`` too, all 0, but nothing
+    fast joins two processes there, so only TPU slices count.)"""
+    tpu = devices[0].platform == "tpu" and hasattr(devices[0], "slice_index")
+    attr = "slice_index" if tpu else "process_index"
+    groups: dict[int, list[Any]] = collections.defaultdict(list)
+    for d in devices:
+        groups[getattr(d, attr)].append(d)
+    return attr, [groups[k] for k in sorted(groups)]
+
+
+def _unit(attr: str) -> str:
+    return "slice" if attr == "slice_index" else "process"
+
+
+def _plural(unit: str) -> str:
+    return unit + ("es" if unit.endswith("s") else "s")
+
+
+def _count(n: int, unit: str) -> str:
+    return f"{n} {unit if n == 1 else _plural(unit)}"
+
+
+def _devices(devices: Sequence[Any] | None, what: str) -> list[Any]:
+    devices = list(jax.devices() if devices is None else devices)
+    if not devices:
+        raise ValueError(f"{what}: no devices")
+    if len(set(devices)) != len(devices):
+        raise ValueError(f"{what}: a device appears twice in devices={devices}")
+    return devices
+
+
+def _names(axis_names: Any, what: str) -> tuple[str, ...]:
+    names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
+    if not names or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{what}: axis_names must be a non-empty sequence of str, got {axis_names!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what}: axis_names {names} repeat a name")
+    return names
+
+
+def _axis_types(axis_types: Any, n: int, what: str) -> tuple[AxisType, ...]:
+    # jax.make_mesh's default: every axis Explicit.
+    if axis_types is None:
+        return (AxisType.Explicit,) * n
+    if isinstance(axis_types, AxisType):
+        return (axis_types,) * n
+    axis_types = tuple(axis_types)
+    if len(axis_types) != n:
+        raise ValueError(f"{what}: {len(axis_types)} axis_types {axis_types} for {n} axes")
+    return axis_types
+
+
+def _shape(shape: Any, name: str, what: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"{what}: {name} must be a sequence of ints, got {shape!r}") from None
+    if any(s < 1 for s in shape):
+        raise ValueError(f"{what}: {name} {shape} has a size below 1")
+    return shape
+
+
+def _build(ici: tuple[int, ...], dcn: tuple[int, ...], names, devices, attr, axis_types, what) -> Mesh:
+    array = mesh_utils.create_hybrid_device_mesh(
+        ici, dcn, devices, process_is_granule=(attr == "process_index")
+    )
+    return Mesh(array, names, axis_types=_axis_types(axis_types, len(names), what))
+
+
+def hybrid_mesh(
+    ici_shape: Sequence[int],
+    dcn_shape: Sequence[int],
+    axis_names: Sequence[str],
+    *,
+    devices: Sequence[Any] | None = None,
+    axis_types: Any = None,
+) -> Mesh:
+    """A mesh over slices or hosts: axis ``i`` has ``ici_shape[i] * dcn_shape[i]`` devices,
+    ``ici_shape[i]`` ways inside one slice (TPU) or process (CPU, GPU) and ``dcn_shape[i]`` ways
+    across them, the across-part major. So ``prod(dcn_shape)`` must be the number of slices or
+    processes and ``prod(ici_shape)`` the devices of each.
+
+    >>> mesh = hybrid_mesh((4, 1), (2, 1), ('data', 'model'))   # doctest: +SKIP
+    >>> mesh.shape                                              # 2 processes of 4 devices
+    OrderedDict([('data', 8), ('model', 1)])
+
+    Built with ``jax.experimental.mesh_utils.create_hybrid_device_mesh`` (processes are the
+    granules on devices without ``slice_index``). ``axis_types`` defaults to Explicit on every
+    axis, as ``jax.make_mesh``; pass one ``AxisType`` or a tuple.
+    """
+    what = "hybrid_mesh"
+    names = _names(axis_names, what)
+    ici = _shape(ici_shape, "ici_shape", what)
+    dcn = _shape(dcn_shape, "dcn_shape", what)
+    if not len(ici) == len(dcn) == len(names):
+        raise ValueError(
+            f"{what}: ici_shape {ici}, dcn_shape {dcn} and axis_names {names} must have one "
+            "entry per mesh axis"
+        )
+    devices = _devices(devices, what)
+    attr, granules = _granules(devices)
+    unit = _unit(attr)
+    counts = sorted({len(g) for g in granules})
+    if math.prod(dcn) != len(granules):
+        raise ValueError(
+            f"{what}: dcn_shape {dcn} splits the mesh over {_count(math.prod(dcn), unit)}, but the "
+            f"{len(devices)} devices come from {_count(len(granules), unit)}; the product of "
+            f"dcn_shape must be {len(granules)}"
+        )
+    if len(counts) > 1:
+        raise ValueError(
+            f"{what}: the {_plural(unit)} have different numbers of devices ({_per_granule(granules, attr)}); "
+            "a hybrid mesh needs the same number in each"
+        )
+    if math.prod(ici) != counts[0]:
+        raise ValueError(
+            f"{what}: ici_shape {ici} needs {math.prod(ici)} devices per {unit}, but each of the "
+            f"{_count(len(granules), unit)} has {counts[0]}; the product of ici_shape must be {counts[0]}"
+        )
+    return _build(ici, dcn, names, devices, attr, axis_types, what)
+
+
+def _per_granule(granules: list[list[Any]], attr: str) -> str:
+    return ", ".join(f"{_unit(attr)} {getattr(g[0], attr)}: {len(g)}" for g in granules)
+
+
+def default_mesh(
+    axis_names: Sequence[str] = ("data", "model"),
+    *,
+    model_parallelism: int = 1,
+    devices: Sequence[Any] | None = None,
+    axis_types: Any = None,
+) -> Mesh:
+    """A mesh for the devices present (``jax.devices()`` or ``devices``): hosts × local devices.
+
+    With ``P`` processes of ``L`` devices each and ``m = model_parallelism``:
+
+    - two names (default ``('data', 'model')``): ``(P*L/m, m)``. The first axis runs over the
+      processes (major) and then the ``L/m`` data-parallel groups of each, so a batch sharded over
+      it gives each process one contiguous block of rows; the model axis stays inside a host.
+    - three names, e.g. ``('replica', 'data', 'model')``: ``(P, L/m, m)``, processes on the first.
+    - one name: ``(P*L,)`` (``model_parallelism`` must be 1).
+
+    ``m`` must divide ``L``, or be a multiple of ``L`` that divides ``P*L``; then the model axis
+    spans ``m/L`` hosts (T5X's GPU mesh). On TPU, slices take the place of processes. Axis types
+    default to Explicit, as ``jax.make_mesh``.
+
+    >>> default_mesh().shape          # 1 process of 8 devices   # doctest: +SKIP
+    OrderedDict([('data', 8), ('model', 1)])
+    """
+    what = "default_mesh"
+    names = _names(axis_names, what)
+    if len(names) > 3:
+        raise ValueError(
+            f"{what}: axis_names {names} has {len(names)} axes; default_mesh knows 1 to 3 "
+            "(hosts, data, model). Use hybrid_mesh(ici_shape, dcn_shape, axis_names) for more"
+        )
+    if not isinstance(model_parallelism, int) or isinstance(model_parallelism, bool) or model_parallelism < 1:
+        raise ValueError(f"{what}: model_parallelism must be a positive int, got {model_parallelism!r}")
+    devices = _devices(devices, what)
+    attr, granules = _granules(devices)
+    unit = _unit(attr)
+    counts = sorted({len(g) for g in granules})
+    if len(counts) > 1:
+        raise ValueError(
+            f"{what}: the {_plural(unit)} have different numbers of devices ({_per_granule(granules, attr)}); "
+            "pass devices= with the same number from each, or build the mesh with jax.sharding.Mesh"
+        )
+    hosts, local, m = len(granules), counts[0], model_parallelism
+    total = hosts * local
+    if len(names) == 1 and m != 1:
+        raise ValueError(
+            f"{what}: one axis name {names} leaves no axis for model_parallelism={m}; "
+            "pass two names, e.g. ('data', 'model')"
+        )
+    if local % m == 0:  # the model axis inside a host
+        ici, dcn = (local // m, m), (hosts, 1)
+    elif m % local == 0 and hosts % (m // local) == 0:  # the model axis spans m/L hosts
+        ici, dcn = (1, local), (hosts // (m // local), m // local)
+    else:
+        raise ValueError(
+            f"{what}: model_parallelism={m} must divide the {local} devices of each {unit}, or be "
+            f"a multiple of {local} that divides the {total} devices ({_count(hosts, unit)} x {local})"
+        )
+    if len(names) == 1:
+        ici, dcn = (local,), (hosts,)
+    elif len(names) == 3:
+        ici, dcn = (1,) + ici, (dcn[0], 1, dcn[1])
+    return _build(ici, dcn, names, devices, attr, axis_types, what)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data layout
+
+
+@dataclasses.dataclass(frozen=True)
+class DataLayout:
+    """What this process loads of a global array laid out as an annotation says.
+
+    ``batch_slice``: the rows of the global batch (dim 0) this process loads.
+    ``shard_id`` / ``num_shards``: the distinct batch slices across all processes, numbered in
+    row order; this process loads shard ``shard_id`` (for ``dataset.shard(num_shards, shard_id)``
+    when the slices are of equal size, as on the meshes of this module).
+    ``replica_id`` / ``num_replicas``: the processes that load the same batch slice (a batch not
+    sharded over the axes that span processes is replicated across them), numbered by process
+    index; ``replica_id == 0`` is the one to write, for example, a checkpoint of that slice.
+    ``local_index``: the block of the global array this process holds, one slice per dim (other
+    dims too are split when their mesh axes span processes); ``local_shape`` its shape, the shape
+    of the data ``make_global_array`` takes. ``sharding``: the annotation's ``NamedSharding``.
+    """
+
+    sharding: NamedSharding
+    global_shape: tuple[int, ...]
+    process_index: int
+    batch_slice: slice
+    shard_id: int
+    num_shards: int
+    replica_id: int
+    num_replicas: int
+    local_index: tuple[slice, ...]
+    local_shape: tuple[int, ...]
+
+    @property
+    def is_first_in_replica_set(self) -> bool:
+        """Whether this process is replica 0 of its batch slice (T5X's name)."""
+        return self.replica_id == 0
+
+
+def data_layout(annotation: Any, global_shape: Sequence[int], mesh: Mesh | None = None) -> DataLayout:
+    """The layout for this process of a global array of ``global_shape`` annotated ``annotation``
+    (dim 0 is the batch), over ``mesh`` or the current mesh.
+
+    >>> layout = data_layout(u32[b'batch/data len'], (16, 128), default_mesh())  # doctest: +SKIP
+    >>> layout.batch_slice, layout.shard_id, layout.num_shards                # process 1 of 2
+    (slice(8, 16, None), 1, 2)
+
+    Derived from the sharding's device-to-index map, so any mesh works, provided each process's
+    devices hold one contiguous block of the array: a ValueError explains when they do not.
+    """
+    what = "data_layout"
+    sharding, global_shape = _sharding(annotation, global_shape, mesh, what)
+    return _layout(
+        sharding, global_shape, lambda d: d.process_index, jax.process_index(), _text(annotation)
+    )
+
+
+def _text(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if isinstance(origin, type) and issubclass(origin, number):
+        (shape,) = typing.get_args(annotation)
+        return f"{origin.__name__}[{shape!r}]"
+    return repr(annotation)
+
+
+def _sharding(annotation: Any, global_shape: Any, mesh: Any, what: str) -> tuple[NamedSharding, tuple[int, ...]]:
+    """The annotation's NamedSharding on a concrete mesh, with ``global_shape`` checked against
+    the annotation (rank, sizes, divisibility)."""
+    origin = typing.get_origin(annotation)
+    if not (isinstance(origin, type) and issubclass(origin, number)):
+        raise TypeError(
+            f"{what}: the annotation must be one array annotation such as u32[b'batch/data len'], "
+            f"got {annotation!r}"
+        )
+    text = _text(annotation)
+    try:
+        shape = tuple(operator.index(s) for s in global_shape)
+    except TypeError:
+        raise TypeError(f"{what}: global_shape must be a tuple of ints, got {global_shape!r}") from None
+    if not shape:
+        raise ValueError(f"{what}: {text} with global_shape (): a data layout needs a batch dim (dim 0)")
+    mesh = current_mesh(mesh, what)
+    if not isinstance(mesh, Mesh):
+        raise ValueError(
+            f"{what}: needs a mesh with devices, got {mesh!r}; pass mesh=... (outside jit) or set "
+            "one with jax.set_mesh"
+        )
+    sharding = make_shardings(annotation, mesh)
+    dtype = origin.dtype if origin.dtype is not None else _accepted_dtype(origin)
+    with Scope():  # the global shape's names must not leak into a caller's dimension table
+        try:
+            check(origin, typing.get_args(annotation)[0], jax.ShapeDtypeStruct(shape, dtype, sharding=sharding))
+        except Exception as e:
+            problem = str(e).removeprefix(f"check(): value is not {text}: ")
+            raise ValueError(f"{what}: global_shape {shape} does not fit {text}: {problem}") from None
+    for i, (size, entry) in enumerate(zip(shape, sharding.spec)):
+        axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        parts = math.prod(mesh.shape[a] for a in axes)
+        if size % parts:
+            raise ValueError(
+                f"{what}: {text} with global_shape {shape}: dim {i} has size {size}, which does not "
+                f"divide over mesh axes {axes} of total size {parts}"
+            )
+    return sharding, shape
+
+
+def _accepted_dtype(cls: type) -> np.dtype:
+    for dt in (np.float32, np.int32, np.uint32, np.bool_, np.complex64):
+        if cls.accepts(np.dtype(dt)):
+            return np.dtype(dt)
+    return np.dtype(np.float32)
+
+
+def _bounds(index: slice, size: int) -> tuple[int, int]:
+    start, stop, step = index.indices(size)
+    assert step == 1, index
+    return start, stop
+
+
+def _spans(intervals: set[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted intervals merged where they touch or overlap."""
+    merged: list[list[int]] = []
+    for start, stop in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], stop)
+        else:
+            merged.append([start, stop])
+    return [(a, b) for a, b in merged]
+
+
+def _fmt(intervals: Sequence[tuple[int, int]]) -> str:
+    return ", ".join(f"{a}:{b}" for a, b in intervals)
+
+
+def _advice(sharding: NamedSharding, dim: int, process_of: Callable[[Any], int]) -> str:
+    """How to make dim ``dim`` contiguous per process: the mesh axes along which the process
+    changes must come first (major) among the dim's axes."""
+    mesh = sharding.mesh
+    entry = sharding.spec[dim]
+    axes = (entry,) if isinstance(entry, str) else tuple(entry)
+    processes = np.vectorize(process_of, otypes=[int])(mesh.devices)
+    spanning = []
+    for a in axes:
+        k = mesh.axis_names.index(a)
+        if (np.diff(processes, axis=k) != 0).any():
+            spanning.append(a)
+    order = tuple(spanning) + tuple(a for a in axes if a not in spanning)
+    where = f"Dim {dim} is sharded over mesh axes {axes} (mesh {dict(mesh.shape)}), and "
+    if order != axes:
+        return (
+            where + f"{tuple(spanning)} span processes: list those first, sharding the dim "
+            f"over {order} (e.g. b'batch/{'/'.join(order)}' for the batch), so that each "
+            "process's devices take one contiguous run of it"
+        )
+    return (
+        where + "the devices of one process are spread along them: build the mesh with "
+        "default_mesh or hybrid_mesh, which keep each process's devices together"
+    )
+
+
+def _layout(
+    sharding: NamedSharding,
+    shape: tuple[int, ...],
+    process_of: Callable[[Any], int],
+    this: int,
+    text: str,
+) -> DataLayout:
+    """The layout from the sharding's device-to-index map, grouped by ``process_of(device)``.
+
+    Every process computes the same answer for every process, so a layout no process can load
+    is an error on all of them alike (none is left waiting in a collective for the others).
+    """
+    what = "data_layout"
+    blocks: dict[int, set[tuple[tuple[int, int], ...]]] = collections.defaultdict(set)
+    for device, index in sharding.devices_indices_map(shape).items():
+        blocks[process_of(device)].add(tuple(_bounds(s, n) for s, n in zip(index, shape)))
+    if this not in blocks:
+        raise ValueError(
+            f"{what}: process {this} has no devices in the mesh (its processes: {sorted(blocks)})"
+        )
+
+    boxes: dict[int, tuple[tuple[int, int], ...]] = {}
+    for p in sorted(blocks):
+        who = f"process {p}" + (" (this process)" if p == this else "")
+        per_dim = [{b[i] for b in blocks[p]} for i in range(len(shape))]
+        box = []
+        for i, intervals in enumerate(per_dim):
+            spans = _spans(intervals)
+            if len(spans) > 1:
+                raise ValueError(
+                    f"{what}: {text} with global_shape {shape}: the devices of {who} hold "
+                    f"{'batch rows' if i == 0 else f'indices of dim {i}'} {_fmt(spans)}, not one "
+                    "contiguous slice, so it cannot load its part as one slice of the global "
+                    f"data. {_advice(sharding, i, process_of)}"
+                )
+            box.append(spans[0])
+        if len(blocks[p]) != math.prod(len(s) for s in per_dim):
+            raise ValueError(
+                f"{what}: {text} with global_shape {shape}: the devices of {who} hold blocks "
+                f"{sorted(blocks[p])}, which do not fill the rectangle {_fmt(box)}; a process "
+                "must hold one rectangular block of the array"
+            )
+        boxes[p] = tuple(box)
+
+    slices = sorted({box[0] for box in boxes.values()})
+    for (a0, a1), (b0, b1) in zip(slices, slices[1:]):
+        if b0 < a1:
+            raise ValueError(
+                f"{what}: {text} with global_shape {shape}: processes hold overlapping but "
+                f"different batch slices {a0}:{a1} and {b0}:{b1}, so no shard numbering "
+                "describes the layout; build the mesh with default_mesh/hybrid_mesh"
+            )
+    mine = boxes[this]
+    replicas = [p for p in sorted(boxes) if boxes[p][0] == mine[0]]
+    local_index = tuple(slice(a, b) for a, b in mine)
+    return DataLayout(
+        sharding=sharding,
+        global_shape=shape,
+        process_index=this,
+        batch_slice=local_index[0],
+        shard_id=slices.index(mine[0]),
+        num_shards=len(slices),
+        replica_id=replicas.index(this),
+        num_replicas=len(replicas),
+        local_index=local_index,
+        local_shape=tuple(b - a for a, b in mine),
+    )
+
+
+def make_global_array(
+    local_data: Any, annotation: Any, global_shape: Sequence[int], mesh: Mesh | None = None
+) -> jax.Array:
+    """The global ``jax.Array`` of ``global_shape``, laid out as ``annotation`` says, from this
+    process's part of it: ``local_data`` is the block ``data_layout(...).local_index`` of the
+    global data (its shape is ``local_shape``; replicas pass identical data).
+
+    >>> layout = data_layout(u32[b'batch/data len'], (16, 4), mesh)             # doctest: +SKIP
+    >>> x = make_global_array(all_rows[layout.local_index], u32[b'batch/data len'], (16, 4), mesh)
+
+    Uses ``jax.make_array_from_process_local_data``; the shape and dtype of ``local_data`` are
+    checked first, with an error that says what was expected.
+    """
+    what = "make_global_array"
+    sharding, shape = _sharding(annotation, global_shape, mesh, what)
+    layout = _layout(sharding, shape, lambda d: d.process_index, jax.process_index(), _text(annotation))
+    found = tuple(np.shape(local_data))
+    if found != layout.local_shape:
+        processes = len({d.process_index for d in sharding.mesh.devices.flat})
+        raise ValueError(
+            f"make_global_array: {_text(annotation)} with global_shape {shape}: process "
+            f"{layout.process_index} (of {processes}) must pass its block of shape "
+            f"{layout.local_shape} (global index {_fmt([(s.start, s.stop) for s in layout.local_index])}), "
+            f"found local_data of shape {found}"
+        )
+    dtype = getattr(local_data, "dtype", None)
+    dtype = np.dtype(dtype if dtype is not None else np.asarray(local_data).dtype)
+    canonical = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    origin = typing.get_origin(annotation)
+    if not origin.accepts(canonical):
+        raise TypeError(
+            f"make_global_array: {_text(annotation)} wants {origin.description if origin.dtype is None else origin.dtype}, "
+            f"found local_data of dtype {dtype}" + (f" (as {canonical} in JAX)" if canonical != dtype else "")
+            + "; convert it first, e.g. local_data.astype(...)"
+        )
+    return jax.make_array_from_process_local_data(sharding, local_data, shape)

@@ -1,0 +1,470 @@
+"""Logical axis rules: the names after ``/`` in an annotation, mapped to mesh axes.
+
+Without rules, ``f32[b'batch/d embed']`` shards ``batch`` over mesh axis ``d``. Inside
+``with axis_rules(rules):`` the same names are *logical* axes, looked up in the rules, so one
+model annotated once runs on different meshes and in different modes::
+
+    rules = AxisRules([('dp', ('data', 'fsdp')), ('tp', 'model'), ('tp', None)])
+    with axis_rules(rules):
+        make_partition_specs(f32[b'batch/dp embed/tp'])   # P(('data', 'fsdp'), 'model')
+
+Resolution follows Flax linen's: for each dim, its logical name's rules are tried in order (a
+repeated name is a fallback) and a rule whose mesh axes another dim of the same array already
+uses is passed over. Unlike Flax, nothing is silently replicated: by default a name with no rule,
+a rule naming an axis the mesh lacks, a dim left without axes because another dim took them, and
+a dim its axes do not divide are errors naming the array, the dim and the rule. Each can be
+relaxed per rule set (``on_missing='replicate'``, ``on_unknown_axis='drop'``,
+``on_conflict='drop'``, ``on_indivisible='drop'``). A rule ``(name, None)`` replicates on purpose.
+
+Modes (train, prefill, decode, ...) are extra rule lists that take precedence for the names they
+mention, chosen with ``axis_rules(rules, mode='decode')`` or, per array, from the size of a dim
+(``AxisRules(..., auto_mode=('query', 1, 'decode'))``: an array whose ``query`` dim has size 1 is
+laid out with the decode rules).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import math
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from ._shape import _IDENT, ShapeSpec
+
+__all__ = [
+    "AxisRules",
+    "AxisRulesError",
+    "axis_rules",
+    "current_rules",
+    "explain",
+    "t5x_rules",
+    "eformer_rules",
+]
+
+_POLICIES = {
+    "on_missing": ("error", "replicate"),
+    "on_unknown_axis": ("error", "drop"),
+    "on_conflict": ("error", "drop"),
+    "on_indivisible": ("error", "drop"),
+}
+
+
+class AxisRulesError(ValueError):
+    """A logical axis that the active rules cannot place on the mesh."""
+
+
+Target = tuple  # a tuple of mesh axis names; () for "replicated"
+
+
+def _target(name: str, value: Any) -> Target:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = (value,)
+    if not isinstance(value, tuple) or not value or not all(isinstance(a, str) and _IDENT.match(a) for a in value):
+        raise TypeError(
+            f"rule for {name!r}: the target must be a mesh axis name, a non-empty tuple of them, or "
+            f"None, got {value!r}"
+        )
+    if len(set(value)) != len(value):
+        raise TypeError(f"rule for {name!r}: mesh axis named twice in {value!r}")
+    return value
+
+
+def _rule_list(rules: Iterable, where: str) -> tuple[tuple[str, Target], ...]:
+    if isinstance(rules, (str, bytes)) or not isinstance(rules, Iterable):
+        raise TypeError(f"{where}: rules are a sequence of (logical name, mesh axes) pairs, got {rules!r}")
+    out = []
+    for item in rules:
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise TypeError(f"{where}: each rule is a (logical name, mesh axes) pair, got {item!r}")
+        name, value = item
+        if not isinstance(name, str) or not _IDENT.match(name):
+            raise TypeError(f"{where}: a logical axis name must be an identifier, got {name!r}")
+        out.append((name, _target(name, value)))
+    return tuple(out)
+
+
+def _fmt_target(target: Target) -> str:
+    if not target:
+        return "None"
+    return repr(target[0]) if len(target) == 1 else repr(target)
+
+
+class AxisRules:
+    """An ordered table from logical axis names to mesh axes, written as Flax's rules are.
+
+    >>> rules = AxisRules([('batch', 'data'), ('embed', None), ('mlp', 'model')])
+
+    ``modes`` maps a mode name to more rules that come first for the names they mention in that
+    mode (``{'decode': [('batch', ('data', 'model')), ('seq', None)]}``). ``auto_mode=(dim, size,
+    mode)`` picks ``mode`` for an array whose dim named ``dim`` has that size. The ``on_*``
+    policies relax the default strictness, per rule set.
+    """
+
+    __slots__ = ("rules", "modes", "auto_mode", "name", "on_missing", "on_unknown_axis",
+                 "on_conflict", "on_indivisible", "_tables")
+
+    def __init__(
+        self,
+        rules: Iterable = (),
+        *,
+        modes: Mapping[str, Iterable] | None = None,
+        auto_mode: tuple[str, int, str] | None = None,
+        name: str | None = None,
+        on_missing: str = "error",
+        on_unknown_axis: str = "error",
+        on_conflict: str = "error",
+        on_indivisible: str = "error",
+    ):
+        where = f"AxisRules({name!r})" if name else "AxisRules"
+        self.rules = _rule_list(rules, where)
+        self.modes = {m: _rule_list(r, f"{where} mode {m!r}") for m, r in (modes or {}).items()}
+        if auto_mode is not None:
+            if not (isinstance(auto_mode, tuple) and len(auto_mode) == 3 and isinstance(auto_mode[0], str)
+                    and isinstance(auto_mode[1], int) and auto_mode[2] in self.modes):
+                raise TypeError(
+                    f"{where}: auto_mode is (dim name, size, mode) with a mode from modes "
+                    f"{sorted(self.modes)}, got {auto_mode!r}"
+                )
+        self.auto_mode = auto_mode
+        self.name = name
+        policies = {"on_missing": on_missing, "on_unknown_axis": on_unknown_axis,
+                    "on_conflict": on_conflict, "on_indivisible": on_indivisible}
+        for policy, value in policies.items():
+            if value not in _POLICIES[policy]:
+                raise ValueError(f"{where}: {policy} must be one of {_POLICIES[policy]}, got {value!r}")
+        self.on_missing = on_missing
+        self.on_unknown_axis = on_unknown_axis
+        self.on_conflict = on_conflict
+        self.on_indivisible = on_indivisible
+        self._tables: dict = {}
+
+    def table(self, mode: str | None = None) -> dict[str, tuple[Target, ...]]:
+        """Logical name -> its candidate targets in order, for ``mode``."""
+        table = self._tables.get(mode)
+        if table is None:
+            if mode is not None and mode not in self.modes:
+                raise AxisRulesError(
+                    f"{self._label()} has no mode {mode!r} (modes: {sorted(self.modes) or 'none'})"
+                )
+            table = {}
+            for name, target in self.rules:
+                table.setdefault(name, []).append(target)
+            if mode is not None:
+                override: dict = {}
+                for name, target in self.modes[mode]:
+                    override.setdefault(name, []).append(target)
+                table.update(override)
+            table = self._tables[mode] = {k: tuple(v) for k, v in table.items()}
+        return table
+
+    def merge(self, other: "AxisRules") -> "AxisRules":
+        """Both rule sets in one (as Flax's ``composite_rules``). A logical name that both map,
+        differently, is a conflict and raises AxisRulesError naming it."""
+        if not isinstance(other, AxisRules):
+            raise TypeError(f"AxisRules.merge expects AxisRules, got {other!r}")
+        mine, theirs = self.table(), other.table()
+        conflicts = [n for n in mine if n in theirs and mine[n] != theirs[n]]
+        for mode in set(self.modes) & set(other.modes):
+            a, b = self.table(mode), other.table(mode)
+            conflicts += [f"{n} (mode {mode!r})" for n in a if n in b and a[n] != b[n]]
+        if conflicts:
+            details = "; ".join(
+                f"{n}: {' or '.join(_fmt_target(t) for t in mine.get(n, ()))} vs "
+                f"{' or '.join(_fmt_target(t) for t in theirs.get(n, ()))}"
+                for n in conflicts if n in mine
+            )
+            raise AxisRulesError(f"cannot merge {self._label()} and {other._label()}: they map {details or conflicts} differently")
+        rules = list(self.rules) + [r for r in other.rules if r[0] not in mine]
+        modes = {m: list(r) for m, r in self.modes.items()}
+        for m, r in other.modes.items():
+            modes.setdefault(m, []).extend(x for x in r if x not in modes[m])
+        policies = {}
+        for policy in _POLICIES:
+            a, b = getattr(self, policy), getattr(other, policy)
+            policies[policy] = a if a == b else "error"  # differing policies: the strict one
+        return AxisRules(rules, modes=modes, auto_mode=self.auto_mode or other.auto_mode,
+                         name=f"{self.name or 'rules'}+{other.name or 'rules'}", **policies)
+
+    __add__ = merge
+
+    def _label(self) -> str:
+        return f"AxisRules {self.name!r}" if self.name else "the axis rules"
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        for name, target in self.rules:
+            yield name, (None if not target else target[0] if len(target) == 1 else target)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"({n!r}, {_fmt_target(t)})" for n, t in self.rules)
+        extra = f", modes={sorted(self.modes)}" if self.modes else ""
+        name = f"name={self.name!r}, " if self.name else ""
+        return f"AxisRules({name}[{body}]{extra})"
+
+
+# ---------------------------------------------------------------------------------------------
+# The active rules.
+
+_ACTIVE: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("shardtypes.axis_rules", default=None)
+
+
+@contextlib.contextmanager
+def axis_rules(rules: AxisRules | Iterable | None, mode: str | None = None) -> Iterator[AxisRules | None]:
+    """Makes ``rules`` the active rules (and ``mode`` their mode) inside the block; nestable,
+    restored on exit. ``axis_rules(None)`` turns rules off inside it (names are mesh axes)."""
+    if rules is not None and not isinstance(rules, AxisRules):
+        rules = AxisRules(rules)
+    if rules is not None and mode is not None:
+        rules.table(mode)  # an unknown mode fails here, where it is named
+    if rules is None and mode is not None:
+        raise TypeError("axis_rules(None, mode=...): a mode needs rules")
+    token = _ACTIVE.set(None if rules is None else (rules, mode))
+    try:
+        yield rules
+    finally:
+        _ACTIVE.reset(token)
+
+
+def current_rules() -> tuple[AxisRules, str | None] | None:
+    """The active (rules, mode), or None when annotations name mesh axes directly."""
+    return _ACTIVE.get()
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolution.
+
+
+@dataclasses.dataclass(frozen=True)
+class DimChoice:
+    """How one dim was placed: the logical names, the mesh axes they took, and why."""
+
+    index: int
+    dim: str
+    axes: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def _direct(spec: ShapeSpec, ndim: int) -> tuple[tuple[str, ...], ...]:
+    var = spec.variadic_index
+    out: list[tuple[str, ...]] = []
+    for i, dim in enumerate(spec.dims):
+        if i == var:
+            out.extend([()] * (ndim - len(spec.dims) + 1))
+        else:
+            out.append(dim.sharding)
+    return tuple(out)
+
+
+def layout(
+    spec: ShapeSpec,
+    ndim: int,
+    mesh_sizes: Mapping[str, int] | None = None,
+    shape: Sequence | None = None,
+    where: str = "",
+    active: tuple | None | bool = False,
+) -> tuple[tuple[str, ...], ...]:
+    """The mesh axes of each of the ``ndim`` dims of an array annotated ``spec``: the names
+    after ``/`` themselves, or, with rules active, what the rules make of them."""
+    if active is False:
+        active = _ACTIVE.get()
+    if active is None or not spec.is_sharded:
+        return _direct(spec, ndim)
+    rules, mode = active
+    sizes_key = tuple(sorted(mesh_sizes.items())) if mesh_sizes is not None else None
+    shape_key = tuple(shape) if shape is not None else None
+    try:
+        return _resolve(rules, mode, spec, ndim, sizes_key, shape_key)[0]
+    except AxisRulesError as e:
+        raise AxisRulesError(f"{where}: {e}" if where else str(e)) from None
+    except TypeError:  # an unhashable size (some symbolic dims): resolve without the cache
+        return _resolve.__wrapped__(rules, mode, spec, ndim, sizes_key, shape_key)[0]
+
+
+def choices(spec: ShapeSpec, ndim: int, mesh_sizes=None, shape=None, active=False) -> tuple[DimChoice, ...]:
+    """The per-dim story behind ``layout`` (for ``explain``)."""
+    if active is False:
+        active = _ACTIVE.get()
+    if active is None:
+        layout_ = _direct(spec, ndim)
+        return tuple(DimChoice(i, str(d), layout_[i], ())
+                     for i, d in enumerate(_expanded_dims(spec, ndim)))
+    rules, mode = active
+    sizes_key = tuple(sorted(mesh_sizes.items())) if mesh_sizes is not None else None
+    return _resolve(rules, mode, spec, ndim, sizes_key, tuple(shape) if shape is not None else None)[1]
+
+
+def _expanded_dims(spec: ShapeSpec, ndim: int) -> list:
+    var = spec.variadic_index
+    out = []
+    for i, dim in enumerate(spec.dims):
+        if i == var:
+            out.extend([dim] * (ndim - len(spec.dims) + 1))
+        else:
+            out.append(dim)
+    return out
+
+
+@functools.lru_cache(maxsize=8192)
+def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
+             sizes_key: tuple | None, shape: tuple | None):
+    mesh = dict(sizes_key) if sizes_key is not None else None
+    mode_note = None
+    if mode is None and rules.auto_mode is not None:
+        dim_name, size, auto = rules.auto_mode
+        for dim, n in zip(spec.dims, shape or ()):
+            if (dim.name == dim_name or dim_name in dim.sharding) and _eq(n, size):
+                mode = auto
+                mode_note = f"mode {auto!r}, as dim {str(dim)!r} has size {size}"
+                break
+    table = rules.table(mode)
+    label = rules._label() + (f" (mode {mode!r})" if mode else "")
+    dims = _expanded_dims(spec, ndim)
+    used: dict[str, int] = {}
+    result: list[tuple[str, ...]] = []
+    story: list[DimChoice] = []
+    var = spec.variadic_index
+    for i, dim in enumerate(dims):
+        text = str(dim)
+        axes: list[str] = []
+        notes: list[str] = []
+        if var is not None and dim is spec.dims[var]:
+            result.append(())
+            story.append(DimChoice(i, text, (), ()))
+            continue
+        for logical in dim.sharding:
+            candidates = table.get(logical)
+            if candidates is None:
+                if rules.on_missing == "error":
+                    raise AxisRulesError(
+                        f"dim {i} {text!r}: logical axis {logical!r} has no rule in {label} "
+                        f"(rules exist for {sorted(table)})"
+                    )
+                notes.append(f"{logical}: no rule, replicated (on_missing='replicate')")
+                continue
+            chosen = None
+            skipped: list[str] = []
+            for k, target in enumerate(candidates):
+                if not target:
+                    chosen = ()
+                    notes.append(f"{logical} -> None (replicated by its rule)")
+                    break
+                unknown = [a for a in target if mesh is not None and a not in mesh]
+                if unknown:
+                    message = (f"rule {logical!r} -> {_fmt_target(target)} names mesh axis {unknown[0]!r}, "
+                               f"which the mesh does not have (axes: {tuple(mesh)})")
+                    if rules.on_unknown_axis == "error":
+                        raise AxisRulesError(f"dim {i} {text!r}: {message}")
+                    skipped.append(message)
+                    continue
+                taken = [a for a in target if a in used or a in axes]
+                if taken:
+                    owner = used.get(taken[0], i)
+                    skipped.append(f"rule {logical!r} -> {_fmt_target(target)}: mesh axis {taken[0]!r} "
+                                   f"is already used by dim {owner} {str(dims[owner])!r}")
+                    continue
+                if mesh is not None and shape is not None and i < len(shape) and shape[i] is not None:
+                    parts = math.prod(mesh[a] for a in (*axes, *target))
+                    if not _divides(shape[i], parts):
+                        message = (f"rule {logical!r} -> {_fmt_target(target)}: size {shape[i]} does not "
+                                   f"divide over {parts} devices")
+                        if rules.on_indivisible == "error":
+                            raise AxisRulesError(f"dim {i} {text!r}: {message}")
+                        skipped.append(message)
+                        continue
+                chosen = target
+                notes.extend(f"passed over {s}" for s in skipped)
+                notes.append(f"{logical} -> {_fmt_target(target)}" + (f" (rule {k + 1} for {logical!r})" if k else ""))
+                break
+            if chosen is None:
+                conflict = any("already used" in s for s in skipped)
+                policy = rules.on_conflict if conflict else "drop"
+                if policy == "error":
+                    raise AxisRulesError(f"dim {i} {text!r}: no rule for {logical!r} applies: " + "; ".join(skipped))
+                notes.extend(f"passed over {s}" for s in skipped)
+                notes.append(f"{logical}: replicated (no rule applies)")
+                continue
+            for a in chosen:
+                used[a] = i
+            axes.extend(chosen)
+        result.append(tuple(axes))
+        if mode_note and i == 0:
+            notes.insert(0, mode_note)
+        story.append(DimChoice(i, text, tuple(axes), tuple(notes)))
+    return tuple(result), tuple(story)
+
+
+def _eq(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def _divides(size, parts: int) -> bool:
+    try:
+        return size % parts == 0
+    except Exception:  # symbolic sizes: left to the checks at call time
+        return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets.
+
+
+def t5x_rules(activation_partitioning_dims: int = 1, parameter_partitioning_dims: int = 1,
+              additional_rules: Iterable = ()) -> AxisRules:
+    """T5X's standard rules over mesh axes ``data`` and ``model`` (1-D or 2-D activation and
+    parameter partitioning), as ready AxisRules."""
+    base = [("batch", "data"), ("vocab", "model")]
+    shape = (activation_partitioning_dims, parameter_partitioning_dims)
+    if shape == (1, 1):
+        rules = base + [("embed", None), ("mlp", "model"), ("heads", "model"), ("kv", None), ("joined_kv", "model")]
+    elif shape == (2, 1):
+        rules = base + [("mlp", "model"), ("heads", "model"), ("kv", None), ("joined_kv", "model"), ("embed", "model")]
+    elif shape == (1, 2):
+        rules = base + [("mlp", "model"), ("heads", "model"), ("kv", None), ("joined_kv", "model"), ("embed", "data")]
+    elif shape == (2, 2):
+        rules = base + [("mlp", "model"), ("heads", "model"), ("kv", None), ("joined_kv", "model"),
+                        ("embed", "model"), ("embed", "data")]
+    else:
+        raise ValueError(
+            f"t5x_rules: activation_partitioning_dims and parameter_partitioning_dims are 1 or 2, "
+            f"got {shape}"
+        )
+    rules += [("relpos_buckets", None), ("abspos_buckets", None), ("length", None), ("layers", None),
+              ("stack", None), ("mlp_activations", None)]
+    rules += list(additional_rules)
+    return AxisRules(rules, name=f"t5x{shape[0]}x{shape[1]}")
+
+
+def eformer_rules(dp: str = "dp", fsdp: str = "fsdp", tp: str = "tp", sp: str = "sp", ep: str = "ep") -> AxisRules:
+    """An eFormer-style rule set over mesh axes dp, fsdp, tp, sp, ep, with train, prefill and
+    decode modes (decode keeps the one-token query dim replicated and spreads the batch wider).
+    An array whose ``query`` dim has size 1 gets the decode rules."""
+    train = [
+        ("batch", (dp, fsdp)), ("length", sp), ("query", sp), ("kv_length", sp), ("embed", fsdp),
+        ("heads", tp), ("kv_heads", tp), ("head_dim", None), ("mlp", tp), ("vocab", tp),
+        ("expert", ep), ("layers", None),
+    ]
+    prefill = [("query", sp), ("kv_length", sp)]
+    decode = [("batch", (dp, fsdp, sp)), ("batch", (dp, fsdp)), ("query", None), ("kv_length", None),
+              ("length", None)]
+    return AxisRules(train, modes={"prefill": prefill, "decode": decode},
+                     auto_mode=("query", 1, "decode"), name="eformer")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def explain(annotation: Any, mesh: Any = None, dims: Mapping[str, Any] | None = None) -> str:
+    """Which rule each dim of each array in ``annotation`` took, and why others were passed over,
+    under the active rules (and ``mesh``/``dims`` when given, for axis and divisibility checks)."""
+    from ._specs import explain_tree  # derivation walks annotation trees; rules do not
+
+    return explain_tree(annotation, mesh, dims)
