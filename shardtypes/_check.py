@@ -29,7 +29,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from ._config import config
 from ._dims import Table
 from ._rules import _ACTIVE as _ACTIVE_RULES, AxisRulesError, layout as rules_layout
-from ._shape import ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, evaluate
+from ._shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, evaluate
 from typeguard import TypeCheckError
 
 __all__ = ["Plan", "check_value", "fast_check", "describe"]

@@ -29,6 +29,7 @@ from typeguard import TypeCheckError
 from ._check import Mismatch, check_value, describe
 from ._dims import _TABLE, Table
 from ._dtypes import anydtype
+from ._rules import layout as rules_layout
 from ._shape import NAMED, ShapeSpec, ShapeSpecError
 
 __all__ = ["all_gather", "psum_scatter", "einsum_unreduced", "index_unreduced", "axis_size"]
@@ -84,14 +85,20 @@ def _own_table(op: Callable) -> Callable:
     return wrapper
 
 
-def _trailing_extra(op: str, spec: str, i: int, before, after, fewer, more, verb: str) -> tuple:
-    """The mesh axes ``more`` has after those of ``fewer``, which must be its leading axes."""
-    if more.sharding[: len(fewer.sharding)] != fewer.sharding or len(more.sharding) == len(fewer.sharding):
+def _axes(spec: ShapeSpec) -> tuple[tuple[str, ...], ...]:
+    """The mesh axes of each dim: as written, or through the active axis rules."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return rules_layout(spec, len(spec.dims), None if mesh.empty else dict(mesh.shape))
+
+
+def _trailing_extra(op: str, spec: str, i: int, before, after, fewer: tuple, more: tuple, verb: str) -> tuple:
+    """The mesh axes ``more`` has after ``fewer``, which must be its leading axes."""
+    if more[: len(fewer)] != fewer or len(more) == len(fewer):
         raise ShapeSpecError(
             spec, f"shardtypes.ops.{op}: dim {i} goes from {str(before)!r} to {str(after)!r}; "
             f"{op} can only {verb} trailing mesh axes of a dim"
         )
-    return more.sharding[len(fewer.sharding):]
+    return more[len(fewer):]
 
 
 def _one_or_tuple(axes: tuple) -> Any:
@@ -107,9 +114,9 @@ def all_gather(spec: str, x: Any) -> Any:
     (before,), after = _arrow("all_gather", spec, 1)
     _same_dims("all_gather", spec, before, after)
     gathers = [
-        (i, _trailing_extra("all_gather", spec, i, b, a, fewer=a, more=b, verb="remove"))
-        for i, (b, a) in enumerate(zip(before.dims, after.dims))
-        if b.sharding != a.sharding
+        (i, _trailing_extra("all_gather", spec, i, b, a, fewer=a_axes, more=b_axes, verb="remove"))
+        for i, (b, a, b_axes, a_axes) in enumerate(zip(before.dims, after.dims, _axes(before), _axes(after)))
+        if b_axes != a_axes
     ]
     _check("all_gather", spec, "operand", before, x)
     for i, axes in gathers:
@@ -124,12 +131,13 @@ def psum_scatter(spec: str, x: Any) -> Any:
     them: ``'B/d L M -> B/d L M/t'``."""
     (before,), after = _arrow("psum_scatter", spec, 1)
     _same_dims("psum_scatter", spec, before, after)
-    changed = [i for i, (b, a) in enumerate(zip(before.dims, after.dims)) if b.sharding != a.sharding]
+    b_axes, a_axes = _axes(before), _axes(after)
+    changed = [i for i in range(len(before.dims)) if b_axes[i] != a_axes[i]]
     if len(changed) != 1:
         raise ShapeSpecError(spec, "shardtypes.ops.psum_scatter: exactly one dim must gain mesh axes")
     (i,) = changed
     b, a = before.dims[i], after.dims[i]
-    added = _trailing_extra("psum_scatter", spec, i, b, a, fewer=b, more=a, verb="gain")
+    added = _trailing_extra("psum_scatter", spec, i, b, a, fewer=b_axes[i], more=a_axes[i], verb="gain")
     _check("psum_scatter", spec, "operand", before, x)
     x = jax.lax.psum_scatter(x, _one_or_tuple(added), scatter_dimension=i, tiled=True)
     _check("psum_scatter", spec, "result", after, x)
@@ -183,7 +191,6 @@ def index_unreduced(spec: str, table: Any, ids: Any) -> Any:
     if not isinstance(spec, str) or spec.count("[") != 1 or spec.count("]") != 1 or not spec.lstrip().startswith("["):
         raise ShapeSpecError(spec, "shardtypes.ops.index_unreduced wants '[V/t] M, B L -> B L M': the table's first dim in brackets")
     (table_spec, ids_spec), output = _arrow("index_unreduced", text, 2)
-    indexed = table_spec.dims[0]
     expected = [str(d) for d in ids_spec.dims] + [str(d) for d in table_spec.dims[1:]]
     if [str(d) for d in output.dims] != expected:
         raise ShapeSpecError(
@@ -194,7 +201,7 @@ def index_unreduced(spec: str, table: Any, ids: Any) -> Any:
     _check("index_unreduced", spec, "ids", ids_spec, ids)
     rows = table.shape[0]
     start = 0
-    for axis in indexed.sharding:  # the block this device holds, major axis first
+    for axis in _axes(table_spec)[0]:  # the block this device holds, major axis first
         start = start * jax.lax.axis_size(axis) + jax.lax.axis_index(axis)
     start = start * rows
     local = ids - start
