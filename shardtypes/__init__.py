@@ -9,6 +9,14 @@
 See ``shardtypes._shape`` for the annotation language.
 """
 
+from ._auto import (
+    ShardingProblem as ShardingProblem,
+    auto_partition_spec as auto_partition_spec,
+    auto_partition_specs as auto_partition_specs,
+    convert_specs as convert_specs,
+    partition_specs_for_budget as partition_specs_for_budget,
+    validate_shardings as validate_shardings,
+)
 from ._config import config as config
 from ._dims import Scope as Scope, dims as dims, scope as scope
 from ._dtypes import (

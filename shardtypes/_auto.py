@@ -242,7 +242,8 @@ def auto_partition_specs(
 def _place(sizes: tuple[int | None, ...], chosen: Sequence[_Unit]) -> list[list[_Unit]] | None:
     """Puts every unit of ``chosen`` on a dim that it divides (several may share one dim), or
     None if no placement exists. Units go, in priority order, to the dim with the largest
-    remaining local size first (ties: the dim with fewer units); backtracking makes the search exhaustive."""
+    remaining local size first (ties: the dim with fewer units); backtracking makes the search
+    exhaustive."""
     rest = [s for s in sizes]
     per_dim: list[list[_Unit]] = [[] for _ in sizes]
 

@@ -416,3 +416,13 @@ def test_budget_result_fits_or_raises(case, budget):
         return
     assert math.prod(shape) * 4 // parallelism(spec, mesh) <= budget
     assert [p for p in validate_shardings(x, spec, mesh) if p.kind != "large_replicated"] == []
+
+
+def test_symbolic_dims_are_never_sharded():
+    mesh = AbstractMesh((4, 2), ("d", "t"))
+    (b,) = jax.export.symbolic_shape("b")
+    x = S((b, 16), jnp.float32)
+    assert auto_partition_spec(x, mesh) == P(None, "d")
+    assert validate_shardings(x, P("d", "t"), mesh) == []
+    with pytest.raises(ValueError, match=r"symbolic shape \(b, 16\)"):
+        partition_specs_for_budget(x, 16, mesh)
