@@ -71,6 +71,14 @@ from ._specs import (
 from ._trees import Array as Array, pytree_dataclass as pytree_dataclass
 from dataclasses import field as field
 
+from ._verify import (
+    PlanReport as PlanReport,
+    Problem as Problem,
+    VerifyReport as VerifyReport,
+    plan as plan,
+    verify as verify,
+)
+
 from . import ops as ops
 from ._decorator import typechecked as typechecked
 from ._typeguard import (

@@ -95,12 +95,28 @@ def check_with_plan(value: Any, plan: Plan, role: str, func: str, origin: str) -
             new = check_value(value, plan.dtype_cls, plan.spec, table,
                               lambda: f"{origin}, annotated {plan.text}")
         except Mismatch as m:
-            raise TypeCheckError(
+            error = TypeCheckError(
                 f"{role} ({_qualified(value)}) of {func}() is not {plan.text}: {m.problem}"
                 f"{_found(value, m)}"
-            ) from None
+            )
+            if _collect(error):
+                return
+            raise error from None
     if new:
         _TABLE.set(table.bind(new, origin))
+
+
+# While shardtypes.verify runs a function, failed checks are collected here instead of raised,
+# so that one run reports every problem it can reach.
+COLLECTED: contextvars.ContextVar[list | None] = contextvars.ContextVar("shardtypes.collected", default=None)
+
+
+def _collect(error: TypeCheckError) -> bool:
+    problems = COLLECTED.get()
+    if problems is None:
+        return False
+    problems.append(error)
+    return True
 
 
 def _found(value: Any, m: Mismatch) -> str:
@@ -223,8 +239,20 @@ def _check_annotation(value: Any, origin: type, args: tuple, memo: TypeCheckMemo
                               lambda: f"{_origin_phrase()}, annotated {plan.text}")
         except Mismatch as m:
             role, func, kind = _role()
+            core = f"is not {plan.text}: {m.problem}{_found(value, m)}"
+            if COLLECTED.get() is not None:
+                # No typeguard frame will add the argument to this message: say it all here.
+                fields = _FIELD_PATH.get()
+                where = role
+                if fields:
+                    root = role[len('argument "'):-1] if role.startswith('argument "') else ""
+                    where = f"{role} of {func}(): {root}.{'.'.join(fields)}" if func else f".{'.'.join(fields)}"
+                elif func:
+                    where = f"{role} of {func}()"
+                _collect(TypeCheckError(f"{where} {core}"))
+                return
             prefix = f"of {func}() " if func and kind != "check_type" else ""
-            raise TypeCheckError(f"{prefix}is not {plan.text}: {m.problem}{_found(value, m)}") from None
+            raise TypeCheckError(f"{prefix}{core}") from None
     if new:
         _set_table(memo, table.bind(new, _origin_phrase()), scoped)
 

@@ -1,0 +1,455 @@
+"""Static verification and plan reports: check a sharding plan for thousands of devices on a
+laptop.
+
+``verify(fn, {'d': 64, 't': 64}, dims={'d_model': 8192})`` builds abstract inputs from ``fn``'s
+annotations (``make_shape_dtype_structs`` over an ``AbstractMesh``; dims not given are symbolic),
+evaluates ``fn`` with ``jax.eval_shape`` with every check on, and reports every problem it meets:
+a shape, dtype or sharding that differs from an annotation (in nested checked calls, in
+``typed_shard_map`` kernels and typed collectives too), JAX's own errors (an ambiguous sharding
+on Explicit axes, a shape error), and dims that cannot divide their mesh axes for the sizes given.
+Nothing is compiled and no device is touched.
+
+``plan(annotation, mesh, dims)`` is the memory side: one row per array with its layout and bytes
+per device, totals, the fraction of memory holding replicated copies, and warnings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import json
+import math
+import typing
+from typing import Any, Callable, Mapping
+
+import jax
+import numpy as np
+from jax.sharding import AbstractMesh, AxisType, NamedSharding
+from typeguard import TypeCheckError
+
+from ._decorator import typechecked
+from ._dims import Scope
+from ._rules import AxisRulesError
+from ._shape import BROADCAST, NAMED, VARIADIC
+from ._specs import _dim_size, _Leaf, _partition_spec, _walk, make_shape_dtype_structs
+from ._typeguard import COLLECTED
+
+__all__ = ["verify", "plan", "VerifyReport", "Problem", "PlanReport", "PlanRow", "abstract_mesh"]
+
+
+def abstract_mesh(mesh: Any, axis_types: Any = AxisType.Explicit) -> Any:
+    """``mesh`` as an abstract mesh: a Mesh or AbstractMesh as it is, or a mapping such as
+    ``{'d': 64, 't': 64}`` (Explicit axes unless ``axis_types`` says otherwise)."""
+    if isinstance(mesh, (AbstractMesh, jax.sharding.Mesh)):
+        return mesh
+    if isinstance(mesh, Mapping):
+        if not mesh or not all(isinstance(k, str) and isinstance(v, int) and v > 0 for k, v in mesh.items()):
+            raise ValueError(f"a mesh mapping is axis name -> positive size, as {{'d': 64, 't': 64}}; got {mesh!r}")
+        types = axis_types if isinstance(axis_types, tuple) else (axis_types,) * len(mesh)
+        return AbstractMesh(tuple(mesh.values()), tuple(mesh.keys()), axis_types=types)
+    raise TypeError(f"mesh must be a Mesh, an AbstractMesh or a mapping of axis sizes, got {mesh!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# verify
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One problem ``verify`` found: ``kind`` is 'check' (an annotation not met), 'jax' (an
+    error JAX raised while evaluating), 'dims' (sizes that cannot be laid out) or 'setup'."""
+
+    kind: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyReport:
+    """What ``verify`` found. ``ok`` is True when there are no problems."""
+
+    function: str
+    mesh: Mapping[str, int]
+    dims: Mapping[str, Any]
+    problems: tuple[Problem, ...]
+    outputs: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def __str__(self) -> str:
+        mesh = " x ".join(f"{k}={v}" for k, v in self.mesh.items())
+        devices = math.prod(self.mesh.values())
+        dims = ", ".join(f"{k}={v}" for k, v in self.dims.items()) or "none"
+        head = f"verify {self.function} on a {mesh} mesh ({devices:,} devices), dims {dims}"
+        if self.ok:
+            return f"{head}: ok, no problems"
+        lines = [f"{head}: {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''}"]
+        for i, p in enumerate(self.problems, 1):
+            lines.append(f"  {i}. [{p.kind}] {p.message}")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "function": self.function, "mesh": dict(self.mesh),
+            "dims": {k: str(v) for k, v in self.dims.items()}, "ok": self.ok,
+            "problems": [{"kind": p.kind, "message": p.message} for p in self.problems],
+        }, indent=2)
+
+
+class VerificationError(TypeCheckError):
+    """``verify(..., raise_on_error=True)`` found problems; ``report`` has them all."""
+
+    def __init__(self, report: VerifyReport):
+        super().__init__(str(report))
+        self.report = report
+
+
+def _names_and_multiples(annotations: list, mesh: Any) -> tuple[dict[str, int], set[str]]:
+    """Every dim name the annotations use, with the product of mesh axis sizes each plain named
+    dim is sharded over (lcm across uses), and the names of variadic ``*name`` dims."""
+    sizes = dict(mesh.shape)
+    multiples: dict[str, int] = {}
+    variadic: set[str] = set()
+
+    def leaf(leaf: _Leaf) -> None:
+        spec = leaf.spec
+        try:
+            pspec = _partition_spec(leaf, None if spec.variadic_index is not None else len(spec.dims), sizes)
+        except (ValueError, AxisRulesError):
+            pspec = None
+        for i, dim in enumerate(spec.dims):
+            if dim.kind == VARIADIC:
+                variadic.add(dim.name)
+                continue
+            for name in dim.names:
+                multiples.setdefault(name, 1)
+            if dim.kind in (NAMED, BROADCAST) and pspec is not None and spec.variadic_index is None and i < len(pspec):
+                entry = pspec[i]
+                axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+                parts = math.prod(sizes.get(a, 1) for a in axes)
+                multiples[dim.name] = math.lcm(multiples[dim.name], parts)
+
+    for annotation in annotations:
+        try:
+            _walk(annotation, leaf)
+        except TypeError:
+            pass  # not an array tree: a static parameter
+    return multiples, variadic
+
+
+def verify(
+    fn: Callable,
+    mesh: Any,
+    dims: Mapping[str, Any] | None = None,
+    *,
+    static: Mapping[str, Any] | None = None,
+    raise_on_error: bool = False,
+) -> VerifyReport:
+    """Checks ``fn`` abstractly on ``mesh`` (an AbstractMesh, or a mapping such as
+    ``{'d': 64, 't': 64}`` for Explicit axes) and returns a report of every problem found.
+
+    Inputs come from ``fn``'s annotations; sizes from ``dims``, symbolic for the names it does not
+    give (a multiple of the mesh axes that shard them). Parameters that are not arrays are given
+    in ``static``. ``raise_on_error=True`` raises a VerificationError (a TypeCheckError) instead.
+
+    >>> report = verify(train_step, {'d': 64, 't': 64}, dims={'embed': 8192, 'layers': 80})  # doctest: +SKIP
+    >>> report.ok, report.problems                                                          # doctest: +SKIP
+    """
+    mesh = abstract_mesh(mesh)
+    dims = dict(dims or {})
+    static = dict(static or {})
+    target = inspect.unwrap(fn)
+    name = getattr(target, "__qualname__", repr(fn))
+    problems: list[Problem] = []
+    report_dims: dict[str, Any] = dict(dims)
+
+    def finish(outputs: Any = None) -> VerifyReport:
+        report = VerifyReport(name, dict(mesh.shape), report_dims, tuple(problems), outputs)
+        if raise_on_error and problems:
+            raise VerificationError(report)
+        return report
+
+    try:
+        hints = typing.get_type_hints(target, include_extras=True)
+    except Exception as e:
+        problems.append(Problem("setup", f"cannot resolve the annotations of {name}(): {type(e).__name__}: {e}"))
+        return finish()
+    signature = inspect.signature(target)
+    unknown = sorted(set(static) - set(signature.parameters))
+    if unknown:
+        problems.append(Problem("setup", f"static values given for {unknown}, which {name}() does not take"))
+
+    array_params = {}
+    for p in signature.parameters.values():
+        if p.name in static:
+            continue
+        annotation = hints.get(p.name)
+        if annotation is None:
+            if p.default is inspect.Parameter.empty:
+                problems.append(Problem("setup", f'argument "{p.name}" of {name}() has no annotation: give it in static={{...}}'))
+            continue
+        array_params[p.name] = annotation
+    returns = hints.get("return")
+
+    multiples, variadic = _names_and_multiples(list(array_params.values()) + ([returns] if returns is not None else []), mesh)
+    missing_variadic = sorted(n for n in variadic if n not in dims)
+    if missing_variadic:
+        problems.append(Problem("setup", f"dims {missing_variadic} stand for several dims ('*name'): give each as a tuple in dims"))
+    symbolic = sorted(n for n in multiples if n not in dims and n not in variadic)
+    sizes: dict[str, Any] = dict(dims)
+    if symbolic:
+        symbols = jax.export.symbolic_shape(",".join(symbolic))
+        for n, sym in zip(symbolic, symbols):
+            sizes[n] = multiples[n] * sym if multiples[n] > 1 else sym
+            report_dims[n] = sizes[n]
+
+    args: dict[str, Any] = {}
+    for pname, annotation in array_params.items():
+        try:
+            args[pname] = make_shape_dtype_structs(annotation, sizes, mesh)
+        except TypeError:
+            p = signature.parameters[pname]
+            if p.default is inspect.Parameter.empty:
+                problems.append(Problem("setup", f'argument "{pname}" of {name}() is annotated {annotation!r}, which is not an array tree: give it in static={{...}}'))
+        except ValueError as e:
+            problems.append(Problem("dims", f'argument "{pname}" of {name}(): {e}'))
+    if problems:
+        return finish()
+
+    checked = typechecked(fn) if not getattr(fn, "__shardtypes_checked__", False) else fn
+    collected: list = []
+    token = COLLECTED.set(collected)
+    outputs = None
+    try:
+        with jax.sharding.use_abstract_mesh(mesh):
+            try:
+                outputs = jax.eval_shape(functools.partial(checked, **static), **args)
+            except TypeCheckError as e:
+                collected.append(e)
+            except Exception as e:  # JAX's own errors: shapes, ambiguous shardings, ...
+                problems.append(Problem("jax", f"{name}() fails under jax.eval_shape{_user_frame(e)}: "
+                                                 f"{type(e).__name__}: {_first_lines(e)}"))
+            if outputs is not None and returns is not None:
+                with Scope(**{k: v for k, v in sizes.items()}):
+                    try:
+                        _check_outputs(outputs, returns, name)
+                    except TypeCheckError as e:
+                        collected.append(e)
+    finally:
+        COLLECTED.reset(token)
+    problems[:0] = [Problem("check", str(e)) for e in collected]
+    return finish(outputs)
+
+
+def _check_outputs(outputs: Any, returns: Any, name: str) -> None:
+    import typeguard
+
+    try:
+        typeguard.check_type(outputs, returns)
+    except TypeCheckError as e:
+        raise TypeCheckError(f"the return value of {name}(): {e}") from None
+
+
+def _user_frame(e: BaseException) -> str:
+    """`` at file:line (function)`` of the innermost frame outside JAX and shardtypes."""
+    import os
+    import traceback
+
+    skip = (os.path.dirname(jax.__file__), os.path.dirname(__file__), f"{os.sep}jaxlib{os.sep}",
+            f"{os.sep}typeguard{os.sep}", f"{os.sep}contextlib.py", f"{os.sep}functools.py")
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not any(s in f.filename for s in skip)]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" at {os.path.basename(f.filename)}:{f.lineno} ({f.name}: {(f.line or '').strip()})"
+
+
+def _first_lines(e: Exception, n: int = 3) -> str:
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    return " ".join(lines[:n])
+
+
+# ---------------------------------------------------------------------------------------------
+# plan
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRow:
+    path: str
+    annotation: str
+    dtype: str
+    shape: tuple
+    spec: str
+    device_shape: tuple
+    bytes_per_device: int
+    replicas: int
+    global_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanReport:
+    """Per-array layout and memory of an annotation tree on a mesh (see ``plan``)."""
+
+    mesh: Mapping[str, int]
+    rows: tuple[PlanRow, ...]
+    warnings: tuple[str, ...]
+    errors: tuple[str, ...]
+
+    @property
+    def devices(self) -> int:
+        return math.prod(self.mesh.values())
+
+    @property
+    def bytes_per_device(self) -> int:
+        return sum(r.bytes_per_device for r in self.rows)
+
+    @property
+    def global_bytes(self) -> int:
+        return sum(r.global_bytes for r in self.rows)
+
+    @property
+    def replicated_fraction(self) -> float:
+        """The fraction of all device memory the tree takes that holds duplicate copies."""
+        held = self.bytes_per_device * self.devices
+        return 0.0 if held == 0 else max(0.0, 1.0 - self.global_bytes / held)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def __str__(self) -> str:
+        headers = ("path", "annotation", "dtype", "shape", "PartitionSpec", "per device", "bytes/device")
+        table = [headers] + [
+            (r.path, r.annotation, r.dtype, _fmt_shape(r.shape), r.spec, _fmt_shape(r.device_shape),
+             _fmt_bytes(r.bytes_per_device))
+            for r in self.rows
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+        lines = ["  ".join(c.ljust(w) if i < 6 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+                 for row in table]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        mesh = " x ".join(f"{k}={v}" for k, v in self.mesh.items())
+        lines.append("")
+        lines.append(f"{len(self.rows)} arrays on a {mesh} mesh ({self.devices:,} devices): "
+                     f"{_fmt_bytes(self.bytes_per_device)} per device, {_fmt_bytes(self.global_bytes)} in all; "
+                     f"{self.replicated_fraction:.1%} of the memory they take holds replicated copies")
+        for w in self.warnings:
+            lines.append(f"warning: {w}")
+        for e in self.errors:
+            lines.append(f"error: {e}")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "mesh": dict(self.mesh), "devices": self.devices,
+            "bytes_per_device": self.bytes_per_device, "global_bytes": self.global_bytes,
+            "replicated_fraction": self.replicated_fraction,
+            "rows": [dict(dataclasses.asdict(r), shape=list(map(str, r.shape)),
+                          device_shape=list(map(str, r.device_shape))) for r in self.rows],
+            "warnings": list(self.warnings), "errors": list(self.errors), "ok": self.ok,
+        }, indent=2)
+
+
+def _fmt_shape(shape: tuple) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def plan(
+    annotation: Any,
+    mesh: Any,
+    dims: Mapping[str, Any] | None = None,
+    *,
+    large_replicated_bytes: int = 64 * 2**20,
+) -> PlanReport:
+    """One row per array of ``annotation`` (an annotation tree, or a tree of arrays or
+    ShapeDtypeStructs with shardings) on ``mesh``: path, annotation, dtype, global shape,
+    PartitionSpec, per-device shape and bytes. Dims that do not divide their axes are errors
+    (the array would be padded); large replicated arrays and padding waste are warnings.
+
+    >>> print(plan(Array['layers', Layer], {'d': 64, 't': 64}, {'layers': 80, 'embed': 8192, 'hidden': 28672}))  # doctest: +SKIP
+    """
+    mesh = abstract_mesh(mesh)
+    dims = dict(dims or {})
+    mesh_sizes = dict(mesh.shape)
+    devices = math.prod(mesh_sizes.values())
+    rows: list[PlanRow] = []
+    warnings: list[str] = []
+    errors: list[str] = []
+
+    def add(path: str, text: str, dtype: Any, shape: tuple, spec) -> None:
+        itemsize = np.dtype(dtype).itemsize
+        device_shape = []
+        parts_total = 1
+        for i, size in enumerate(shape):
+            entry = spec[i] if i < len(spec) else None
+            axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+            parts = math.prod(mesh_sizes[a] for a in axes)
+            parts_total *= parts
+            local = -(-size // parts)
+            if size % parts:
+                errors.append(f"{path} ({text}): dim {i} of size {size} does not divide over {axes} "
+                              f"({parts} devices); it would be padded to {local * parts}")
+            device_shape.append(local)
+        per_device = int(math.prod(device_shape)) * itemsize
+        global_bytes = int(math.prod(shape)) * itemsize
+        replicas = devices // parts_total
+        if replicas == devices and per_device > large_replicated_bytes and devices > 1:
+            warnings.append(f"{path} ({text}) is replicated on all {devices:,} devices: "
+                            f"{_fmt_bytes(per_device)} on each")
+        padded = per_device * parts_total - global_bytes
+        if padded > 0:
+            warnings.append(f"{path} ({text}): {_fmt_bytes(padded)} of padding across its shards")
+        rows.append(PlanRow(path, text, np.dtype(dtype).name, tuple(shape), str(spec), tuple(device_shape),
+                            per_device, replicas, global_bytes))
+
+    if _is_value_tree(annotation):
+        for path, leaf in jax.tree_util.tree_flatten_with_path(annotation)[0]:
+            sharding = getattr(leaf, "sharding", None)
+            spec = sharding.spec if isinstance(sharding, NamedSharding) else jax.sharding.PartitionSpec()
+            add(jax.tree_util.keystr(path), "-", leaf.dtype, tuple(leaf.shape), spec)
+    else:
+        def leaf(leaf: _Leaf) -> None:
+            where = leaf.path or "the annotation"
+            if leaf.dtype_cls.dtype is None:
+                errors.append(f"{where} ({leaf.text}): {leaf.dtype_cls.__name__} is a category; plan needs a dtype")
+                return
+            try:
+                shape = []
+                for i, dim in enumerate(leaf.spec.dims):
+                    if dim.kind == VARIADIC:
+                        shape.extend(dims[dim.name])
+                    else:
+                        shape.append(_dim_size(dim, dims, leaf, i, required=True))
+                known = tuple(shape) if leaf.spec.variadic_index is None else None
+                spec = _partition_spec(leaf, len(shape), mesh_sizes, known)
+            except (ValueError, KeyError) as e:
+                errors.append(str(e) if isinstance(e, ValueError) else f"{where} ({leaf.text}): dims has no {e}")
+                return
+            missing = [a for entry in spec if entry is not None
+                       for a in ((entry,) if isinstance(entry, str) else entry) if a not in mesh_sizes]
+            if missing:
+                errors.append(f"{where} ({leaf.text}): mesh axis {missing[0]!r} is not in the mesh (axes: {tuple(mesh_sizes)})")
+                return
+            add(where, leaf.text, leaf.dtype_cls.dtype, tuple(shape), spec)
+
+        _walk(annotation, leaf)
+    return PlanReport(mesh_sizes, tuple(rows), tuple(warnings), tuple(errors))
+
+
+def _is_value_tree(tree: Any) -> bool:
+    leaves = jax.tree.leaves(tree)
+    return bool(leaves) and all(hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves) and not isinstance(tree, type)
+
