@@ -50,6 +50,13 @@ from ._dtypes import (
     u32 as u32,
     u64 as u64,
 )
+from ._hosts import (
+    DataLayout as DataLayout,
+    data_layout as data_layout,
+    default_mesh as default_mesh,
+    hybrid_mesh as hybrid_mesh,
+    make_global_array as make_global_array,
+)
 from ._rules import (
     AxisRules as AxisRules,
     AxisRulesError as AxisRulesError,

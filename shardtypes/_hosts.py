@@ -38,7 +38,7 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 from jax.experimental import mesh_utils
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AxisType, Mesh, NamedSharding
 
 from ._dims import Scope
 from ._dtypes import number
@@ -395,8 +395,8 @@ def _advice(sharding: NamedSharding, dim: int, process_of: Callable[[Any], int])
     if order != axes:
         return (
             where + f"{tuple(spanning)} span processes: list those first, sharding the dim "
-            f"over {order} (e.g. b'batch/{'/'.join(order)}' for the batch), so that each "
-            "process's devices take one contiguous run of it"
+            f"over {order} (b'batch/{'/'.join(order)}' with mesh axes in the annotation; with "
+            "logical axes, in the rule), so that each process's devices take one contiguous run"
         )
     return (
         where + "the devices of one process are spread along them: build the mesh with "
@@ -410,13 +410,13 @@ def _layout(
     process_of: Callable[[Any], int],
     this: int,
     text: str,
+    what: str = "data_layout",
 ) -> DataLayout:
     """The layout from the sharding's device-to-index map, grouped by ``process_of(device)``.
 
     Every process computes the same answer for every process, so a layout no process can load
     is an error on all of them alike (none is left waiting in a collective for the others).
     """
-    what = "data_layout"
     blocks: dict[int, set[tuple[tuple[int, int], ...]]] = collections.defaultdict(set)
     for device, index in sharding.devices_indices_map(shape).items():
         blocks[process_of(device)].add(tuple(_bounds(s, n) for s, n in zip(index, shape)))
@@ -488,7 +488,7 @@ def make_global_array(
     """
     what = "make_global_array"
     sharding, shape = _sharding(annotation, global_shape, mesh, what)
-    layout = _layout(sharding, shape, lambda d: d.process_index, jax.process_index(), _text(annotation))
+    layout = _layout(sharding, shape, lambda d: d.process_index, jax.process_index(), _text(annotation), what)
     found = tuple(np.shape(local_data))
     if found != layout.local_shape:
         processes = len({d.process_index for d in sharding.mesh.devices.flat})

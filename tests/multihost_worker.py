@@ -5,7 +5,9 @@
 Each process has 4 CPU devices. For each scenario it computes its DataLayout, loads ITS part of a
 deterministic global dataset (np.arange), builds the global array with make_global_array, passes
 it to @typechecked functions (eagerly and under jit) and runs a jitted reduction. It prints one
-JSON object per line: {"scenario": ..., ...}; {"init_error": ...} if jax.distributed cannot start.
+JSON object per line: {"initialized": true} once jax.distributed has started, then
+{"scenario": ..., ...} per scenario; {"init_error": ...} if jax.distributed.initialize raises
+(where it cannot reach the coordinator, JAX aborts the process instead).
 """
 
 import json
@@ -29,17 +31,18 @@ try:
         coordinator_address=f"127.0.0.1:{port}",
         num_processes=num_processes,
         process_id=process_id,
-        initialization_timeout=20,
+        initialization_timeout=15,
     )
-except Exception as e:  # the test skips on this, and only on this
+except Exception as e:  # the test skips on this (or on dying here, as JAX does when it cannot connect)
     emit(init_error=f"{type(e).__name__}: {e}")
     sys.exit(3)
+emit(initialized=True, process=process_id)
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import shardtypes  # noqa: E402
-from shardtypes import typechecked, u32  # noqa: E402
+from shardtypes import AxisRules, axis_rules, typechecked, u32  # noqa: E402
 from shardtypes._hosts import data_layout, default_mesh, hybrid_mesh, make_global_array  # noqa: E402
 
 
@@ -106,6 +109,9 @@ def run(name, annotation, shape, mesh):
 run("batch_over_data", u32[b"batch/data len"], (16, 4), default_mesh())
 # Batch over two axes: (replica=2 processes, data=4 local, model=1).
 run("batch_over_two_axes", u32[b"batch/replica/data len"], (16, 4), default_mesh(("replica", "data", "model")))
+# The issue's annotation, with 'dp' a logical axis: the layout follows the active rules.
+with axis_rules(AxisRules([("dp", ("replica", "data"))])):
+    run("logical_dp", u32[b"batch/dp len"], (16, 4), default_mesh(("replica", "data", "model")))
 # Batch sharded only inside each process, replicated across them: both load all rows.
 run("replicated_batch", u32[b"batch/model len"], (8, 4), hybrid_mesh((1, 4), (2, 1), ("data", "model")))
 # The model axis spans both processes: same rows everywhere, each process its own columns.
