@@ -147,8 +147,10 @@ def _partition_spec(leaf: _Leaf, ndim: int | None = None, mesh_sizes: Mapping[st
             leaf.spec.partition_spec(None)  # a variadic before sharded dims needs a rank: say so
             ndim = len(leaf.spec.dims) - (leaf.spec.variadic_index is not None)
         axes = rules_layout(leaf.spec, ndim, mesh_sizes, shape)
-    except ValueError as e:
-        raise type(e)(f"{where} ({leaf.text}): {e}") from None
+    except AxisRulesError as e:
+        raise AxisRulesError(f"{where} ({leaf.text}): {e}") from None
+    except ValueError as e:  # ShapeSpecError: a variadic dim before sharded ones
+        raise ValueError(f"{where} ({leaf.text}): {e}") from None
     return PartitionSpec(*(None if not a else a[0] if len(a) == 1 else a for a in axes))
 
 
