@@ -1,25 +1,34 @@
-"""A sharded decoder-only transformer, trained, with every array's layout in its type.
+"""A sharded decoder-only transformer, trained and then decoded, with every array's layout in its type.
 
     python examples/transformer.py           # Explicit mesh axes (jax.make_mesh's default)
     python examples/transformer.py --auto    # Auto mesh axes
 
 The model: token embedding, RMSNorm, causal multi-head attention with RoPE, a SwiGLU MLP and an
-unembedding, on a (d=4, t=2) mesh of 8 simulated CPU devices. Mesh axis ``d`` carries FSDP (the
-batch, and one dim of every weight), axis ``t`` tensor parallelism (heads, MLP hidden units,
-vocabulary). Each weight is a field of a pytree dataclass annotated with its dtype, dims and
-sharding, and that annotation is the only place its layout is written: the initialiser, the
-``shard_map`` specs of the training step, the memory table and the checks at call time all derive
-from it.
+unembedding, on a (d=4, t=2) mesh of 8 simulated CPU devices. Each weight is a field of a pytree
+dataclass annotated with its dtype, dims and sharding, and that annotation is the only place its
+layout is written: the initialiser, the ``shard_map`` specs, the memory table and the checks at
+call time all derive from it.
+
+The names after ``/`` are *logical* axes, and one rule set, ``RULES``, maps them onto the mesh:
+
+- ``dp``, the batch's axis, and ``fsdp``, one dim of every weight, are mesh axis ``d`` in
+  training (data parallelism with FSDP);
+- ``tp``, the heads, the MLP's hidden units, the vocabulary and the residual stream's embed
+  dim, is mesh axis ``t`` (tensor parallelism);
+- in ``decode`` mode, a couple of prompts are replicated (``dp -> None``) and the weights are
+  gathered once for serving instead of at every layer (``fsdp -> None``).
 
 The training step is one jitted ``typed_shard_map`` kernel in the style of seqax: inside it every
-array is a local block, each weight is all-gathered over ``d`` just before its layer uses it,
-matmuls are local (``einsum_unreduced``) and partial sums are reduced over ``t``
+array is a local block, each weight is all-gathered over its ``fsdp`` axes just before its layer
+uses it, matmuls are local (``einsum_unreduced``) and partial sums are reduced over ``tp``
 (``psum_scatter``). ``jax.value_and_grad`` of the loss runs inside the kernel; the gradient of an
 ``all_gather`` over ``d`` is a ``psum_scatter`` over ``d``, so each gradient comes back with its
 weight's own layout (checked) and the Adam update needs no communication.
 
-It trains on a synthetic repeating sequence, prints the loss falling, a table of every parameter's
-layout and per-device bytes, and finally makes a deliberate mistake.
+After training on a synthetic repeating sequence, it greedily decodes a continuation with the
+same model code and the same annotations under the decode rules: there the ``fsdp`` gathers have
+nothing to gather, and the batch is replicated. It prints the rules, the loss falling, a table of
+every parameter's layout in both modes, the decoded tokens, and finally makes a deliberate mistake.
 """
 
 import argparse
@@ -39,8 +48,12 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E4
 
 from shardtypes import (  # noqa: E402
     Array,
+    AxisRules,
+    AxisRulesError,
     TypeCheckError,
+    axis_rules,
     dims,
+    explain,
     f32,
     i32,
     is_fully_sharded,
@@ -53,7 +66,24 @@ from shardtypes import (  # noqa: E402
     typed_shard_map,
 )
 
-# Sizes. Each sharded dim divides its mesh axes: embed/t/d = 32/8, heads/t = 4/2, batch/d = 8/4.
+# Logical axis -> mesh axes. Training (no mode) is FSDP over d and tensor parallelism over t; the
+# decode mode overrides the names it mentions.
+RULES = AxisRules(
+    [
+        ("dp", "d"),  # the batch
+        ("fsdp", "d"),  # one dim of every weight, gathered just before use
+        ("tp", "t"),  # heads, MLP hidden units, vocabulary, the residual stream's embed dim
+    ],
+    modes={
+        "decode": [
+            ("dp", None),  # a couple of prompts: replicated
+            ("fsdp", None),  # serving: weights gathered once, not at every layer of every token
+        ],
+    },
+    name="transformer",
+)
+
+# Sizes. Each sharded dim divides its mesh axes: embed/tp/fsdp = 32/8, heads/tp = 4/2, batch/dp = 8/4.
 DIMS = {
     "vocab": 64,
     "embed": 32,
@@ -68,6 +98,7 @@ LEARNING_RATE = 1e-2
 ADAM_B1, ADAM_B2, ADAM_EPS = 0.9, 0.95, 1e-8
 MAX_GRAD_NORM = 1.0
 PATTERN_LENGTH = 12  # the period of the synthetic token sequence
+PROMPTS, DECODE_TOKENS = 2, 8  # greedy decoding: this many prompts, this many new tokens each
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,23 +107,23 @@ PATTERN_LENGTH = 12  # the period of the synthetic token sequence
 
 @pytree_dataclass
 class Layer:
-    ln1: f32[b"embed/t/d"]  # small vectors are split over both axes: fully sharded
-    w_q: f32[b"embed/d heads/t head_dim"]
-    w_k: f32[b"embed/d heads/t head_dim"]
-    w_v: f32[b"embed/d heads/t head_dim"]
-    w_o: f32[b"heads/t head_dim embed/d"]
-    ln2: f32[b"embed/t/d"]
-    w_gate: f32[b"embed/d hidden/t"]
-    w_up: f32[b"embed/d hidden/t"]
-    w_down: f32[b"hidden/t embed/d"]
+    ln1: f32[b"embed/tp/fsdp"]  # small vectors are split over both axes: fully sharded
+    w_q: f32[b"embed/fsdp heads/tp head_dim"]
+    w_k: f32[b"embed/fsdp heads/tp head_dim"]
+    w_v: f32[b"embed/fsdp heads/tp head_dim"]
+    w_o: f32[b"heads/tp head_dim embed/fsdp"]
+    ln2: f32[b"embed/tp/fsdp"]
+    w_gate: f32[b"embed/fsdp hidden/tp"]
+    w_up: f32[b"embed/fsdp hidden/tp"]
+    w_down: f32[b"hidden/tp embed/fsdp"]
 
 
 @pytree_dataclass
 class Weights:
-    embed: f32[b"vocab/t embed/d"]
+    embed: f32[b"vocab/tp embed/fsdp"]
     layers: Array["layers", Layer]  # every Layer field with a leading 'layers' dim, for lax.scan
-    ln_f: f32[b"embed/t/d"]
-    unembed: f32[b"vocab/t embed/d"]
+    ln_f: f32[b"embed/tp/fsdp"]
+    unembed: f32[b"vocab/tp embed/fsdp"]
 
 
 @pytree_dataclass
@@ -105,8 +136,8 @@ class State:
 
 @pytree_dataclass
 class Batch:
-    inputs: i32[b"batch/d seq"]
-    targets: i32[b"batch/d seq"]
+    inputs: i32[b"batch/dp seq"]
+    targets: i32[b"batch/dp seq"]
 
 
 @pytree_dataclass
@@ -121,13 +152,18 @@ class Rope:
     cos: f32[b"seq head_dim//2"]
 
 
+RESIDUAL = f32[b"batch/dp seq embed/tp"]  # the residual stream between layers (shown in the report)
+
+
 # ---------------------------------------------------------------------------------------------
-# The model, as shard_map code. Inside the kernel each array is this device's block; annotations
-# still speak in global sizes, and shardtypes checks local size x mesh axes against them.
+# The model, as shard_map code. Inside a kernel each array is this device's block; annotations
+# still speak in global sizes, and shardtypes checks local size x mesh axes against them. The
+# same code runs under the train and the decode rules: where the rules put no mesh axis on a
+# logical one, its gathers and scatters have nothing to do.
 
 
 @typechecked
-def rms_norm(x: f32[b"batch/d seq embed"], scale: f32[b"embed"]) -> f32[b"batch/d seq embed"]:
+def rms_norm(x: f32[b"batch/dp seq embed"], scale: f32[b"embed"]) -> f32[b"batch/dp seq embed"]:
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * scale
 
 
@@ -142,111 +178,124 @@ def make_rope() -> Rope:
 
 @typechecked
 def apply_rope(
-    x: f32[b"batch/d seq heads/t head_dim"], rope: Rope
-) -> f32[b"batch/d seq heads/t head_dim"]:
+    x: f32[b"batch/dp seq heads/tp head_dim"], rope: Rope
+) -> f32[b"batch/dp seq heads/tp head_dim"]:
     x1, x2 = jnp.split(x, 2, axis=-1)
     sin, cos = rope.sin[None, :, None, :], rope.cos[None, :, None, :]
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
 @typechecked
-def attention(nx: f32[b"batch/d seq embed"], layer: Layer, rope: Rope) -> f32[b"batch/d seq embed/t"]:
-    # FSDP: gather each weight over d just before use; its heads stay split over t.
-    w_q = ops.all_gather("embed/d heads/t head_dim -> embed heads/t head_dim", layer.w_q)
-    w_k = ops.all_gather("embed/d heads/t head_dim -> embed heads/t head_dim", layer.w_k)
-    w_v = ops.all_gather("embed/d heads/t head_dim -> embed heads/t head_dim", layer.w_v)
-    project = "batch/d seq embed, embed heads/t head_dim -> batch/d seq heads/t head_dim"
+def attention(nx: f32[b"batch/dp seq embed"], layer: Layer, rope: Rope) -> f32[b"batch/dp seq embed/tp"]:
+    # FSDP: gather each weight over its fsdp axes just before use; its heads stay split over tp.
+    w_q = ops.all_gather("embed/fsdp heads/tp head_dim -> embed heads/tp head_dim", layer.w_q)
+    w_k = ops.all_gather("embed/fsdp heads/tp head_dim -> embed heads/tp head_dim", layer.w_k)
+    w_v = ops.all_gather("embed/fsdp heads/tp head_dim -> embed heads/tp head_dim", layer.w_v)
+    project = "batch/dp seq embed, embed heads/tp head_dim -> batch/dp seq heads/tp head_dim"
     q = apply_rope(ops.einsum_unreduced(project, nx, w_q), rope)
     k = apply_rope(ops.einsum_unreduced(project, nx, w_k), rope)
     v = ops.einsum_unreduced(project, nx, w_v)
 
     scores = ops.einsum_unreduced(
-        "batch/d seq heads/t head_dim, batch/d kseq heads/t head_dim -> batch/d heads/t seq kseq", q, k
+        "batch/dp seq heads/tp head_dim, batch/dp kseq heads/tp head_dim -> batch/dp heads/tp seq kseq",
+        q, k,
     ) / math.sqrt(dims()["head_dim"])
     causal = jnp.tril(jnp.ones((dims()["seq"], dims()["kseq"]), dtype=bool))
-    probs: f32[b"batch/d heads/t seq kseq"] = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1)
+    probs: f32[b"batch/dp heads/tp seq kseq"] = jax.nn.softmax(jnp.where(causal, scores, -1e9), axis=-1)
     out = ops.einsum_unreduced(
-        "batch/d heads/t seq kseq, batch/d kseq heads/t head_dim -> batch/d seq heads/t head_dim",
+        "batch/dp heads/tp seq kseq, batch/dp kseq heads/tp head_dim -> batch/dp seq heads/tp head_dim",
         probs, v,
     )
-    w_o = ops.all_gather("heads/t head_dim embed/d -> heads/t head_dim embed", layer.w_o)
+    w_o = ops.all_gather("heads/tp head_dim embed/fsdp -> heads/tp head_dim embed", layer.w_o)
     out = ops.einsum_unreduced(
-        "batch/d seq heads/t head_dim, heads/t head_dim embed -> batch/d seq embed", out, w_o
+        "batch/dp seq heads/tp head_dim, heads/tp head_dim embed -> batch/dp seq embed", out, w_o
     )
-    # The heads were split over t, so each device holds a partial sum: reduce it over t, leaving
-    # the residual stream's embed dim scattered over t.
-    return ops.psum_scatter("batch/d seq embed -> batch/d seq embed/t", out)
+    # The heads were split over tp, so each device holds a partial sum: reduce it over tp,
+    # leaving the residual stream's embed dim scattered over tp.
+    return ops.psum_scatter("batch/dp seq embed -> batch/dp seq embed/tp", out)
 
 
 @typechecked
-def mlp(nx: f32[b"batch/d seq embed"], layer: Layer) -> f32[b"batch/d seq embed/t"]:
-    w_gate = ops.all_gather("embed/d hidden/t -> embed hidden/t", layer.w_gate)
-    w_up = ops.all_gather("embed/d hidden/t -> embed hidden/t", layer.w_up)
-    gate = ops.einsum_unreduced("batch/d seq embed, embed hidden/t -> batch/d seq hidden/t", nx, w_gate)
-    up = ops.einsum_unreduced("batch/d seq embed, embed hidden/t -> batch/d seq hidden/t", nx, w_up)
-    h: f32[b"batch/d seq hidden/t"] = jax.nn.silu(gate) * up  # SwiGLU
-    w_down = ops.all_gather("hidden/t embed/d -> hidden/t embed", layer.w_down)
-    out = ops.einsum_unreduced("batch/d seq hidden/t, hidden/t embed -> batch/d seq embed", h, w_down)
-    return ops.psum_scatter("batch/d seq embed -> batch/d seq embed/t", out)
+def mlp(nx: f32[b"batch/dp seq embed"], layer: Layer) -> f32[b"batch/dp seq embed/tp"]:
+    w_gate = ops.all_gather("embed/fsdp hidden/tp -> embed hidden/tp", layer.w_gate)
+    w_up = ops.all_gather("embed/fsdp hidden/tp -> embed hidden/tp", layer.w_up)
+    gate = ops.einsum_unreduced("batch/dp seq embed, embed hidden/tp -> batch/dp seq hidden/tp", nx, w_gate)
+    up = ops.einsum_unreduced("batch/dp seq embed, embed hidden/tp -> batch/dp seq hidden/tp", nx, w_up)
+    h: f32[b"batch/dp seq hidden/tp"] = jax.nn.silu(gate) * up  # SwiGLU
+    w_down = ops.all_gather("hidden/tp embed/fsdp -> hidden/tp embed", layer.w_down)
+    out = ops.einsum_unreduced("batch/dp seq hidden/tp, hidden/tp embed -> batch/dp seq embed", h, w_down)
+    return ops.psum_scatter("batch/dp seq embed -> batch/dp seq embed/tp", out)
 
 
 @typechecked
-def block(x: f32[b"batch/d seq embed/t"], layer: Layer, rope: Rope) -> f32[b"batch/d seq embed/t"]:
+def block(x: f32[b"batch/dp seq embed/tp"], layer: Layer, rope: Rope) -> f32[b"batch/dp seq embed/tp"]:
     """One pre-norm transformer layer. ``layer`` is the slice of the stacked weights that
     ``lax.scan`` hands over: it type-checks against ``Layer``."""
-    gathered = "batch/d seq embed/t -> batch/d seq embed"
-    ln1 = ops.all_gather("embed/t/d -> embed", layer.ln1)
+    gathered = "batch/dp seq embed/tp -> batch/dp seq embed"
+    ln1 = ops.all_gather("embed/tp/fsdp -> embed", layer.ln1)
     x = x + attention(rms_norm(ops.all_gather(gathered, x), ln1), layer, rope)
-    ln2 = ops.all_gather("embed/t/d -> embed", layer.ln2)
+    ln2 = ops.all_gather("embed/tp/fsdp -> embed", layer.ln2)
     return x + mlp(rms_norm(ops.all_gather(gathered, x), ln2), layer)
 
 
 @typechecked
-def cross_entropy(logits: f32[b"batch/d seq vocab/t"], targets: i32[b"batch/d seq"]) -> f32[b""]:
-    """Mean next-token loss over the global batch, with the vocabulary split over t."""
-    top = jax.lax.pmax(jnp.max(jax.lax.stop_gradient(logits), axis=-1, keepdims=True), "t")
-    shifted = logits - top
-    log_z = jnp.log(jax.lax.psum(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True), "t"))
-    logprobs: f32[b"batch/d seq vocab/t"] = shifted - log_z
-    # This device holds vocabulary rows [start, start + local): one-hot against those only.
-    local = logits.shape[-1]
-    start = jax.lax.axis_index("t") * local
-    onehot: f32[b"batch/d seq vocab/t"] = jax.nn.one_hot(targets - start, local, dtype=jnp.float32)
-    picked = ops.einsum_unreduced(
-        "batch/d seq vocab/t, batch/d seq vocab/t -> batch/d seq", logprobs, onehot
-    )
-    picked = jax.lax.psum(picked, "t")
-    tokens = dims()["batch"] * dims()["seq"]
-    return -jax.lax.psum(jnp.sum(picked), "d") / tokens
-
-
-@typechecked
-def loss_fn(weights: Weights, batch: Batch) -> f32[b""]:
-    # Embedding lookup: the table's rows are split over t; each device looks up the ids in its
-    # rows (zeros elsewhere), and the psum_scatter over t completes the sum.
-    table = ops.all_gather("vocab/t embed/d -> vocab/t embed", weights.embed)
-    x = ops.index_unreduced("[vocab/t] embed, batch/d seq -> batch/d seq embed", table, batch.inputs)
-    x = ops.psum_scatter("batch/d seq embed -> batch/d seq embed/t", x)
+def forward(weights: Weights, inputs: i32[b"batch/dp seq"]) -> f32[b"batch/dp seq vocab/tp"]:
+    """Next-token logits at every position; the vocabulary stays split over tp."""
+    # Embedding lookup: the table's rows are split over tp; each device looks up the ids in its
+    # rows (zeros elsewhere), and the psum_scatter over tp completes the sum.
+    table = ops.all_gather("vocab/tp embed/fsdp -> vocab/tp embed", weights.embed)
+    x = ops.index_unreduced("[vocab/tp] embed, batch/dp seq -> batch/dp seq embed", table, inputs)
+    x = ops.psum_scatter("batch/dp seq embed -> batch/dp seq embed/tp", x)
 
     rope = make_rope()
     x, _ = jax.lax.scan(lambda x, layer: (block(x, layer, rope), None), x, weights.layers)
 
-    ln_f = ops.all_gather("embed/t/d -> embed", weights.ln_f)
-    nx = rms_norm(ops.all_gather("batch/d seq embed/t -> batch/d seq embed", x), ln_f)
-    unembed = ops.all_gather("vocab/t embed/d -> vocab/t embed", weights.unembed)
-    logits = ops.einsum_unreduced(
-        "batch/d seq embed, vocab/t embed -> batch/d seq vocab/t", nx, unembed
+    ln_f = ops.all_gather("embed/tp/fsdp -> embed", weights.ln_f)
+    nx = rms_norm(ops.all_gather("batch/dp seq embed/tp -> batch/dp seq embed", x), ln_f)
+    unembed = ops.all_gather("vocab/tp embed/fsdp -> vocab/tp embed", weights.unembed)
+    return ops.einsum_unreduced("batch/dp seq embed, vocab/tp embed -> batch/dp seq vocab/tp", nx, unembed)
+
+
+def mesh_axes(annotation: typing.Any) -> tuple[str, ...]:
+    """The mesh axes the active rules give a one-dim annotation, for the few raw ``jax.lax``
+    collectives: ``mesh_axes(f32[b'vocab/tp'])`` is ``('t',)`` under RULES."""
+    (entry,) = make_partition_specs(annotation)
+    return () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+@typechecked
+def cross_entropy(logits: f32[b"batch/dp seq vocab/tp"], targets: i32[b"batch/dp seq"]) -> f32[b""]:
+    """Mean next-token loss over the global batch, with the vocabulary split over tp."""
+    vocab_axes, batch_axes = mesh_axes(f32[b"vocab/tp"]), mesh_axes(f32[b"batch/dp"])
+    top = jax.lax.pmax(jnp.max(jax.lax.stop_gradient(logits), axis=-1, keepdims=True), vocab_axes)
+    shifted = logits - top
+    log_z = jnp.log(jax.lax.psum(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True), vocab_axes))
+    logprobs: f32[b"batch/dp seq vocab/tp"] = shifted - log_z
+    # This device holds vocabulary rows [start, start + local): one-hot against those only.
+    local = logits.shape[-1]
+    start = jax.lax.axis_index(vocab_axes) * local
+    onehot: f32[b"batch/dp seq vocab/tp"] = jax.nn.one_hot(targets - start, local, dtype=jnp.float32)
+    picked = ops.einsum_unreduced(
+        "batch/dp seq vocab/tp, batch/dp seq vocab/tp -> batch/dp seq", logprobs, onehot
     )
-    return cross_entropy(logits, batch.targets)
+    picked = jax.lax.psum(picked, vocab_axes)
+    tokens = dims()["batch"] * dims()["seq"]
+    return -jax.lax.psum(jnp.sum(picked), batch_axes) / tokens
+
+
+@typechecked
+def loss_fn(weights: Weights, batch: Batch) -> f32[b""]:
+    return cross_entropy(forward(weights, batch.inputs), batch.targets)
 
 
 # ---------------------------------------------------------------------------------------------
-# The training step: one shard_map kernel whose specs are the annotations of its signature.
+# The training step: one shard_map kernel whose specs are the annotations of its signature,
+# resolved through the rules active when it is traced (train mode).
 
 
 @typed_shard_map
 def training_kernel(state: State, batch: Batch) -> tuple[State, Metrics]:
-    # The loss is the global mean (reduced over d and t inside loss_fn). shard_map tracks which
+    # The loss is the global mean (reduced over dp and tp inside loss_fn). shard_map tracks which
     # values vary over which axes (check_vma, on by default), so autodiff inserts the right
     # reductions: the gradient of an all_gather over d is a psum_scatter over d, and that of a
     # value replicated over an axis is a psum over it. Each gradient is therefore this device's
@@ -259,7 +308,7 @@ def training_kernel(state: State, batch: Batch) -> tuple[State, Metrics]:
     specs = jax.tree.leaves(make_partition_specs(Weights), is_leaf=lambda s: isinstance(s, P))
     assert all(is_fully_sharded(spec) for spec in specs), "clipping needs fully sharded weights"
     squares = sum(jnp.sum(g * g) for g in jax.tree.leaves(grads))
-    grad_norm = jnp.sqrt(jax.lax.psum(squares, ("d", "t")))
+    grad_norm = jnp.sqrt(jax.lax.psum(squares, tuple(jax.sharding.get_abstract_mesh().axis_names)))
     grads = jax.tree.map(lambda g: g * jnp.minimum(1.0, MAX_GRAD_NORM / grad_norm), grads)
 
     # Adam: elementwise on local blocks, no communication.
@@ -275,6 +324,8 @@ def training_kernel(state: State, batch: Batch) -> tuple[State, Metrics]:
     return new_state, Metrics(loss=loss, grad_norm=grad_norm)
 
 
+# jax.jit caches a trace per argument types and mesh, not per axis rules: the rules are read while
+# tracing. So each jitted function here is only ever called in one mode.
 compiled_kernel = jax.jit(training_kernel)
 
 
@@ -284,6 +335,40 @@ def train_step(state: State, batch: Batch) -> tuple[State, Metrics]:
     coming out are checked on each call, on Explicit and Auto mesh axes alike. (It runs
     outside jit on purpose: eagerly the check sees each array's actual sharding.)"""
     return compiled_kernel(state, batch)
+
+
+# ---------------------------------------------------------------------------------------------
+# Greedy decoding: the same forward pass, the same annotations, under the decode rules.
+
+
+@typed_shard_map
+def decode_kernel(weights: Weights, context: i32[b"batch/dp seq"]) -> f32[b"batch/dp vocab/tp"]:
+    """The logits of the token after each context window."""
+    return forward(weights, context)[:, -1]
+
+
+@jax.jit
+def greedy_kernel(weights: Weights, context: jax.Array) -> jax.Array:
+    """The argmax of the kernel's logits, laid out as the checked ``decode_step`` promises."""
+    logits = shard(decode_kernel(weights, context), f32[b"batch/dp vocab"])  # gather the vocabulary
+    return shard(jnp.argmax(logits, axis=-1).astype(jnp.int32), i32[b"batch/dp"])
+
+
+@typechecked
+def decode_step(weights: Weights, context: i32[b"batch/dp seq"]) -> i32[b"batch/dp"]:
+    """The greedy next token of each context window (checked eagerly, as ``train_step``)."""
+    return greedy_kernel(weights, context)
+
+
+def greedy_decode(weights: Weights, prompts: np.ndarray, steps: int, mesh) -> np.ndarray:
+    """``steps`` tokens after each prompt (a window of ``seq`` tokens). The model attends to a
+    window of ``seq`` tokens, so each step recomputes the forward pass over the last ``seq``
+    tokens: one compiled shape, no KV cache."""
+    tokens = np.asarray(prompts, dtype=np.int32)
+    for _ in range(steps):
+        context = shard(tokens[:, -DIMS["seq"]:], i32[b"batch/dp seq"], mesh)
+        tokens = np.concatenate([tokens, np.asarray(decode_step(weights, context))[:, None]], axis=1)
+    return tokens[:, prompts.shape[1]:]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,7 +389,8 @@ def init_scale(path: str) -> float:
 
 
 def init_state(key: jax.Array, mesh: jax.sharding.Mesh) -> State:
-    """Random weights and zero moments, created inside jit and laid out by ``shard``."""
+    """Random weights and zero moments, created inside jit and laid out by ``shard`` (under the
+    active axis rules)."""
     structs = make_shape_dtype_structs(Weights, DIMS, mesh)  # shapes (and shardings) from types
 
     def init_leaf(path, struct, key):
@@ -326,13 +412,24 @@ def init_state(key: jax.Array, mesh: jax.sharding.Mesh) -> State:
         return init(key)
 
 
+def windows(rng: np.random.Generator, pattern: np.ndarray, count: int, length: int) -> np.ndarray:
+    """``count`` windows of ``length`` tokens of the repeating ``pattern``, at random phases."""
+    phases = rng.integers(0, len(pattern), size=(count, 1))
+    return pattern[(phases + np.arange(length)[None, :]) % len(pattern)].astype(np.int32)
+
+
 def make_batch(rng: np.random.Generator, pattern: np.ndarray, mesh) -> Batch:
     """Windows of a repeating token pattern at random phases; targets are the next tokens."""
-    phases = rng.integers(0, len(pattern), size=(DIMS["batch"], 1))
-    positions = phases + np.arange(DIMS["seq"] + 1)[None, :]
-    tokens = pattern[positions % len(pattern)].astype(np.int32)
+    tokens = windows(rng, pattern, DIMS["batch"], DIMS["seq"] + 1)
     batch = Batch(inputs=tokens[:, :-1], targets=tokens[:, 1:])
     return shard(batch, Batch, mesh)  # host data onto the mesh, as annotated
+
+
+def continuation(pattern: np.ndarray, prompts: np.ndarray, steps: int) -> np.ndarray:
+    """What follows each prompt in the repeating pattern."""
+    where = {int(token): i for i, token in enumerate(pattern)}
+    last = np.array([where[int(t)] for t in prompts[:, -1]])
+    return pattern[(last[:, None] + 1 + np.arange(steps)[None, :]) % len(pattern)].astype(np.int32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,32 +447,68 @@ def annotations_by_path(cls: type, prefix: str = "") -> dict[str, typing.Any]:
     return out
 
 
-def parameter_table(mesh) -> list[tuple[str, str, str, str, int]]:
-    """(path, annotation, PartitionSpec, global shape, bytes per device) for every weight."""
+def parameter_table(mesh) -> list[tuple[str, str, str, str, str, int]]:
+    """(path, logical annotation, PartitionSpec in train mode, PartitionSpec in decode mode,
+    global shape, bytes per device in train mode) for every weight."""
     annotations = annotations_by_path(Weights)
+    structs = {}
+    for mode in (None, "decode"):
+        with axis_rules(RULES, mode=mode):
+            tree = make_shape_dtype_structs(Weights, DIMS, mesh)
+        structs[mode] = jax.tree_util.tree_flatten_with_path(tree)[0]
     rows = []
-    structs = make_shape_dtype_structs(Weights, DIMS, mesh)
-    for path, struct in jax.tree_util.tree_flatten_with_path(structs)[0]:
+    for (path, train), (_, decode) in zip(structs[None], structs["decode"]):
         key = jax.tree_util.keystr(path)
         (shape,) = typing.get_args(annotations[key])
         annotation = f"{typing.get_origin(annotations[key]).__name__}[{shape.decode()!r}]"
-        local = struct.sharding.shard_shape(struct.shape)
-        nbytes = math.prod(local) * struct.dtype.itemsize
-        rows.append(("weights" + key, annotation, str(struct.sharding.spec), str(struct.shape), nbytes))
+        nbytes = math.prod(train.sharding.shard_shape(train.shape)) * train.dtype.itemsize
+        rows.append(("weights" + key, annotation, str(train.sharding.spec), str(decode.sharding.spec),
+                     str(train.shape), nbytes))
     return rows
 
 
 def print_parameter_table(mesh) -> None:
     rows = parameter_table(mesh)
-    header = ("path", "annotation", "PartitionSpec", "shape", "bytes/device")
+    header = ("path", "annotation (logical axes)", "train spec", "decode spec", "shape", "bytes/device")
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     line = "  ".join(f"{{:<{w}}}" for w in widths[:-1]) + f"  {{:>{widths[-1]}}}"
     print(line.format(*header))
     for row in rows:
         print(line.format(*row))
     total = sum(r[-1] for r in rows)
-    print(f"weights: {total} bytes per device ({total * len(mesh.devices.flat)} in all); "
+    print(f"weights in training: {total} bytes per device ({total * len(mesh.devices.flat)} in all); "
           f"with Adam's two moments: {3 * total} bytes per device")
+
+
+def print_rules(mesh) -> None:
+    train, decode = RULES.table(), RULES.table("decode")
+
+    def fmt(targets) -> str:
+        return " or ".join("None" if not t else "/".join(t) for t in targets)
+
+    print(f"axis rules {RULES.name!r}, logical axis -> mesh axes:")
+    for name in train:
+        print(f"  {name:<5} train: {fmt(train[name]):<5} decode: {fmt(decode[name])}")
+    # explain() says which rule each dim took; one layer weight as an example.
+    with axis_rules(RULES):
+        story = explain(Weights, mesh, DIMS).splitlines()
+    first = next(i for i, text in enumerate(story) if text.startswith("Weights.layers.w_q:"))
+    print("explain(Weights, mesh, DIMS) in train mode, for one layer weight:")
+    print("\n".join("  " + text for text in story[first: first + 5]))
+
+
+def layout_report(mesh) -> dict[str, tuple[str, str]]:
+    """The PartitionSpecs of an activation, the decode context and a weight in train and decode
+    mode, by what they are and their annotation."""
+    report = {}
+    for what, annotation in [("residual stream", RESIDUAL), ("decode context", i32[b"batch/dp seq"]),
+                             ("layer weight w_q", annotations_by_path(Weights)[".layers.w_q"])]:
+        specs = []
+        for mode in (None, "decode"):
+            with axis_rules(RULES, mode=mode):
+                specs.append(str(make_partition_specs(annotation)))
+        report[f"{what} {annotation.__name__}[{typing.get_args(annotation)[0]!r}]"] = tuple(specs)
+    return report
 
 
 # ---------------------------------------------------------------------------------------------
@@ -384,7 +517,8 @@ def print_parameter_table(mesh) -> None:
 
 def wrongly_sharded(state: State, mesh) -> State:
     """``state`` with one stacked layer weight, ``w_up``, laid out over the wrong mesh axes: its
-    embed dim over t and its hidden dim over d (the annotation says embed/d hidden/t)."""
+    embed dim over t and its hidden dim over d (the train rules say embed/fsdp hidden/tp is
+    P(None, 'd', 't'))."""
     w_up = jax.device_put(state.weights.layers.w_up, NamedSharding(mesh, P(None, "t", "d")))
     layers = dataclasses.replace(state.weights.layers, w_up=w_up)
     return dataclasses.replace(state, weights=dataclasses.replace(state.weights, layers=layers))
@@ -414,17 +548,19 @@ def main(argv: list[str] | None = None) -> dict:
     mesh = jax.make_mesh((4, 2), ("d", "t"), axis_types=(kind, kind))
     print(f"mesh: {dict(mesh.shape)} with {kind.name} axes on {len(jax.devices())} CPU devices")
     print("dims: " + ", ".join(f"{k}={v}" for k, v in DIMS.items()) + "\n")
+    print_rules(mesh)
+    print()
     print_parameter_table(mesh)
 
-    state = init_state(jax.random.key(0), mesh)
     rng = np.random.default_rng(0)
     pattern = rng.permutation(DIMS["vocab"])[:PATTERN_LENGTH]
     print(f"\ntraining on windows of a repeating sequence of {PATTERN_LENGTH} tokens "
-          f"(chance loss ln({DIMS['vocab']}) = {math.log(DIMS['vocab']):.2f})")
+          f"(chance loss ln({DIMS['vocab']}) = {math.log(DIMS['vocab']):.2f}), under the train rules")
 
     losses = []
-    start = time.perf_counter()
-    with jax.set_mesh(mesh):
+    with axis_rules(RULES, mode=None), jax.set_mesh(mesh):  # train mode
+        state = init_state(jax.random.key(0), mesh)
+        start = time.perf_counter()
         for step in range(args.steps):
             state, metrics = train_step(state, make_batch(rng, pattern, mesh))
             losses.append(float(metrics.loss))
@@ -433,16 +569,44 @@ def main(argv: list[str] | None = None) -> dict:
             if step % args.every == 0 or step == args.steps - 1:
                 grad_norm = float(metrics.grad_norm)
                 print(f"  step {step:3d}  loss {losses[-1]:.4f}  grad norm {grad_norm:.3f}")
-    end = time.perf_counter()
+        end = time.perf_counter()
     print(f"loss {losses[0]:.3f} -> {losses[-1]:.3f} in {args.steps} steps "
           f"({compiled - start:.1f} s first step with compilation, "
           f"{(end - compiled) / max(args.steps - 1, 1) * 1e3:.0f} ms per step after)")
 
+    print(f"\nGreedy decoding of {DECODE_TOKENS} tokens after {PROMPTS} prompts under the decode rules: "
+          "the same model code and annotations, other layouts:")
+    layouts = layout_report(mesh)
+    for what, (train, decode) in layouts.items():
+        print(f"  {what}: train {train}, decode {decode}")
+    prompts = windows(rng, pattern, PROMPTS, DIMS["seq"])
+    with axis_rules(RULES):  # the train rules cannot lay out two prompts over d=4, and say so:
+        try:
+            make_shape_dtype_structs(i32[b"batch/dp seq"], {"batch": PROMPTS, "seq": DIMS["seq"]}, mesh)
+        except AxisRulesError as e:
+            print(f"  (the train rules would not do: AxisRulesError: {e})")
+    with axis_rules(RULES, mode="decode"), jax.set_mesh(mesh):
+        weights = shard(state.weights, Weights)  # re-laid out for serving: no fsdp axis
+        start = time.perf_counter()
+        decoded = greedy_decode(weights, prompts, DECODE_TOKENS, mesh)
+        elapsed = time.perf_counter() - start
+    expected = continuation(pattern, prompts, DECODE_TOKENS)
+    for prompt, got, want in zip(prompts, decoded, expected):
+        verdict = "continues the pattern" if np.array_equal(got, want) else f"expected {_words(want)}"
+        print(f"  ... {_words(prompt[-6:])} -> {_words(got)}  ({verdict})")
+    print(f"decoded {DECODE_TOKENS} tokens in {elapsed:.1f} s (one compilation)")
+
     print("\nA deliberate mistake: layer weight w_up laid out as P(None, 't', 'd') instead of "
-          "embed/d hidden/t")
-    mistake = deliberate_mistake(state, make_batch(rng, pattern, mesh), mesh)
+          "embed/fsdp hidden/tp")
+    with axis_rules(RULES):
+        mistake = deliberate_mistake(state, make_batch(rng, pattern, mesh), mesh)
     print(f"  TypeCheckError: {mistake}")
-    return {"losses": losses, "mistake": mistake}
+    return {"losses": losses, "decoded": decoded, "expected": expected, "layouts": layouts,
+            "mistake": mistake}
+
+
+def _words(tokens) -> str:
+    return " ".join(str(int(t)) for t in tokens)
 
 
 if __name__ == "__main__":
