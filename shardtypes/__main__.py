@@ -64,6 +64,9 @@ def _mesh(text: str) -> dict[str, int]:
     mesh = _pairs(text, "--mesh", int)
     if not mesh:
         raise argparse.ArgumentTypeError("--mesh: give the axes, as d=64,t=64")
+    bad = {k: v for k, v in mesh.items() if v < 1}
+    if bad:
+        raise argparse.ArgumentTypeError(f"--mesh: axis sizes must be positive, got {bad}")
     return mesh
 
 
@@ -125,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     context: Any = contextlib.nullcontext()
     if args.rules:
         rules = _load(args.rules)
+        if not isinstance(rules, shardtypes.AxisRules):
+            parser.error(f"--rules {args.rules}: expected AxisRules, found {type(rules).__name__}")
+        if args.mode is not None and args.mode not in rules.modes:
+            parser.error(f"--mode {args.mode!r}: {args.rules} has modes {sorted(rules.modes) or 'none'}")
         context = shardtypes.axis_rules(rules, mode=args.mode)
     elif args.mode:
         parser.error("--mode needs --rules")

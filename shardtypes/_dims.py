@@ -85,9 +85,12 @@ class Scope:
             for n, v in bindings.items()
         }
         self._tokens: list[contextvars.Token] = []
+        self._origin: str | None = None  # who bound these, for messages (default: Scope(n=v))
 
     def __enter__(self) -> "Scope":
-        table = Table(dict(self._bindings), {n: f"Scope({n}={v!r})" for n, v in self._bindings.items()})
+        table = Table(dict(self._bindings), {
+            n: self._origin or f"Scope({n}={v!r})" for n, v in self._bindings.items()
+        })
         self._tokens.append(_TABLE.set(table))
         return self
 

@@ -31,6 +31,8 @@ import functools
 import math
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+import jax
+
 from ._shape import _IDENT, ShapeSpec
 
 __all__ = [
@@ -161,27 +163,42 @@ class AxisRules:
             table = self._tables[mode] = {k: tuple(v) for k, v in table.items()}
         return table
 
+    def ordered(self, mode: str | None = None) -> tuple[tuple[str, Target], ...]:
+        """All rules in the order they are tried in ``mode``: the mode's own first, then the
+        base rules for the names the mode does not mention."""
+        if mode is None:
+            return self.rules
+        self.table(mode)  # an unknown mode fails here
+        mine = self.modes[mode]
+        named = {n for n, _ in mine}
+        return mine + tuple(r for r in self.rules if r[0] not in named)
+
     def merge(self, other: "AxisRules") -> "AxisRules":
         """Both rule sets in one (as Flax's ``composite_rules``). A logical name that both map,
         differently, is a conflict and raises AxisRulesError naming it."""
         if not isinstance(other, AxisRules):
             raise TypeError(f"AxisRules.merge expects AxisRules, got {other!r}")
         mine, theirs = self.table(), other.table()
-        conflicts = [n for n in mine if n in theirs and mine[n] != theirs[n]]
-        for mode in set(self.modes) & set(other.modes):
+        conflicts = [(n, None) for n in mine if n in theirs and mine[n] != theirs[n]]
+        for mode in sorted(set(self.modes) & set(other.modes)):
             a, b = self.table(mode), other.table(mode)
-            conflicts += [f"{n} (mode {mode!r})" for n in a if n in b and a[n] != b[n]]
+            conflicts += [(n, mode) for n in a if n in b and a[n] != b[n]]
         if conflicts:
+            def targets(rules: "AxisRules", n: str, mode: str | None) -> str:
+                return " or ".join(_fmt_target(t) for t in rules.table(mode).get(n, ()))
+
             details = "; ".join(
-                f"{n}: {' or '.join(_fmt_target(t) for t in mine.get(n, ()))} vs "
-                f"{' or '.join(_fmt_target(t) for t in theirs.get(n, ()))}"
-                for n in conflicts if n in mine
+                f"{n}{f' (mode {mode!r})' if mode else ''}: {targets(self, n, mode)} vs {targets(other, n, mode)}"
+                for n, mode in conflicts
             )
-            raise AxisRulesError(f"cannot merge {self._label()} and {other._label()}: they map {details or conflicts} differently")
-        rules = list(self.rules) + [r for r in other.rules if r[0] not in mine]
-        modes = {m: list(r) for m, r in self.modes.items()}
+            raise AxisRulesError(f"cannot merge {self._label()} and {other._label()}: they map {details} differently")
+        def public(pairs):  # the constructor's form: None for a replicating rule
+            return [(n, None if not t else t[0] if len(t) == 1 else t) for n, t in pairs]
+
+        rules = public(self.rules) + public(r for r in other.rules if r[0] not in mine)
+        modes = {m: public(r) for m, r in self.modes.items()}
         for m, r in other.modes.items():
-            modes.setdefault(m, []).extend(x for x in r if x not in modes[m])
+            modes.setdefault(m, []).extend(x for x in public(r) if x not in modes[m])
         policies = {}
         for policy in _POLICIES:
             a, b = getattr(self, policy), getattr(other, policy)
@@ -224,11 +241,22 @@ def axis_rules(rules: AxisRules | Iterable | None, mode: str | None = None) -> I
         rules.table(mode)  # an unknown mode fails here, where it is named
     if rules is None and mode is not None:
         raise TypeError("axis_rules(None, mode=...): a mode needs rules")
-    token = _ACTIVE.set(None if rules is None else (rules, mode))
+    active = None if rules is None else (rules, mode)
+    token = _ACTIVE.set(active)
     try:
-        yield rules
+        with _jit_context(active):
+            yield rules
     finally:
         _ACTIVE.reset(token)
+
+
+# The rules are read while tracing, so jax.jit must not reuse a trace made under other rules:
+# a JAX user context makes them part of jit's cache key (where this JAX has one).
+_JIT_RULES = jax.make_user_context(default_value=None) if hasattr(jax, "make_user_context") else None
+
+
+def _jit_context(active: tuple | None):
+    return _JIT_RULES(active) if _JIT_RULES is not None else contextlib.nullcontext()
 
 
 def current_rules() -> tuple[AxisRules, str | None] | None:
@@ -313,6 +341,9 @@ def _expanded_dims(spec: ShapeSpec, ndim: int) -> list:
 @functools.lru_cache(maxsize=8192)
 def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
              sizes_key: tuple | None, shape: tuple | None):
+    """Flax linen's resolution: the rules in order, each placing its mesh axes on the first dim
+    of this array that names its logical axis, is still unplaced, and whose axes are all free.
+    What that leaves unplaced is an error, or replicated where a policy says so."""
     mesh = dict(sizes_key) if sizes_key is not None else None
     mode_note = None
     if mode is None and rules.auto_mode is not None:
@@ -322,80 +353,94 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
                 mode = auto
                 mode_note = f"mode {auto!r}, as dim {str(dim)!r} has size {size}"
                 break
-    table = rules.table(mode)
+    ordered = rules.ordered(mode)
     label = rules._label() + (f" (mode {mode!r})" if mode else "")
     dims = _expanded_dims(spec, ndim)
+    var = spec.variadic_index
+    # One slot per (dim, logical name after '/'), in the dim's order of names.
+    slots = [(i, logical) for i, dim in enumerate(dims)
+             if not (var is not None and dim is spec.dims[var]) for logical in dim.sharding]
+    placed: dict[tuple, tuple] = {}
     used: dict[str, int] = {}
+    notes: dict[int, list[str]] = {i: [] for i in range(len(dims))}
+    skipped: dict[tuple, list[str]] = {slot: [] for slot in slots}
+    seen_rule: dict[str, int] = {}
+
+    def axes_of(i: int) -> list[str]:
+        return [a for (j, logical) in slots if j == i for a in placed.get((j, logical), ())]
+
+    for name, target in ordered:
+        seen_rule[name] = seen_rule.get(name, 0) + 1
+        nth = seen_rule[name]
+        for slot in slots:
+            i, logical = slot
+            if logical != name or slot in placed:
+                continue
+            text = str(dims[i])
+            if not target:
+                placed[slot] = ()
+                notes[i].append(f"{logical} -> None (replicated by its rule)")
+                break
+            unknown = [a for a in target if mesh is not None and a not in mesh]
+            if unknown:
+                message = (f"rule {logical!r} -> {_fmt_target(target)} names mesh axis {unknown[0]!r}, "
+                           f"which the mesh does not have (axes: {tuple(mesh)})")
+                if rules.on_unknown_axis == "error":
+                    raise AxisRulesError(f"dim {i} {text!r}: {message}")
+                skipped[slot].append(message)
+                continue
+            taken = [a for a in target if a in used]
+            if taken:
+                owner = used[taken[0]]
+                skipped[slot].append(f"rule {logical!r} -> {_fmt_target(target)}: mesh axis {taken[0]!r} "
+                                     f"is already used by dim {owner} {str(dims[owner])!r}")
+                continue
+            if mesh is not None and shape is not None and i < len(shape) and shape[i] is not None:
+                parts = math.prod(mesh[a] for a in (*axes_of(i), *target))
+                if not _divides(shape[i], parts):
+                    message = (f"rule {logical!r} -> {_fmt_target(target)}: size {shape[i]} does not "
+                               f"divide over {parts} devices")
+                    if rules.on_indivisible == "error":
+                        raise AxisRulesError(f"dim {i} {text!r}: {message}")
+                    skipped[slot].append(message)
+                    continue
+            placed[slot] = target
+            for a in target:
+                used[a] = i
+            notes[i].extend(f"passed over {s}" for s in skipped[slot])
+            notes[i].append(f"{logical} -> {_fmt_target(target)}" + (f" (rule {nth} for {logical!r})" if nth > 1 else ""))
+            break  # a rule places its axes on one dim only
+
+    table = rules.table(mode)
+    for slot in slots:
+        if slot in placed:
+            continue
+        i, logical = slot
+        text = str(dims[i])
+        if logical not in table:
+            if rules.on_missing == "error":
+                raise AxisRulesError(
+                    f"dim {i} {text!r}: logical axis {logical!r} has no rule in {label} "
+                    f"(rules exist for {sorted(table)})"
+                )
+            notes[i].append(f"{logical}: no rule, replicated (on_missing='replicate')")
+            continue
+        reasons = skipped[slot]
+        conflict = any("already used" in r for r in reasons)
+        if conflict and rules.on_conflict == "error":
+            raise AxisRulesError(f"dim {i} {text!r}: no rule for {logical!r} applies: " + "; ".join(reasons))
+        notes[i].extend(f"passed over {r}" for r in reasons)
+        notes[i].append(f"{logical}: replicated (no rule applies)")
+
     result: list[tuple[str, ...]] = []
     story: list[DimChoice] = []
-    var = spec.variadic_index
     for i, dim in enumerate(dims):
-        text = str(dim)
-        axes: list[str] = []
-        notes: list[str] = []
-        if var is not None and dim is spec.dims[var]:
-            result.append(())
-            story.append(DimChoice(i, text, (), ()))
-            continue
-        for logical in dim.sharding:
-            candidates = table.get(logical)
-            if candidates is None:
-                if rules.on_missing == "error":
-                    raise AxisRulesError(
-                        f"dim {i} {text!r}: logical axis {logical!r} has no rule in {label} "
-                        f"(rules exist for {sorted(table)})"
-                    )
-                notes.append(f"{logical}: no rule, replicated (on_missing='replicate')")
-                continue
-            chosen = None
-            skipped: list[str] = []
-            for k, target in enumerate(candidates):
-                if not target:
-                    chosen = ()
-                    notes.append(f"{logical} -> None (replicated by its rule)")
-                    break
-                unknown = [a for a in target if mesh is not None and a not in mesh]
-                if unknown:
-                    message = (f"rule {logical!r} -> {_fmt_target(target)} names mesh axis {unknown[0]!r}, "
-                               f"which the mesh does not have (axes: {tuple(mesh)})")
-                    if rules.on_unknown_axis == "error":
-                        raise AxisRulesError(f"dim {i} {text!r}: {message}")
-                    skipped.append(message)
-                    continue
-                taken = [a for a in target if a in used or a in axes]
-                if taken:
-                    owner = used.get(taken[0], i)
-                    skipped.append(f"rule {logical!r} -> {_fmt_target(target)}: mesh axis {taken[0]!r} "
-                                   f"is already used by dim {owner} {str(dims[owner])!r}")
-                    continue
-                if mesh is not None and shape is not None and i < len(shape) and shape[i] is not None:
-                    parts = math.prod(mesh[a] for a in (*axes, *target))
-                    if not _divides(shape[i], parts):
-                        message = (f"rule {logical!r} -> {_fmt_target(target)}: size {shape[i]} does not "
-                                   f"divide over {parts} devices")
-                        if rules.on_indivisible == "error":
-                            raise AxisRulesError(f"dim {i} {text!r}: {message}")
-                        skipped.append(message)
-                        continue
-                chosen = target
-                notes.extend(f"passed over {s}" for s in skipped)
-                notes.append(f"{logical} -> {_fmt_target(target)}" + (f" (rule {k + 1} for {logical!r})" if k else ""))
-                break
-            if chosen is None:
-                conflict = any("already used" in s for s in skipped)
-                policy = rules.on_conflict if conflict else "drop"
-                if policy == "error":
-                    raise AxisRulesError(f"dim {i} {text!r}: no rule for {logical!r} applies: " + "; ".join(skipped))
-                notes.extend(f"passed over {s}" for s in skipped)
-                notes.append(f"{logical}: replicated (no rule applies)")
-                continue
-            for a in chosen:
-                used[a] = i
-            axes.extend(chosen)
-        result.append(tuple(axes))
+        axes = tuple(axes_of(i))
+        result.append(axes)
+        dim_notes = notes[i]
         if mode_note and i == 0:
-            notes.insert(0, mode_note)
-        story.append(DimChoice(i, text, tuple(axes), tuple(notes)))
+            dim_notes.insert(0, mode_note)
+        story.append(DimChoice(i, str(dim), axes, tuple(dim_notes)))
     return tuple(result), tuple(story)
 
 
@@ -440,7 +485,8 @@ def t5x_rules(activation_partitioning_dims: int = 1, parameter_partitioning_dims
     rules += [("relpos_buckets", None), ("abspos_buckets", None), ("length", None), ("layers", None),
               ("stack", None), ("mlp_activations", None)]
     rules += list(additional_rules)
-    return AxisRules(rules, name=f"t5x{shape[0]}x{shape[1]}")
+    # T5X (Flax) leaves a dim whose axes another dim took unsharded; the preset does the same.
+    return AxisRules(rules, name=f"t5x{shape[0]}x{shape[1]}", on_conflict="drop")
 
 
 def eformer_rules(dp: str = "dp", fsdp: str = "fsdp", tp: str = "tp", sp: str = "sp", ep: str = "ep") -> AxisRules:

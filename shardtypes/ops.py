@@ -19,7 +19,9 @@ the spec.
 from __future__ import annotations
 
 import functools
+import os
 import string
+import sys
 from typing import Any, Callable
 
 import jax
@@ -43,11 +45,20 @@ def _check(op: str, spec_text: str, what: str, spec: ShapeSpec, value: Any) -> N
                           lambda: f"{what} of shardtypes.ops.{op}({spec_text!r})")
     except Mismatch as m:
         raise TypeCheckError(
-            f"shardtypes.ops.{op}({spec_text!r}): {what} is not {str(spec)!r}: {m.problem} "
-            f"(found {describe(value)})"
+            f"{_caller()}shardtypes.ops.{op}({spec_text!r}): {what} is not {str(spec)!r}: "
+            f"{m.problem} (found {describe(value)})"
         ) from None
     if new and scoped:
         _TABLE.set(table.bind(new, f"{what} of shardtypes.ops.{op}()"))
+
+
+def _caller() -> str:
+    """``in f(), `` for the nearest function outside shardtypes that called the op."""
+    here = os.path.dirname(__file__)
+    frame = sys._getframe(2)
+    while frame is not None and os.path.dirname(frame.f_code.co_filename) == here:
+        frame = frame.f_back
+    return f"in {frame.f_code.co_qualname}(), " if frame is not None else ""
 
 
 @functools.lru_cache(maxsize=1024)

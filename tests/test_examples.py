@@ -152,3 +152,25 @@ def test_parameter_table_is_derived_from_the_annotations(transformer):
         structs = transformer.make_shape_dtype_structs(transformer.Weights, transformer.DIMS, mesh)
     total = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(structs))
     assert sum(r[-1] for r in rows.values()) * 8 == total
+
+
+def test_training_step_verifies_at_scale(transformer_run):
+    """The demo's training step on a 64x64 abstract mesh with 70B-class sizes: no problems, a
+    memory plan per chip, and the copy with a wrong annotation reported with its path."""
+    _, result, _ = transformer_run
+    scale = result["at_scale"]
+    report = scale["report"]
+    assert report.ok, str(report)
+    assert report.mesh == {"d": 64, "t": 64} and report.dims["embed"] == 8192
+    weights = scale["weights"]
+    assert weights.ok and len(weights.rows) == 12
+    w_up = next(r for r in weights.rows if r.path == "Weights.layers.w_up")
+    assert w_up.shape == (80, 8192, 28672) and w_up.device_shape == (80, 128, 448)
+    assert w_up.bytes_per_device == 80 * 128 * 448 * 4
+    assert scale["state"].bytes_per_device == 3 * weights.bytes_per_device + 4  # + the step counter
+    wrong = scale["wrong"]
+    assert not wrong.ok and len(wrong.problems) == 1
+    message = str(wrong.problems[0])
+    assert "the value assigned to w_down of training_kernel_with_a_mistake()" in message
+    assert "f32[b'layers hidden embed/fsdp']" in message
+    assert "bound to 28672 by verify(dims=...)" in message
