@@ -1,0 +1,93 @@
+"""verify of the demo's training step on abstract meshes of 8 to 65,536 devices, against lowering
+and compiling the same step for real on 8 simulated CPU devices, in one run.
+
+    python benchmarks/verify_scale.py [--repeat R]
+
+The step is examples/transformer.py's training kernel (embedding, 80 scanned layers of attention
+with RoPE and a SwiGLU MLP, loss, gradients, Adam) under its axis rules. For each mesh it verifies
+the step with 70B-class sizes made divisible by that mesh (nothing is compiled, no device is
+used), and prints the wall time, which should stay flat as the mesh grows. The reference is
+jax.jit(...).lower(...).compile() of the same kernel with the demo's small sizes on the real
+(d=4, t=2) CPU mesh; the ratio says how much cheaper the abstract check is than one compile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+import time
+
+import jax
+
+jax.config.update("jax_num_cpu_devices", 8)
+
+from shardtypes import axis_rules, make_shape_dtype_structs, verify  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def load_demo():
+    path = os.path.join(HERE, "..", "examples", "transformer.py")
+    spec = importlib.util.spec_from_file_location("transformer_demo", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def sizes_for(d: int, t: int) -> dict:
+    """70B-class sizes, each sharded dim made a multiple of the axes that split it."""
+    return {
+        "vocab": 128256 if 128256 % t == 0 else t * (128256 // t + 1),
+        "embed": max(8192, d * t),
+        "heads": max(64, t),
+        "head_dim": 128,
+        "hidden": 28672 if 28672 % t == 0 else 28672 * t,
+        "layers": 80,
+        "seq": 4096,
+        "batch": max(256, d),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="verify runs per mesh (best kept)")
+    args = parser.parse_args()
+    demo = load_demo()
+
+    meshes = [(4, 2), (32, 16), (64, 64), (256, 256)]
+    times = {}
+    with axis_rules(demo.RULES):
+        for d, t in meshes:
+            best = float("inf")
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                report = verify(demo.training_kernel, {"d": d, "t": t}, sizes_for(d, t))
+                best = min(best, time.perf_counter() - start)
+                assert report.ok, str(report)
+            times[d * t] = best
+
+        mesh = jax.make_mesh((4, 2), ("d", "t"))
+        with jax.set_mesh(mesh):
+            state = make_shape_dtype_structs(demo.State, demo.DIMS, mesh)
+            batch = make_shape_dtype_structs(demo.Batch, demo.DIMS, mesh)
+            start = time.perf_counter()
+            jax.jit(demo.training_kernel).lower(state, batch).compile()
+            compile_seconds = time.perf_counter() - start
+
+    print("verify of the demo's training step (80 layers, 70B-class sizes), best of "
+          f"{args.repeat}, on abstract meshes:\n")
+    print(f"  {'devices':>8s}  {'mesh':>10s}  {'verify s':>9s}")
+    for (d, t), (devices, seconds) in zip(meshes, times.items()):
+        print(f"  {devices:8,d}  {f'{d}x{t}':>10s}  {seconds:9.3f}")
+    flat = max(times.values()) / min(times.values())
+    print(f"\n  largest / smallest verify time = {flat:.2f}   (target: flat, near 1)")
+    print(f"  lower + compile of the same step on 8 real CPU devices (small sizes): "
+          f"{compile_seconds:.2f} s")
+    print(f"  verify at 4,096 devices / one real compile = {times[4096] / compile_seconds:.3f}")
+
+
+if __name__ == "__main__":
+    main()
