@@ -94,6 +94,9 @@ def describe(value: Any) -> str:
     try:
         if isinstance(value, jax.core.Tracer):
             sharding = jax.typeof(value).sharding
+            manual = jax.sharding.get_abstract_mesh().manual_axes
+            if manual:  # inside shard_map the shape is this device's block
+                text += f", a local block under manual axes {tuple(manual)},"
         else:
             sharding = getattr(value, "sharding", None)
     except Exception:  # describing must never hide the real error

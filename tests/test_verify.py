@@ -401,7 +401,7 @@ def test_typed_shard_map_kernel_local_check():
     assert str(problem) == (
         "the value assigned to y of kernel_bad_local() is not f32[b'batch/d hidden']: dimension 'hidden' is "
         "2 here (dim 1) but was bound to 128 by verify(dims=...) (found "
-        "float32[2,2] sharded P(None, None))")
+        "float32[2,2], a local block under manual axes ('d', 't'), sharded P(None, None))")
     # symbolic: the local block has hidden, the global size is 64*hidden
     report = verify(uses_kernel_bad_local, MESH)
     (problem,) = report.problems
