@@ -337,13 +337,29 @@ def shard(value: Any, annotation: Any, mesh: Any = None) -> Any:
             f"{value_keys[:6]}{'...' if len(value_keys) > 6 else ''}, annotation has "
             f"{sharding_keys[:6]}{'...' if len(sharding_keys) > 6 else ''}"
         )
+    texts = jax.tree.leaves(_walk(annotation, lambda leaf: _Text(leaf.text)))
     placed = []
-    for (path, x), (_, sharding) in zip(value_leaves, sharding_leaves):
-        placed.append(None if x is None else _place(x, sharding, jax.tree_util.keystr(path)))
+    for (path, x), (_, sharding), text in zip(value_leaves, sharding_leaves, texts):
+        where = f"{jax.tree_util.keystr(path) or 'the value'} ({text})"
+        placed.append(None if x is None else _place(x, sharding, where))
     return jax.tree_util.tree_unflatten(value_def, placed)
 
 
+class _Text(str):
+    """An annotation's text as a tree leaf (a plain str would be a leaf too, but say so)."""
+
+
 def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
+    sizes = dict(sharding.mesh.shape)
+    shape = getattr(x, "shape", ())
+    for i, entry in enumerate(sharding.spec):
+        axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        parts = math.prod(sizes[a] for a in axes)
+        if i < len(shape) and parts > 1 and not _divides(shape[i], parts):
+            raise ValueError(
+                f"shard: {path}: dim {i} has size {shape[i]}, which does not divide "
+                f"over mesh axes {axes} ({parts} devices) as {sharding.spec} asks"
+            )
     if not isinstance(x, jax.core.Tracer):
         return jax.device_put(x, sharding)
     mesh = sharding.mesh
@@ -355,6 +371,13 @@ def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
     if explicit or (all_explicit and not used):
         return jax.sharding.reshard(x, sharding.spec)
     return jax.lax.with_sharding_constraint(x, sharding)
+
+
+def _divides(size: Any, parts: int) -> bool:
+    try:
+        return size % parts == 0
+    except Exception:  # symbolic sizes: left to JAX
+        return True
 
 
 def is_fully_sharded(spec: PartitionSpec, mesh: Any = None) -> bool:
