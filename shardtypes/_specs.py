@@ -337,16 +337,13 @@ def shard(value: Any, annotation: Any, mesh: Any = None) -> Any:
             f"{value_keys[:6]}{'...' if len(value_keys) > 6 else ''}, annotation has "
             f"{sharding_keys[:6]}{'...' if len(sharding_keys) > 6 else ''}"
         )
-    texts = jax.tree.leaves(_walk(annotation, lambda leaf: _Text(leaf.text)))
+    texts = jax.tree.leaves(_walk(annotation, lambda leaf: leaf.text))  # aligned with shardings
     placed = []
     for (path, x), (_, sharding), text in zip(value_leaves, sharding_leaves, texts):
         where = f"{jax.tree_util.keystr(path) or 'the value'} ({text})"
         placed.append(None if x is None else _place(x, sharding, where))
     return jax.tree_util.tree_unflatten(value_def, placed)
 
-
-class _Text(str):
-    """An annotation's text as a tree leaf (a plain str would be a leaf too, but say so)."""
 
 
 def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
