@@ -35,11 +35,30 @@ current directory is on the import path.
 """
 
 
+def _split_top_level(text: str) -> list[str]:
+    """Splits on commas outside brackets and quotes: 'a=1,b=(2,3)' -> ['a=1', 'b=(2,3)']."""
+    items, depth, quote, start = [], 0, None, 0
+    for i, c in enumerate(text):
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return items
+
+
 def _pairs(text: str, what: str, convert) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if not text:
         return out
-    for item in text.split(","):
+    for item in _split_top_level(text):
         if "=" not in item:
             raise argparse.ArgumentTypeError(f"{what}: expected name=value pairs separated by commas, got {item!r}")
         name, value = item.split("=", 1)

@@ -349,7 +349,7 @@ def partition_specs_for_budget(
             failures.append(
                 f"  {_where(path)}: shape {shape}, dtype {np.dtype(x.dtype).name}, "
                 f"{_fmt_bytes(total)} in all; at best {_fmt_bytes(total // parallelism)} per device "
-                f"with {spec} over {parallelism} devices"
+                f"with {spec} over {parallelism} device{'' if parallelism == 1 else 's'}"
             )
         return spec
 

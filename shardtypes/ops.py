@@ -144,6 +144,11 @@ def psum_scatter(spec: str, x: Any) -> Any:
     _same_dims("psum_scatter", spec, before, after)
     b_axes, a_axes = _axes(before), _axes(after)
     changed = [i for i in range(len(before.dims)) if b_axes[i] != a_axes[i]]
+    if not changed and str(before) != str(after):
+        # Axis rules put no mesh axis on the logical one gained: nothing to sum or scatter over.
+        _check("psum_scatter", spec, "operand", before, x)
+        _check("psum_scatter", spec, "result", after, x)
+        return x
     if len(changed) != 1:
         raise ShapeSpecError(spec, "shardtypes.ops.psum_scatter: exactly one dim must gain mesh axes")
     (i,) = changed
