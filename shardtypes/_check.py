@@ -18,6 +18,7 @@ them once the whole value has passed.
 from __future__ import annotations
 
 import contextvars
+import difflib
 import functools
 import math
 from typing import Any, Callable
@@ -154,6 +155,9 @@ def _missing_axes_problem(missing: list[str], axis_names, where: str) -> str:
         if len(missing) == 1
         else f"mesh axes {names} are not in {where}, which has axes {tuple(axis_names)}"
     )
+    close = [m for a in missing for m in difflib.get_close_matches(a, list(axis_names), n=1, cutoff=0.75)]
+    if close:
+        text += f"; did you mean {' / '.join(repr(c) for c in close)}?"
     if _ACTIVE_RULES.get() is None:
         text += " (if these are logical axis names, activate rules with shardtypes.axis_rules)"
     return text

@@ -1052,3 +1052,13 @@ def test_check_type_calls_in_one_plain_function_do_not_share_a_table():
     for n in (3, 4):
         check_type(npz(n), f32[b"n"])
     check_type(npz(5), f32[b"n"])
+
+
+def test_misspelt_mesh_axis_suggests_the_close_one():
+    mesh = make_mesh("explicit", (4, 2), ("data", "model"))
+    x = put(mesh, jnp.ones((8, 16)), None, "model")
+    with pytest.raises(TypeCheckError, match=re.escape(
+        "mesh axis 'modle' is not in the array's mesh, which has axes ('data', 'model'); "
+        "did you mean 'model'?"
+    )):
+        typeguard.check_type(x, f32[b"embed hidden/modle"])
