@@ -29,6 +29,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ._config import config
 from ._dims import Table
+from ._dtypes import dtype_name
 from ._rules import _ACTIVE as _ACTIVE_RULES, AxisRulesError, layout as rules_layout
 from ._shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, evaluate
 from typeguard import TypeCheckError
@@ -89,7 +90,7 @@ def describe(value: Any) -> str:
     dtype = getattr(value, "dtype", None)
     if shape is None or dtype is None:
         return type(value).__name__
-    text = f"{np.dtype(dtype).name}{_fmt_shape(shape)}"
+    text = f"{dtype_name(dtype)}{_fmt_shape(shape)}"
     if isinstance(value, (np.ndarray, np.generic)):
         return text + " (numpy, on the host)"
     try:
@@ -406,10 +407,12 @@ def _simple_pairs(value: Any, plan: Plan, key: tuple) -> tuple | None:
     shape, dtype, sharding, active = key
     if names is None or len(shape) != plan.ndim or not plan.dtype_cls.accepts(dtype):
         return None
-    if not isinstance(sharding, NamedSharding):
-        return None  # compared against the current mesh, so never memoised
-    if _named_sharding_problem(sharding, plan.spec, plan.ndim, active, shape) is not None:
-        return None
+    if isinstance(sharding, NamedSharding):
+        if _named_sharding_problem(sharding, plan.spec, plan.ndim, active, shape) is not None:
+            return None
+    elif plan.spec.is_sharded or active is not None or not sharding.is_fully_replicated:
+        return None  # compared against the current mesh, so not memoised
+    # else: an unsharded annotation and a replicated array (a plain jnp array): always fine.
     pairs = []
     seen: dict = {}
     for name, size in zip(names, shape):
@@ -466,7 +469,7 @@ def check_value(
 
     if not dtype_cls.accepts(dtype):
         want = dtype_cls.description
-        raise Mismatch(f"has dtype {np.dtype(dtype).name}, the annotation wants {want}")
+        raise Mismatch(f"has dtype {dtype_name(dtype)}, the annotation wants {want}")
 
     if kind == "traced":
         return _check_traced(value, aval, spec, table, context)

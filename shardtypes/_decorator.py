@@ -300,36 +300,45 @@ class _SignatureChecker:
             plan = plan_for(ann)
             role = f'argument "{p.name}"'
             params.append(_Param(p.name, p.kind, ann, plan, role, f"{role} of {fn}()"))
-        self.scope_vars = None  # resolved: stop holding the defining scope's objects
-        self.by_name = {p.name: p for p in params}
         simple = all(
             p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
             for p in params
         )
-        self.positional = params if simple else None
+        # Published in this order, with `positional` and `params` last: a call in another thread
+        # that sees them resolved also sees the return annotation.
         if "return" in hints:
             ann = hints["return"]
             self.returns = _Param("return", None, ann, plan_for(ann), "the return value",
                                   f"the return value of {fn}()")
+        self.by_name = {p.name: p for p in params}
+        self.positional = params if simple else None
         self.params = params
+        self.scope_vars = None  # resolved: stop holding the defining scope's objects
 
     def wrap(self) -> Callable:
+        # Resolve now if the annotations can be (and drop the defining scope); forward
+        # references to names defined later are resolved at the first call instead.
+        try:
+            self._resolve()
+        except NameError:
+            pass
         target = self.target
         checker = self
         func_name = self.func_name
         get_table, set_table, reset_table = _TABLE.get, _TABLE.set, _TABLE.reset
 
-        def check_one(param: _Param, value: Any, table: Table) -> Table:
-            """Checks one argument or return value; returns the table with its bindings."""
+        def check_one(param: _Param, value: Any, table: Table, tried_fast: bool = False) -> Table:
+            """Checks one argument or return value; returns the table with its bindings.
+            ``tried_fast``: the inline fast path has just had no answer for this value."""
             plan = param.plan
             if plan is not None:
-                new = fast_check(value, plan, table[0])
+                new = None if tried_fast else fast_check(value, plan, table[0])
                 if new:
                     return table.bind(new, param.origin)
                 if new is not None:
                     return table
                 set_table(table)  # the full check, which also explains a failure
-                check_with_plan(value, plan, param.role, func_name, param.origin)
+                check_with_plan(value, plan, param.role, func_name, param.origin, tried_fast=True)
                 return get_table()
             if param.annotation is None:
                 return table
@@ -391,7 +400,7 @@ class _SignatureChecker:
                                     param.first = (new, first_table)
                                 table = first_table
                         elif new is None:
-                            table = check_one(param, value, table)
+                            table = check_one(param, value, table, tried_fast=plan is not None)
                 else:
                     table = check_arguments(args, kwargs, table)
                 set_table(table)

@@ -56,14 +56,6 @@ class Table(tuple):
 _TABLE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes.table", default=None)
 
 
-def current() -> Table | None:
-    return _TABLE.get()
-
-
-def commit(table: Table) -> None:
-    _TABLE.set(table)
-
-
 class Scope:
     """Context manager that starts a fresh dimension table, optionally with sizes pre-bound.
 
@@ -84,18 +76,22 @@ class Scope:
             n: tuple(_as_size(s) for s in v) if isinstance(v, tuple) else _as_size(v)
             for n, v in bindings.items()
         }
-        self._tokens: list[contextvars.Token] = []
+        # The tokens to restore, per context: one Scope object may be entered by several threads
+        # or asyncio tasks at once, each in its own context.
+        self._tokens: contextvars.ContextVar[tuple] = contextvars.ContextVar("shardtypes.scope_tokens", default=())
         self._origin: str | None = None  # who bound these, for messages (default: Scope(n=v))
 
     def __enter__(self) -> "Scope":
         table = Table(dict(self._bindings), {
             n: self._origin or f"Scope({n}={v!r})" for n, v in self._bindings.items()
         })
-        self._tokens.append(_TABLE.set(table))
+        self._tokens.set((*self._tokens.get(), _TABLE.set(table)))
         return self
 
     def __exit__(self, *exc_info) -> None:
-        _TABLE.reset(self._tokens.pop())
+        *rest, token = self._tokens.get()
+        self._tokens.set(tuple(rest))
+        _TABLE.reset(token)
 
 
 def _is_size(size: Any) -> bool:
@@ -121,6 +117,25 @@ def scope(f: F) -> F:
 
     Use it where a callee reuses a name (``batch``) to mean a different size than its caller.
     """
+    if inspect.isgeneratorfunction(f):
+
+        @functools.wraps(f)
+        def generator_wrapper(*args, **kwargs):
+            with Scope():  # around the body's run, not just the call that makes the generator
+                return (yield from f(*args, **kwargs))
+
+        return generator_wrapper  # type: ignore[return-value]
+
+    if inspect.isasyncgenfunction(f):
+
+        @functools.wraps(f)
+        async def async_generator_wrapper(*args, **kwargs):
+            with Scope():
+                async for item in f(*args, **kwargs):
+                    yield item
+
+        return async_generator_wrapper  # type: ignore[return-value]
+
     if inspect.iscoroutinefunction(f):
 
         @functools.wraps(f)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import types
 
-import numpy as np
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ._shape import ShapeSpec
 
@@ -57,11 +58,24 @@ class number:
 
     @classmethod
     def accepts(cls, dtype) -> bool:
+        if _is_extended(dtype):  # PRNG keys and other JAX-only dtypes numpy cannot interpret
+            return False
         return dtype == cls.dtype
+
+
+def _is_extended(dtype) -> bool:
+    return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.extended))
+
+
+def dtype_name(dtype) -> str:
+    """``float32``, or ``key<fry>`` for dtypes numpy cannot interpret."""
+    return str(dtype) if _is_extended(dtype) else np.dtype(dtype).name
 
 
 def _category(name: str, test, description: str):
     def accepts(cls, dtype) -> bool:
+        if _is_extended(dtype):
+            return name == "anydtype"
         return test(np.dtype(dtype))
 
     return type(name, (number,), {"accepts": classmethod(accepts), "description": description})

@@ -359,7 +359,8 @@ def _accepted_dtype(cls: type) -> np.dtype:
 
 def _bounds(index: slice, size: int) -> tuple[int, int]:
     start, stop, step = index.indices(size)
-    assert step == 1, index
+    if step != 1:  # NamedSharding blocks are contiguous; anything else is a JAX change to handle
+        raise ValueError(f"data_layout: a device's block {index} has a stride, which is not supported")
     return start, stop
 
 

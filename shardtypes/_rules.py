@@ -348,8 +348,8 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
     mode_note = None
     if mode is None and rules.auto_mode is not None:
         dim_name, size, auto = rules.auto_mode
-        for dim, n in zip(spec.dims, shape or ()):
-            if (dim.name == dim_name or dim_name in dim.sharding) and _eq(n, size):
+        for dim, n in zip(_expanded_dims(spec, ndim), shape or ()):
+            if not dim.is_variadic and (dim.name == dim_name or dim_name in dim.sharding) and _eq(n, size):
                 mode = auto
                 mode_note = f"mode {auto!r}, as dim {str(dim)!r} has size {size}"
                 break

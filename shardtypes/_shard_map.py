@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import typing
 from typing import Any, Callable
 
@@ -20,9 +21,11 @@ import jax
 from jax.sharding import PartitionSpec
 
 from ._check import COMPILE_TIME_CHECKS
-from ._decorator import typechecked
+from ._decorator import _typechecked
 from ._dims import scope
-from ._rules import current_rules
+from ._trees import tree_info
+from ._typeguard import _has_member
+from ._rules import axis_rules, current_rules
 from ._specs import make_partition_specs
 
 __all__ = ["typed_shard_map"]
@@ -50,14 +53,20 @@ def typed_shard_map(
         check_vma = check_rep
     if f is None:
         return functools.partial(typed_shard_map, mesh=mesh, axis_names=axis_names, check_vma=check_vma)
+    # Annotations may name variables of the scope the decorator is applied in (as typechecked).
+    return _typed_shard_map(f, mesh, axis_names, check_vma, sys._getframe(1).f_locals)
+
+
+def _typed_shard_map(f: Callable, mesh: Any, axis_names: Any, check_vma: bool | None,
+                     scope_vars: dict) -> Callable:
     if not callable(f):
         raise TypeError(f"typed_shard_map expects a function, got {f!r}")
     if getattr(f, "__shardtypes_scope__", False):
         # typed_shard_map(scope(f)): the kernel's checks, outside and inside, get a fresh table.
-        return scope(typed_shard_map(f.__wrapped__, mesh=mesh, axis_names=axis_names, check_vma=check_vma))
+        return scope(_typed_shard_map(f.__wrapped__, mesh, axis_names, check_vma, scope_vars))
     # The global arguments and result are checked too (so a wrongly laid out input is a
     # TypeCheckError naming it, not JAX's spec mismatch); the body checks the local blocks.
-    checked = typechecked(_TypedShardMap(f, mesh, axis_names, check_vma).wrapper)
+    checked = _typechecked(_TypedShardMap(f, mesh, axis_names, check_vma, scope_vars).wrapper, scope_vars)
 
     @functools.wraps(checked)
     def entry(*args, **kwargs):
@@ -72,9 +81,11 @@ def typed_shard_map(
 
 
 class _TypedShardMap:
-    def __init__(self, f: Callable, mesh: Any, axis_names: Any, check_vma: bool | None):
+    def __init__(self, f: Callable, mesh: Any, axis_names: Any, check_vma: bool | None,
+                 scope_vars: dict):
         self.f = f
-        self.body = typechecked(f)  # returns f itself when f is already checked
+        self.body = _typechecked(f, scope_vars)  # f itself when f is already checked
+        self.scope_vars: dict | None = scope_vars
         self.mesh = mesh
         self.axis_names = frozenset(axis_names) if axis_names is not None else None
         self.check_vma = check_vma
@@ -91,11 +102,16 @@ class _TypedShardMap:
 
     def _resolve(self) -> None:
         try:
-            hints = typing.get_type_hints(self.f, include_extras=True)
+            hints = typing.get_type_hints(self.f, localns=self.scope_vars, include_extras=True)
         except Exception as e:
             raise NameError(
                 f"typed_shard_map cannot resolve the annotations of {self.name}: {type(e).__name__}: {e}"
             ) from e
+        self.scope_vars = None  # resolved: stop holding the defining scope's objects
+        with axis_rules(None):  # these are the specs without rules; rule sets get their own
+            self._resolve_specs(hints)
+
+    def _resolve_specs(self, hints: dict) -> None:
         arrays, specs, annotations = [], [], []
         for p in self.signature.parameters.values():
             if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
@@ -137,11 +153,11 @@ class _TypedShardMap:
         if annotation is None:
             if static_ok:
                 return None
+        if static_ok and not _has_arrays(annotation):
+            return None  # no array annotation anywhere in it: a static parameter
         try:
             specs = make_partition_specs(annotation)
         except (TypeError, ValueError) as e:
-            if static_ok and isinstance(e, TypeError):
-                return None  # no layout: a static parameter
             raise TypeError(f"typed_shard_map: {what} of {self.name}: {e}") from None
         if self.axis_names is not None:
             specs = jax.tree.map(self._manual_only, specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
@@ -200,3 +216,11 @@ class _TypedShardMap:
 
         wrapper.__shardtypes_shard_map__ = state  # type: ignore[attr-defined]
         return wrapper
+
+
+def _has_arrays(annotation: Any) -> bool:
+    """Whether an annotation holds a shardtypes array annotation or pytree dataclass anywhere:
+    only a parameter without any is static."""
+    if tree_info(annotation) is not None:
+        return True
+    return _has_member((annotation,))

@@ -7,7 +7,7 @@ class, or plain Python tuples, lists and dicts whose leaves are annotations. The
 shape of the value the annotation describes:
 
 >>> make_partition_specs(Layer)          # doctest: +SKIP
-Layer(w_up=PartitionSpec('d', 't'), w_down=PartitionSpec('t', 'd'))
+Layer(w_up=P('d', 't'), w_down=P('t', 'd'))
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def make_partition_specs(annotation: Any) -> Any:
     """The tree of ``PartitionSpec`` an annotation describes.
 
     >>> make_partition_specs(f32[b'batch/d seq embed/t'])
-    PartitionSpec('d', None, 't')
+    P('d', None, 't')
     """
     return _walk(annotation, lambda leaf: _partition_spec(leaf))
 

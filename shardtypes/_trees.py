@@ -5,7 +5,6 @@
 ...     w_up: f32[b'embed/d hidden/t']
 ...     w_down: f32[b'hidden/t embed/d']
 >>> Layers = Array['layers', Layer]     # every field gets a leading 'layers' dim
->>> Layers.w_up                          # doctest: +SKIP (fields are dataclass fields)
 
 A value of ``Array['layers', Layer]`` is an instance of that (generated, cached) dataclass. The
 slice ``lax.scan`` hands its body is an instance of the same class holding one layer's arrays; it
@@ -27,7 +26,7 @@ import jax
 from ._dtypes import number
 from ._shape import ShapeSpec
 
-__all__ = ["pytree_dataclass", "Array", "tree_info", "is_pytree_dataclass", "stack_annotation"]
+__all__ = ["pytree_dataclass", "Array", "tree_info", "stack_annotation"]
 
 
 class TreeInfo:
@@ -66,10 +65,6 @@ _INFO: dict[type, TreeInfo] = {}
 
 def tree_info(cls: Any) -> TreeInfo | None:
     return _INFO.get(cls) if isinstance(cls, type) else None
-
-
-def is_pytree_dataclass(cls: Any) -> bool:
-    return isinstance(cls, type) and cls in _INFO
 
 
 def _is_static(field: dataclasses.Field) -> bool:
@@ -228,13 +223,3 @@ class Array:
         axes, inner = key
         axes = _normalise_axes(axes)
         return stack_annotation(axes, inner)
-
-
-def optional_inner(annotation: Any) -> Any:
-    """``X`` for ``Optional[X]``, else None."""
-    if typing.get_origin(annotation) is Union:
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1 and len(typing.get_args(annotation)) == 2:
-            return args[0]
-    return None
-

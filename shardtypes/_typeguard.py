@@ -86,10 +86,12 @@ def _qualified(value: Any) -> str:
     return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
-def check_with_plan(value: Any, plan: Plan, role: str, func: str, origin: str) -> None:
-    """Checks one value where the caller knows its place (the decorator). Needs a table."""
+def check_with_plan(value: Any, plan: Plan, role: str, func: str, origin: str,
+                    tried_fast: bool = False) -> None:
+    """Checks one value where the caller knows its place (the decorator). Needs a table.
+    ``tried_fast``: the caller has just tried ``fast_check`` and it had no answer."""
     table = _TABLE.get()
-    new = fast_check(value, plan, table.sizes)
+    new = None if tried_fast else fast_check(value, plan, table.sizes)
     if new is None:
         try:
             new = check_value(value, plan.dtype_cls, plan.spec, table,

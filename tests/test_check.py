@@ -1062,3 +1062,12 @@ def test_misspelt_mesh_axis_suggests_the_close_one():
         "did you mean 'model'?"
     )):
         typeguard.check_type(x, f32[b"embed hidden/modle"])
+
+
+def test_prng_keys_are_anydtype_and_nothing_else():
+    key = jax.random.key(0)
+    typeguard.check_type(key, anydtype[b""])
+    with pytest.raises(TypeCheckError, match=re.escape("has dtype key<fry>, the annotation wants float32")):
+        typeguard.check_type(key, f32[b""])
+    with pytest.raises(TypeCheckError, match=re.escape("has dtype key<fry>, the annotation wants any floating dtype")):
+        typeguard.check_type(key, floating[b""])

@@ -630,3 +630,34 @@ def test_failed_check_in_callee_inside_scope_keeps_caller_table_usable():
         assert dict(dims()) == {"n": 3}
         assert callee_nk(Z(3, 2)).shape == (2,)
         assert dict(dims()) == {"n": 3, "k": 2}
+
+
+def test_one_scope_object_shared_by_threads():
+    shared = Scope(batch=8)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(300):
+                with shared:
+                    assert dims()["batch"] == 8
+        except Exception as e:  # noqa: BLE001 - collected for the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert dict(dims()) == {}
+
+
+def test_scope_on_a_generator_covers_its_body():
+    @scope
+    def numbers():
+        yield dict(dims())
+
+    with Scope(batch=8):
+        assert list(numbers()) == [{}]
+        assert dims()["batch"] == 8
