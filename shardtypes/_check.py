@@ -31,7 +31,7 @@ from ._config import config
 from ._dims import Table
 from ._dtypes import dtype_name
 from ._rules import _ACTIVE as _ACTIVE_RULES, AxisRulesError, layout as rules_layout
-from ._shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, evaluate
+from ._shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, entry_axes, evaluate
 from typeguard import TypeCheckError
 
 __all__ = ["Plan", "check_value", "fast_check", "describe"]
@@ -118,13 +118,7 @@ def _normalise(spec: PartitionSpec, ndim: int, axis_sizes: dict | None) -> Layou
     """A PartitionSpec as one tuple of axes per dim, padded to ``ndim``; axes of size 1 dropped."""
     out = []
     for i in range(ndim):
-        entry = spec[i] if i < len(spec) else None
-        if entry is None or entry is PartitionSpec.UNCONSTRAINED:
-            axes: tuple[str, ...] = ()
-        elif isinstance(entry, str):
-            axes = (entry,)
-        else:
-            axes = tuple(entry)
+        axes = entry_axes(spec[i]) if i < len(spec) else ()  # UNCONSTRAINED: no axes
         if axis_sizes is not None:
             axes = tuple(a for a in axes if axis_sizes.get(a, 2) != 1)
         out.append(axes)

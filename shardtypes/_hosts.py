@@ -42,6 +42,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 
 from ._dims import Scope
 from ._dtypes import number
+from ._shape import entry_axes
 from ._specs import current_mesh, make_shardings
 from ._typeguard import check
 
@@ -340,7 +341,7 @@ def _sharding(annotation: Any, global_shape: Any, mesh: Any, what: str) -> tuple
             problem = str(e).removeprefix(f"check(): value is not {text}: ")
             raise ValueError(f"{what}: global_shape {shape} does not fit {text}: {problem}") from None
     for i, (size, entry) in enumerate(zip(shape, sharding.spec)):
-        axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        axes = entry_axes(entry)
         parts = math.prod(mesh.shape[a] for a in axes)
         if size % parts:
             raise ValueError(
@@ -384,7 +385,7 @@ def _advice(sharding: NamedSharding, dim: int, process_of: Callable[[Any], int])
     changes must come first (major) among the dim's axes."""
     mesh = sharding.mesh
     entry = sharding.spec[dim]
-    axes = (entry,) if isinstance(entry, str) else tuple(entry)
+    axes = entry_axes(entry)
     processes = np.vectorize(process_of, otypes=[int])(mesh.devices)
     spanning = []
     for a in axes:

@@ -27,7 +27,7 @@ import functools
 import re
 from typing import Callable, Union
 
-__all__ = ["DimSpec", "ShapeSpec", "ShapeSpecError"]
+__all__ = ["DimSpec", "ShapeSpec", "ShapeSpecError", "entry_axes", "axes_entry"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INT = re.compile(r"[0-9]+\Z")
@@ -382,3 +382,16 @@ def _parse_shape(spec: str) -> ShapeSpec:
             seen_axes[axis] = text
         dims.append(dim)
     return ShapeSpec(tuple(dims))
+
+
+def entry_axes(entry: object) -> tuple[str, ...]:
+    """The mesh axes of one PartitionSpec entry: None -> (), 'd' -> ('d',), ('d', 'e') as is.
+    (``PartitionSpec.UNCONSTRAINED`` has no axes either.)"""
+    if entry is None or not isinstance(entry, (str, tuple, list)):
+        return ()
+    return (entry,) if isinstance(entry, str) else tuple(entry)
+
+
+def axes_entry(axes: tuple[str, ...]) -> object:
+    """The PartitionSpec entry for mesh axes: () -> None, ('d',) -> 'd', ('d', 'e') as is."""
+    return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)

@@ -26,6 +26,7 @@ from ._dims import scope
 from ._trees import tree_info
 from ._typeguard import _has_member
 from ._rules import axis_rules, current_rules
+from ._shape import axes_entry, entry_axes
 from ._specs import make_partition_specs
 
 __all__ = ["typed_shard_map"]
@@ -168,9 +169,8 @@ class _TypedShardMap:
         annotation and are checked inside the body."""
         entries = []
         for entry in spec:
-            axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
-            kept = tuple(a for a in axes if a in self.axis_names)
-            entries.append(None if not kept else kept[0] if len(kept) == 1 else kept)
+            kept = tuple(a for a in entry_axes(entry) if a in self.axis_names)
+            entries.append(axes_entry(kept))
         return PartitionSpec(*entries)
 
     def _make_wrapper(self) -> Callable:

@@ -22,7 +22,9 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ._dtypes import number
-from ._shape import ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, evaluate
+from ._shape import (
+    ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, axes_entry, entry_axes, evaluate,
+)
 from ._rules import AxisRulesError, choices as rules_choices, current_rules, layout as rules_layout
 from ._trees import tree_info
 
@@ -151,7 +153,7 @@ def _partition_spec(leaf: _Leaf, ndim: int | None = None, mesh_sizes: Mapping[st
         raise AxisRulesError(f"{where} ({leaf.text}): {e}") from None
     except ValueError as e:  # ShapeSpecError: a variadic dim before sharded ones
         raise ValueError(f"{where} ({leaf.text}): {e}") from None
-    return PartitionSpec(*(None if not a else a[0] if len(a) == 1 else a for a in axes))
+    return PartitionSpec(*(axes_entry(a) for a in axes))
 
 
 def current_mesh(mesh: Any = None, what: str = "make_shardings") -> Any:
@@ -185,7 +187,7 @@ def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = Non
     spec = _partition_spec(leaf, ndim, mesh_sizes, shape)
     var = leaf.spec.variadic_index
     for i, entry in enumerate(spec):
-        axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        axes = entry_axes(entry)
         if var is not None and i >= var:
             break  # positions after a variadic dim: their sizes are not known here
         text = str(leaf.spec.dims[i]) if i < len(leaf.spec.dims) else ""
@@ -350,7 +352,7 @@ def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
     sizes = dict(sharding.mesh.shape)
     shape = getattr(x, "shape", ())
     for i, entry in enumerate(sharding.spec):
-        axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+        axes = entry_axes(entry)
         parts = math.prod(sizes[a] for a in axes)
         if i < len(shape) and parts > 1 and not _divides(shape[i], parts):
             raise ValueError(
@@ -361,8 +363,7 @@ def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
         return jax.device_put(x, sharding)
     mesh = sharding.mesh
     types = dict(zip(mesh.axis_names, mesh.axis_types))
-    used = [a for entry in sharding.spec if entry is not None
-            for a in ((entry,) if isinstance(entry, str) else entry)]
+    used = [a for entry in sharding.spec for a in entry_axes(entry)]
     explicit = any(types.get(a) == jax.sharding.AxisType.Explicit for a in used)
     all_explicit = all(t == jax.sharding.AxisType.Explicit for t in types.values())
     if explicit or (all_explicit and not used):

@@ -31,7 +31,7 @@ from typeguard import TypeCheckError
 from ._decorator import typechecked
 from ._dims import Scope
 from ._rules import AxisRulesError
-from ._shape import BROADCAST, ELLIPSIS, NAMED, VARIADIC
+from ._shape import BROADCAST, ELLIPSIS, NAMED, VARIADIC, entry_axes
 from ._specs import _dim_size, _Leaf, _partition_spec, _walk, make_shape_dtype_structs
 from ._typeguard import COLLECTED
 
@@ -130,7 +130,7 @@ def _names_and_multiples(annotations: list, mesh: Any) -> tuple[dict[str, int], 
                 multiples.setdefault(name, 1)
             if dim.kind in (NAMED, BROADCAST) and pspec is not None and spec.variadic_index is None and i < len(pspec):
                 entry = pspec[i]
-                axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+                axes = entry_axes(entry)
                 parts = math.prod(sizes.get(a, 1) for a in axes)
                 multiples[dim.name] = math.lcm(multiples[dim.name], parts)
 
@@ -382,8 +382,7 @@ def plan(
     errors: list[str] = []
 
     def add(path: str, text: str, dtype: Any, shape: tuple, spec) -> None:
-        missing = [a for entry in spec if entry is not None and entry is not jax.sharding.PartitionSpec.UNCONSTRAINED
-                   for a in ((entry,) if isinstance(entry, str) else entry) if a not in mesh_sizes]
+        missing = [a for entry in spec for a in entry_axes(entry) if a not in mesh_sizes]
         if missing:
             errors.append(f"{path} ({text}): mesh axis {missing[0]!r} is not in the mesh (axes: {tuple(mesh_sizes)})")
             return
@@ -392,7 +391,7 @@ def plan(
         parts_total = 1
         for i, size in enumerate(shape):
             entry = spec[i] if i < len(spec) else None
-            axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
+            axes = entry_axes(entry)
             parts = math.prod(mesh_sizes[a] for a in axes)
             parts_total *= parts
             local = -(-size // parts)

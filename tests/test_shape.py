@@ -477,3 +477,15 @@ def test_property_bad_dim_is_pointed_at(case, data):
         ShapeSpec.parse(spec)
     assert caret_target(info.value) == bad
     assert f"dim {i}" in str(info.value).splitlines()[0]
+
+
+def test_partition_spec_entries_and_axes():
+    from jax.sharding import PartitionSpec
+
+    from shardtypes._shape import axes_entry, entry_axes
+
+    assert entry_axes(None) == () and entry_axes("d") == ("d",) and entry_axes(("d", "t")) == ("d", "t")
+    assert entry_axes(PartitionSpec.UNCONSTRAINED) == ()
+    assert axes_entry(()) is None and axes_entry(("d",)) == "d" and axes_entry(("d", "t")) == ("d", "t")
+    for entry in (None, "d", ("d", "t")):
+        assert axes_entry(entry_axes(entry)) == entry
