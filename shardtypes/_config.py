@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import jax
+
 __all__ = ["config"]
 
 _AUTO_MODES = ("compile", "off")
+
+# The mode decides, while tracing, whether a compile-time check is registered; as part of jit's
+# cache key (where this JAX can), changing it makes jitted functions trace again.
+_JIT_AUTO_MODE = jax.make_user_context(default_value="compile") if hasattr(jax, "make_user_context") else None
 
 
 class Config:
@@ -34,6 +40,8 @@ class Config:
                 f"shardtypes.config.auto_sharding_check must be one of {_AUTO_MODES}, got {mode!r}"
             )
         self._auto = mode
+        if _JIT_AUTO_MODE is not None:
+            _JIT_AUTO_MODE.set_global(mode)
 
     def __repr__(self) -> str:
         return f"shardtypes.Config(auto_sharding_check={self._auto!r})"

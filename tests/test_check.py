@@ -1071,3 +1071,23 @@ def test_prng_keys_are_anydtype_and_nothing_else():
         typeguard.check_type(key, f32[b""])
     with pytest.raises(TypeCheckError, match=re.escape("has dtype key<fry>, the annotation wants any floating dtype")):
         typeguard.check_type(key, floating[b""])
+
+
+def test_switching_the_auto_check_on_makes_jit_trace_again():
+    mesh = make_mesh("auto")
+
+    @typechecked
+    def g(x: f32[b"a/d b"]) -> f32[b"a/d b"]:
+        return x * 2
+
+    jitted = jax.jit(g)
+    wrong = put(mesh, jnp.ones((8, 4)), None, "d")
+    try:
+        with jax.set_mesh(mesh):
+            shardtypes.config.auto_sharding_check = "off"
+            jitted(wrong)  # traced without the compile-time check
+            shardtypes.config.auto_sharding_check = "compile"
+            with pytest.raises(jax.errors.JaxRuntimeError, match="shardtypes \\(compile-time check\\)"):
+                jitted(wrong)  # traced again, now with it
+    finally:
+        shardtypes.config.auto_sharding_check = "compile"
