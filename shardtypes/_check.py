@@ -94,19 +94,21 @@ def describe(value: Any) -> str:
     if isinstance(value, (np.ndarray, np.generic)):
         return text + " (numpy, on the host)"
     try:
+        manual = ()
         if isinstance(value, jax.core.Tracer):
             sharding = jax.typeof(value).sharding
             manual = jax.sharding.get_abstract_mesh().manual_axes
-            if manual:  # inside shard_map the shape is this device's block
-                text += f", a local block under manual axes {tuple(manual)},"
         else:
             sharding = getattr(value, "sharding", None)
     except Exception:  # describing must never hide the real error
         return text
+    if manual:  # inside shard_map the shape is this device's block
+        text += f", a local block under manual axes {tuple(manual)}"
+    sep = "," if manual else ""
     if isinstance(sharding, NamedSharding):
-        return text + f" sharded {_fmt_layout(_normalise(sharding.spec, len(shape), None))}"
+        return text + f"{sep} sharded {_fmt_layout(_normalise(sharding.spec, len(shape), None))}"
     if sharding is not None:
-        return text + f" with {type(sharding).__name__}"
+        return text + f"{sep} with {type(sharding).__name__}"
     return text
 
 
@@ -150,6 +152,12 @@ def _missing_axes_problem(missing: list[str], axis_names, where: str) -> str:
         if len(missing) == 1
         else f"mesh axes {names} are not in {where}, which has axes {tuple(axis_names)}"
     )
+    return text + axis_hint(missing, axis_names)
+
+
+def axis_hint(missing: list[str], axis_names) -> str:
+    """What to say after "axis 'x' is not in the mesh": a close axis name, and the rules."""
+    text = ""
     close = [m for a in missing for m in difflib.get_close_matches(a, list(axis_names), n=1, cutoff=0.75)]
     if close:
         text += f"; did you mean {' / '.join(repr(c) for c in close)}?"

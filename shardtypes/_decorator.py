@@ -46,11 +46,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _EMPTY = Table()  # tables are immutable, so every top-level call can start from this one
 
-# Every item of a list or dict of arrays is checked (typeguard checks only the first by default,
-# which would let the second layer of a list through unchecked).
-_CONFIG = dataclasses.replace(
-    typeguard.config, collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS
-)
+def _config() -> Any:
+    """typeguard's configuration as it is now, except that every item of a list or dict of
+    arrays is checked (typeguard checks only the first by default, which would let the second
+    layer of a list through unchecked)."""
+    return dataclasses.replace(
+        typeguard.config, collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS
+    )
 
 
 def typechecked(target: F | None = None) -> F:
@@ -345,10 +347,10 @@ class _SignatureChecker:
             # Any other annotation: typeguard's own check, with typeguard's messages.
             set_table(table)
             if param.kind is None:
-                memo = TypeCheckMemo(target.__globals__, {}, config=_CONFIG)
+                memo = TypeCheckMemo(target.__globals__, {}, config=_config())
                 _transactional(check_return_type_internal, func_name, value, param.annotation, memo)
             else:
-                memo = TypeCheckMemo(target.__globals__, {param.name: value}, config=_CONFIG)
+                memo = TypeCheckMemo(target.__globals__, {param.name: value}, config=_config())
                 _transactional(check_argument_types_internal, func_name,
                                {param.name: (value, param.annotation)}, memo)
             return get_table()

@@ -25,6 +25,7 @@ from ._dtypes import number
 from ._shape import (
     ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, axes_entry, entry_axes, evaluate,
 )
+from ._check import axis_hint
 from ._rules import AxisRulesError, choices as rules_choices, current_rules, layout as rules_layout
 from ._trees import tree_info
 
@@ -196,6 +197,7 @@ def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = Non
             raise ValueError(
                 f"{where} ({leaf.text}): dim {i} {text!r} is sharded over mesh axis "
                 f"{missing[0]!r}, which the mesh does not have (axes: {tuple(mesh_sizes)})"
+                f"{axis_hint(missing, tuple(mesh_sizes))}"
             )
         size = known[i] if i < len(known) else None
         if not axes or size is None:
