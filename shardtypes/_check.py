@@ -31,7 +31,7 @@ from ._config import config
 from ._dims import Table
 from ._dtypes import dtype_name
 from ._rules import _ACTIVE as _ACTIVE_RULES, AxisRulesError, layout as rules_layout
-from ._shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, entry_axes, evaluate
+from ._shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, entry_axes, evaluate, size_equal
 from typeguard import TypeCheckError
 
 __all__ = ["Plan", "check_value", "fast_check", "describe"]
@@ -291,21 +291,21 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
                 new[dim.shape] = size
             elif isinstance(bound, tuple):
                 raise Mismatch(f"{dim.shape!r} is bound to several dims {bound} by '*{dim.shape}'")
-            elif not _size_equal(bound, size):
+            elif not size_equal(bound, size):
                 clash(dim.shape, size, bound, f"dim {index}")
         elif kind == FIXED:
-            if not _size_equal(dim.expr, size):
+            if not size_equal(dim.expr, size):
                 raise Mismatch(f"dim {str(dim)!r} is {_fmt_size(size)}, but the annotation fixes it to {dim.expr}")
 
     for dim, size, _ in pairs:
         if dim.kind == BROADCAST:
             name = dim.name
-            if _size_equal(size, 1):
+            if size_equal(size, 1):
                 continue
             bound = lookup(name)
             if bound is _MISSING:
                 new[name] = size
-            elif not _size_equal(bound, size):
+            elif not size_equal(bound, size):
                 raise Mismatch(
                     f"dim {str(dim)!r} is {_fmt_size(size)}, but must be 1 or {name}={_fmt_size(bound)}"
                     f" (bound by {table.origins.get(name, 'this value')})"
@@ -323,7 +323,7 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
                 want = evaluate(dim.expr, lookup)
             except Exception as e:  # e.g. symbolic // symbolic
                 raise Mismatch(f"dim {str(dim)!r} cannot be evaluated: {e}") from None
-            if not _size_equal(want, size):
+            if not size_equal(want, size):
                 values = ", ".join(f"{n}={_fmt_size(lookup(n))}" for n in sorted(dim.names))
                 raise Mismatch(f"dim {str(dim)!r} is {_fmt_size(size)}, but {dim.shape} = {_fmt_size(want)} ({values})")
     return new
@@ -335,15 +335,8 @@ def _fmt_size(size) -> str:
     return str(size)
 
 
-def _size_equal(a, b) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:  # symbolic dims whose equality is undecidable
-        return False
-
-
 def _sizes_equal(a: tuple, b: tuple) -> bool:
-    return len(a) == len(b) and all(_size_equal(x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(size_equal(x, y) for x, y in zip(a, b))
 
 
 # ---------------------------------------------------------------------------------------------

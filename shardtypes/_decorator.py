@@ -23,7 +23,6 @@ import functools
 import inspect
 import sys
 import textwrap
-import typing
 import warnings
 from typing import Any, Callable, TypeVar
 
@@ -31,6 +30,7 @@ import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
 
 from ._dims import _TABLE, Table, scope
+from ._hints import resolve_hints
 from ._typeguard import (
     ShardtypesWarning,
     check_argument_types_internal,
@@ -284,13 +284,7 @@ class _SignatureChecker:
         self.returns: _Param | None = None
 
     def _resolve(self) -> None:
-        try:
-            hints = typing.get_type_hints(self.target, localns=self.scope_vars, include_extras=True)
-        except Exception as e:
-            raise NameError(
-                f"shardtypes.typechecked cannot resolve the annotations of "
-                f"{_qualname(self.target)}: {type(e).__name__}: {e}"
-            ) from e
+        hints = resolve_hints(self.target, "shardtypes.typechecked", self.scope_vars)
         fn = self.func_name
         params = []
         for p in self.signature.parameters.values():

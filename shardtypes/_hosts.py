@@ -44,7 +44,7 @@ from ._dims import Scope
 from ._dtypes import number
 from ._shape import entry_axes
 from ._specs import current_mesh, make_shardings
-from ._typeguard import check
+from ._typeguard import annotation_text, check
 
 __all__ = ["default_mesh", "hybrid_mesh", "DataLayout", "data_layout", "make_global_array"]
 
@@ -305,8 +305,7 @@ def data_layout(annotation: Any, global_shape: Sequence[int], mesh: Mesh | None 
 def _text(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     if isinstance(origin, type) and issubclass(origin, number):
-        (shape,) = typing.get_args(annotation)
-        return f"{origin.__name__}[{shape!r}]"
+        return annotation_text(origin, typing.get_args(annotation)[0])
     return repr(annotation)
 
 

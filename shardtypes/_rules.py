@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import jax
 
-from ._shape import _IDENT, ShapeSpec
+from ._shape import _IDENT, ShapeSpec, divides, size_equal
 
 __all__ = [
     "AxisRules",
@@ -279,14 +279,8 @@ class DimChoice:
 
 
 def _direct(spec: ShapeSpec, ndim: int) -> tuple[tuple[str, ...], ...]:
-    var = spec.variadic_index
-    out: list[tuple[str, ...]] = []
-    for i, dim in enumerate(spec.dims):
-        if i == var:
-            out.extend([()] * (ndim - len(spec.dims) + 1))
-        else:
-            out.append(dim.sharding)
-    return tuple(out)
+    """The axes as written (a variadic dim, never sharded, stands for its dims)."""
+    return tuple(dim.sharding for dim in _expanded_dims(spec, ndim))
 
 
 def layout(
@@ -349,7 +343,7 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
     if mode is None and rules.auto_mode is not None:
         dim_name, size, auto = rules.auto_mode
         for dim, n in zip(_expanded_dims(spec, ndim), shape or ()):
-            if not dim.is_variadic and (dim.name == dim_name or dim_name in dim.sharding) and _eq(n, size):
+            if not dim.is_variadic and (dim.name == dim_name or dim_name in dim.sharding) and size_equal(n, size):
                 mode = auto
                 mode_note = f"mode {auto!r}, as dim {str(dim)!r} has size {size}"
                 break
@@ -365,6 +359,12 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
     notes: dict[int, list[str]] = {i: [] for i in range(len(dims))}
     skipped: dict[tuple, list[str]] = {slot: [] for slot in slots}
     seen_rule: dict[str, int] = {}
+
+    def refuse(slot: tuple, text: str, policy: str, message: str) -> None:
+        """A rule that cannot apply: an error by default, else passed over (noted)."""
+        if policy == "error":
+            raise AxisRulesError(f"dim {slot[0]} {text!r}: {message}")
+        skipped[slot].append(message)
 
     def axes_of(i: int) -> list[str]:
         return [a for (j, logical) in slots if j == i for a in placed.get((j, logical), ())]
@@ -383,11 +383,9 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
                 break
             unknown = [a for a in target if mesh is not None and a not in mesh]
             if unknown:
-                message = (f"rule {logical!r} -> {_fmt_target(target)} names mesh axis {unknown[0]!r}, "
-                           f"which the mesh does not have (axes: {tuple(mesh)})")
-                if rules.on_unknown_axis == "error":
-                    raise AxisRulesError(f"dim {i} {text!r}: {message}")
-                skipped[slot].append(message)
+                refuse(slot, text, rules.on_unknown_axis,
+                       f"rule {logical!r} -> {_fmt_target(target)} names mesh axis {unknown[0]!r}, "
+                       f"which the mesh does not have (axes: {tuple(mesh)})")
                 continue
             taken = [a for a in target if a in used]
             if taken:
@@ -397,12 +395,10 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
                 continue
             if mesh is not None and shape is not None and i < len(shape) and shape[i] is not None:
                 parts = math.prod(mesh[a] for a in (*axes_of(i), *target))
-                if not _divides(shape[i], parts):
-                    message = (f"rule {logical!r} -> {_fmt_target(target)}: size {shape[i]} does not "
-                               f"divide over {parts} devices")
-                    if rules.on_indivisible == "error":
-                        raise AxisRulesError(f"dim {i} {text!r}: {message}")
-                    skipped[slot].append(message)
+                if not divides(shape[i], parts):
+                    refuse(slot, text, rules.on_indivisible,
+                           f"rule {logical!r} -> {_fmt_target(target)}: size {shape[i]} does not "
+                           f"divide over {parts} devices")
                     continue
             placed[slot] = target
             for a in target:
@@ -442,20 +438,6 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
             dim_notes.insert(0, mode_note)
         story.append(DimChoice(i, str(dim), axes, tuple(dim_notes)))
     return tuple(result), tuple(story)
-
-
-def _eq(a, b) -> bool:
-    try:
-        return bool(a == b)
-    except Exception:
-        return False
-
-
-def _divides(size, parts: int) -> bool:
-    try:
-        return size % parts == 0
-    except Exception:  # symbolic sizes: left to the checks at call time
-        return True
 
 
 # ---------------------------------------------------------------------------------------------

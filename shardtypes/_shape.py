@@ -27,7 +27,7 @@ import functools
 import re
 from typing import Callable, Union
 
-__all__ = ["DimSpec", "ShapeSpec", "ShapeSpecError", "entry_axes", "axes_entry"]
+__all__ = ["DimSpec", "ShapeSpec", "ShapeSpecError", "entry_axes", "axes_entry", "size_equal", "divides"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INT = re.compile(r"[0-9]+\Z")
@@ -395,3 +395,20 @@ def entry_axes(entry: object) -> tuple[str, ...]:
 def axes_entry(axes: tuple[str, ...]) -> object:
     """The PartitionSpec entry for mesh axes: () -> None, ('d',) -> 'd', ('d', 'e') as is."""
     return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)
+
+
+def size_equal(a: object, b: object) -> bool:
+    """``a == b`` for sizes that may be symbolic (an undecidable comparison is False)."""
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def divides(size: object, parts: int) -> bool:
+    """Whether ``size`` splits evenly into ``parts``; symbolic sizes are given the benefit of the
+    doubt (the checks at call time see the real ones)."""
+    try:
+        return size % parts == 0
+    except Exception:
+        return True

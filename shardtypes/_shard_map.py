@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-import typing
 from typing import Any, Callable
 
 import jax
@@ -23,6 +22,7 @@ from jax.sharding import PartitionSpec
 from ._check import COMPILE_TIME_CHECKS
 from ._decorator import _typechecked
 from ._dims import scope
+from ._hints import resolve_hints
 from ._trees import tree_info
 from ._typeguard import _has_member
 from ._rules import axis_rules, current_rules
@@ -102,12 +102,7 @@ class _TypedShardMap:
         self.wrapper = self._make_wrapper()
 
     def _resolve(self) -> None:
-        try:
-            hints = typing.get_type_hints(self.f, localns=self.scope_vars, include_extras=True)
-        except Exception as e:
-            raise NameError(
-                f"typed_shard_map cannot resolve the annotations of {self.name}: {type(e).__name__}: {e}"
-            ) from e
+        hints = resolve_hints(self.f, "typed_shard_map", self.scope_vars)
         self.scope_vars = None  # resolved: stop holding the defining scope's objects
         with axis_rules(None):  # these are the specs without rules; rule sets get their own
             self._resolve_specs(hints)

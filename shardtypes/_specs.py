@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ._dtypes import number
 from ._shape import (
-    ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, axes_entry, entry_axes, evaluate,
+    ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, axes_entry, divides, entry_axes, evaluate,
 )
 from ._check import axis_hint
 from ._rules import AxisRulesError, choices as rules_choices, current_rules, layout as rules_layout
@@ -203,11 +203,7 @@ def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = Non
         if not axes or size is None:
             continue
         parts = math.prod(mesh_sizes[a] for a in axes)
-        try:
-            divides = size % parts == 0
-        except Exception:  # symbolic sizes: divisibility is the checker's business at call time
-            divides = True
-        if not divides:
+        if not divides(size, parts):
             raise ValueError(
                 f"{where} ({leaf.text}): dim {i} {text!r} has size {size}, which does not "
                 f"divide over mesh axes {axes} of total size {parts}"
@@ -356,7 +352,7 @@ def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
     for i, entry in enumerate(sharding.spec):
         axes = entry_axes(entry)
         parts = math.prod(sizes[a] for a in axes)
-        if i < len(shape) and parts > 1 and not _divides(shape[i], parts):
+        if i < len(shape) and parts > 1 and not divides(shape[i], parts):
             raise ValueError(
                 f"shard: {path}: dim {i} has size {shape[i]}, which does not divide "
                 f"over mesh axes {axes} ({parts} devices) as {sharding.spec} asks"
@@ -371,13 +367,6 @@ def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
     if explicit or (all_explicit and not used):
         return jax.sharding.reshard(x, sharding.spec)
     return jax.lax.with_sharding_constraint(x, sharding)
-
-
-def _divides(size: Any, parts: int) -> bool:
-    try:
-        return size % parts == 0
-    except Exception:  # symbolic sizes: left to JAX
-        return True
 
 
 def is_fully_sharded(spec: PartitionSpec, mesh: Any = None) -> bool:

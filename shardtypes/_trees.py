@@ -24,6 +24,7 @@ from typing import Any, Union
 import jax
 
 from ._dtypes import number
+from ._hints import resolve_hints
 from ._shape import ShapeSpec
 
 __all__ = ["pytree_dataclass", "Array", "tree_info", "stack_annotation"]
@@ -49,13 +50,7 @@ class TreeInfo:
     def field_types(self) -> dict:
         """Field name -> resolved annotation, for every field (PEP 563 strings resolved)."""
         if self._types is None:
-            try:
-                hints = typing.get_type_hints(self.cls, include_extras=True)
-            except Exception as e:
-                raise NameError(
-                    f"cannot resolve the field annotations of {self.cls.__qualname__}: "
-                    f"{type(e).__name__}: {e}"
-                ) from e
+            hints = resolve_hints(self.cls, "pytree_dataclass")
             self._types = {f.name: hints.get(f.name, Any) for f in dataclasses.fields(self.cls)}
         return self._types
 

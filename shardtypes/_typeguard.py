@@ -276,7 +276,7 @@ def _snapshot(memo: TypeCheckMemo):
     return restore
 
 
-def _transactional(checker):
+def _all_or_nothing(checker):
     """typeguard's checker for a container, made all-or-nothing: if any item fails, the items
     that passed leave no bindings behind."""
 
@@ -407,7 +407,7 @@ def _lookup(origin, args, extras):
             return _check_union
         checker = _CONTAINER_CHECKERS.get(origin)
         if checker is not None:
-            return _TRANSACTIONAL.setdefault(origin, _transactional(checker))
+            return _ALL_OR_NOTHING.setdefault(origin, _all_or_nothing(checker))
     return None
 
 
@@ -417,7 +417,7 @@ _CONTAINER_CHECKERS = {
     for origin, checker in _tg_checkers.origin_type_checkers.items()
     if origin is not Union
 }
-_TRANSACTIONAL: dict = {}
+_ALL_OR_NOTHING: dict = {}
 
 
 def register_with_typeguard() -> None:

@@ -20,7 +20,6 @@ import functools
 import inspect
 import json
 import math
-import typing
 from typing import Any, Callable, Mapping
 
 import jax
@@ -30,6 +29,7 @@ from typeguard import TypeCheckError
 
 from ._decorator import typechecked
 from ._dims import Scope
+from ._hints import resolve_hints
 from ._rules import AxisRulesError
 from ._shape import BROADCAST, ELLIPSIS, NAMED, VARIADIC, entry_axes
 from ._specs import _dim_size, _Leaf, _partition_spec, _walk, make_shape_dtype_structs
@@ -177,9 +177,9 @@ def verify(
         return report
 
     try:
-        hints = typing.get_type_hints(target, include_extras=True)
-    except Exception as e:
-        problems.append(Problem("setup", f"cannot resolve the annotations of {name}(): {type(e).__name__}: {e}"))
+        hints = resolve_hints(target, "verify")
+    except NameError as e:
+        problems.append(Problem("setup", str(e)))
         return finish()
     signature = inspect.signature(target)
     unknown = sorted(set(static) - set(signature.parameters))

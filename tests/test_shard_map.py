@@ -618,3 +618,39 @@ def test_a_list_of_arrays_is_not_taken_for_a_static_parameter(mesh):
     with jax.set_mesh(mesh):
         with pytest.raises(TypeError, match=r"typed_shard_map: argument \"xs\" of .*kernel: the annotation is list\[.*\], which has no layout"):
             typed_shard_map(kernel)([put(mesh, X, "d")])
+
+
+def test_annotations_may_name_locals_of_the_defining_scope(tmp_path, mesh):
+    """With PEP 563 the annotations are strings; a local alias of the function that applies the
+    decorator resolves, as it does for typechecked."""
+    import importlib.util
+
+    (tmp_path / "local_alias.py").write_text(
+        "from __future__ import annotations\n"
+        "from shardtypes import f32, typed_shard_map\n"
+        "def make():\n"
+        "    Block = f32[b'B/d M']\n"
+        "    @typed_shard_map\n"
+        "    def double(x: Block) -> Block:\n"
+        "        return 2 * x\n"
+        "    return double\n"
+    )
+    spec = importlib.util.spec_from_file_location("local_alias", tmp_path / "local_alias.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with jax.set_mesh(mesh):
+        out = module.make()(put(mesh, X, "d"))
+    np.testing.assert_allclose(np.asarray(out), 2 * X)
+
+
+def test_specs_without_rules_are_not_those_of_the_first_rule_set(mesh):
+    from shardtypes import AxisRules, axis_rules
+
+    @typed_shard_map
+    def ident(x: f32[b"B/d M"]) -> f32[b"B/d M"]:
+        return x
+
+    with jax.set_mesh(mesh):
+        with axis_rules(AxisRules([("d", "t")])):  # first call under rules: 'd' means mesh axis t
+            assert ident(put(mesh, X, "t")).sharding.spec == P("t", None)
+        assert ident(put(mesh, X, "d")).sharding.spec == P("d", None)  # no rules: 'd' is d

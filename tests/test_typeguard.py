@@ -749,3 +749,30 @@ def test_message_for_malformed_annotation():
 
 def test_shardtypes_exports_typecheckerror():
     assert shardtypes.TypeCheckError is TypeCheckError
+
+
+def test_unresolvable_annotations_name_the_function(tmp_path):
+    """A PEP 563 annotation naming something that never exists: a NameError at the first call
+    (not at decoration, where a forward reference may still be defined later), naming who asked."""
+    import importlib.util
+
+    import shardtypes
+
+    source = (
+        "from __future__ import annotations\n"
+        "import shardtypes\n"
+        "@shardtypes.typechecked\n"
+        "def f(x: Missing) -> None: ...\n"
+        "def g(x: Missing) -> None: ...\n"
+    )
+    path = tmp_path / "unresolvable.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("unresolvable", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(NameError, match=r"shardtypes.typechecked cannot resolve the annotations of "
+                                        r"unresolvable.f: NameError: name 'Missing' is not defined"):
+        module.f(1)
+    report = shardtypes.verify(module.g, {"d": 2})
+    assert [p.kind for p in report.problems] == ["setup"]
+    assert "verify cannot resolve the annotations of unresolvable.g" in str(report.problems[0])
