@@ -89,6 +89,7 @@ from ._verify import (
 from . import ops as ops
 from ._decorator import typechecked as typechecked
 from ._typeguard import (
+    FieldError as FieldError,
     ShardtypesWarning as ShardtypesWarning,
     check as check,
     register_with_typeguard as register_with_typeguard,
@@ -101,6 +102,7 @@ __all__ = [
     "AxisRulesError",
     "DataLayout",
     "DimSpec",
+    "FieldError",
     "PlanReport",
     "Problem",
     "Scope",

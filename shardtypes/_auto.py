@@ -36,7 +36,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ._specs import current_mesh
+from ._mesh import current_mesh
 
 __all__ = [
     "auto_partition_spec",

@@ -105,11 +105,42 @@ def describe(value: Any) -> str:
     if manual:  # inside shard_map the shape is this device's block
         text += f", a local block under manual axes {tuple(manual)}"
     sep = "," if manual else ""
+    if isinstance(value, jax.core.Tracer):
+        unknown = _unknown_at_trace_time(sharding, len(shape))
+        if unknown:
+            return text + f", {unknown}"
     if isinstance(sharding, NamedSharding):
         return text + f"{sep} sharded {_fmt_layout(_normalise(sharding.spec, len(shape), None))}"
     if sharding is not None:
         return text + f"{sep} with {type(sharding).__name__}"
     return text
+
+
+def _unknown_at_trace_time(sharding: Any, ndim: int) -> str | None:
+    """For a traced value whose layout XLA has not chosen yet (no mesh, or Auto axes), what a
+    message can say about it instead of the placeholder ``P(None, ...)`` the type carries."""
+    mesh = sharding.mesh if isinstance(sharding, NamedSharding) else None
+    if mesh is None or mesh.empty:
+        mesh = jax.sharding.get_abstract_mesh()
+    when = (
+        "where shardtypes checks it" if config.auto_sharding_check == "compile"
+        else "not checked: shardtypes.config.auto_sharding_check is 'off'"
+    )
+    if mesh.empty:
+        return f"traced with no mesh, so its sharding is unknown until compiled, {when}"
+    sizes = dict(mesh.shape)
+    auto = [a for a, t in zip(mesh.axis_names, mesh.axis_types)
+            if t == jax.sharding.AxisType.Auto and sizes[a] != 1]
+    if not auto:
+        return None
+    explicit = {a for a, t in zip(mesh.axis_names, mesh.axis_types) if t == jax.sharding.AxisType.Explicit}
+    known = ""
+    if explicit and isinstance(sharding, NamedSharding):
+        layout = tuple(tuple(a for a in axes if a in explicit)
+                       for axes in _normalise(sharding.spec, ndim, None))
+        known = f"sharded {_fmt_layout(layout)} over Explicit axes, "
+    axes = ", ".join(repr(a) for a in auto)
+    return f"{known}its layout over Auto axes {axes} unknown until compiled, {when}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,20 +1,68 @@
-"""Process-wide settings."""
+"""Process-wide settings: ``shardtypes.config``.
+
+Two switches:
+
+* ``config.checks``: every check on (default) or off. Off, checked functions, ``check``,
+  typeguard's checks of shardtypes annotations and the typed collectives' operand checks do
+  nothing, while derivation (specs, shardings, ``typed_shard_map``'s specs, ``shard``) keeps
+  working. The environment variable ``SHARDTYPES_DISABLE=1`` turns checks off at import, for
+  production runs that want no trace-time cost at all (as ``JAXTYPING_DISABLE`` does for
+  jaxtyping).
+* ``config.auto_sharding_check``: how Auto mesh axes are checked under ``jax.jit``.
+
+Both are part of jit's cache key (through ``jax.make_user_context``): a jitted function traced
+with checks off is traced again once they are on, so jit's cache never keeps an unchecked trace.
+"""
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from typing import Iterator
 
 import jax
 
 __all__ = ["config"]
 
 _AUTO_MODES = ("compile", "off")
+_ENV = "SHARDTYPES_DISABLE"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
 
-# The mode decides, while tracing, whether a compile-time check is registered; as part of jit's
-# cache key (where this JAX can), changing it makes jitted functions trace again.
-_JIT_AUTO_MODE = jax.make_user_context(default_value="compile") if hasattr(jax, "make_user_context") else None
+
+def _checks_from_environment() -> bool:
+    raw = os.environ.get(_ENV, "")
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return False
+    if value in _FALSE:
+        return True
+    raise ValueError(
+        f"shardtypes: environment variable {_ENV}={raw!r} is not understood; use 1 (checks off) "
+        f"or 0 (checks on)"
+    )
+
+
+# What tracing depends on, as part of jit's cache key where this JAX can key on it:
+# (checks on, auto_sharding_check).
+_JIT_STATE = (
+    jax.make_user_context(default_value=(True, "compile")) if hasattr(jax, "make_user_context") else None
+)
+
+# Set while a tool that exists to check (``verify``) runs: checks are on for it whatever the switch.
+_FORCED: contextvars.ContextVar[bool] = contextvars.ContextVar("shardtypes.checks_forced", default=False)
 
 
 class Config:
-    """Settings of shardtypes. ``shardtypes.config.auto_sharding_check`` is one of:
+    """Settings of shardtypes.
+
+    ``shardtypes.config.checks`` (bool, default ``True`` unless ``SHARDTYPES_DISABLE=1`` is set
+    in the environment): ``False`` turns every check off; annotations still give specs,
+    shardings and ``typed_shard_map`` layouts. ``dims()`` then holds only what ``Scope(...)``
+    bound, since no check binds sizes. ``verify`` and ``plan`` check regardless.
+
+    ``shardtypes.config.auto_sharding_check`` is one of:
 
     * ``"compile"`` (default): under ``jax.jit`` on Auto mesh axes, where the sharding is only
       known once XLA has partitioned the program, the check runs at compile time through
@@ -22,12 +70,28 @@ class Config:
       compilation fail with the shardtypes message.
     * ``"off"``: Auto axes are not checked under jit (Explicit and Manual axes still are). Use it
       when annotations on Auto meshes describe intent rather than what XLA chose.
+
+    >>> import shardtypes
+    >>> shardtypes.config.checks = False   # production: no checks, same layouts
     """
 
-    __slots__ = ("_auto",)
+    __slots__ = ("_auto", "_checks")
 
     def __init__(self) -> None:
         self._auto = "compile"
+        self._checks = _checks_from_environment()
+        self._publish()
+
+    @property
+    def checks(self) -> bool:
+        return self._checks
+
+    @checks.setter
+    def checks(self, on: bool) -> None:
+        if not isinstance(on, bool):
+            raise TypeError(f"shardtypes.config.checks must be True or False, got {on!r}")
+        self._checks = on
+        self._publish()
 
     @property
     def auto_sharding_check(self) -> str:
@@ -35,16 +99,38 @@ class Config:
 
     @auto_sharding_check.setter
     def auto_sharding_check(self, mode: str) -> None:
-        if mode not in _AUTO_MODES:
+        if not isinstance(mode, str) or mode not in _AUTO_MODES:
             raise ValueError(
                 f"shardtypes.config.auto_sharding_check must be one of {_AUTO_MODES}, got {mode!r}"
             )
         self._auto = mode
-        if _JIT_AUTO_MODE is not None:
-            _JIT_AUTO_MODE.set_global(mode)
+        self._publish()
+
+    def _publish(self) -> None:
+        if _JIT_STATE is not None:
+            _JIT_STATE.set_global((self._checks, self._auto))
 
     def __repr__(self) -> str:
-        return f"shardtypes.Config(auto_sharding_check={self._auto!r})"
+        return f"shardtypes.Config(checks={self._checks!r}, auto_sharding_check={self._auto!r})"
 
 
 config = Config()
+
+
+def checks_on() -> bool:
+    """Whether checks run now: the switch, or a tool that forces them."""
+    return config._checks or _FORCED.get()
+
+
+@contextlib.contextmanager
+def forced_checks() -> Iterator[None]:
+    """Checks on inside, whatever ``config.checks`` says (for ``verify``); jit traces again."""
+    token = _FORCED.set(True)
+    try:
+        if _JIT_STATE is not None and not config._checks:
+            with _JIT_STATE((True, config._auto)):
+                yield
+        else:
+            yield
+    finally:
+        _FORCED.reset(token)

@@ -29,6 +29,7 @@ from typing import Any, Callable, TypeVar
 import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
 
+from ._config import _FORCED, config
 from ._dims import _TABLE, Table, scope
 from ._hints import resolve_hints
 from ._typeguard import (
@@ -207,6 +208,8 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
 
         @functools.wraps(target)
         async def async_wrapper(*args, **kwargs):
+            if not config._checks and not _FORCED.get():
+                return await target(*args, **kwargs)
             start = _TABLE.get()
             if start is not None:
                 try:
@@ -225,10 +228,18 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
     if inspect.isasyncgenfunction(target) or inspect.isgeneratorfunction(target):
         # A generator's body runs after the call returns; typeguard checks it in its own frames,
         # each with the table of whoever iterates it.
-        return functools.wraps(target)(checked)
+        @functools.wraps(target)
+        def generator_wrapper(*args, **kwargs):
+            if not config._checks and not _FORCED.get():
+                return target(*args, **kwargs)
+            return checked(*args, **kwargs)
+
+        return generator_wrapper
 
     @functools.wraps(target)
     def wrapper(*args, **kwargs):
+        if not config._checks and not _FORCED.get():
+            return target(*args, **kwargs)
         start = _TABLE.get()
         if start is not None:
             try:
@@ -322,6 +333,7 @@ class _SignatureChecker:
         checker = self
         func_name = self.func_name
         get_table, set_table, reset_table = _TABLE.get, _TABLE.set, _TABLE.reset
+        cfg, forced = config, _FORCED.get
 
         def check_one(param: _Param, value: Any, table: Table, tried_fast: bool = False) -> Table:
             """Checks one argument or return value; returns the table with its bindings.
@@ -362,6 +374,8 @@ class _SignatureChecker:
         if inspect.iscoroutinefunction(target):
 
             async def async_checked(*args, **kwargs):
+                if not cfg._checks and not forced():
+                    return await target(*args, **kwargs)
                 set_table(check_arguments(args, kwargs, get_table()))
                 result = await target(*args, **kwargs)
                 if checker.returns is not None:
@@ -375,6 +389,8 @@ class _SignatureChecker:
         # first). Anything else goes through check_one / check_arguments.
         @functools.wraps(target)
         def checked(*args, **kwargs):
+            if not cfg._checks and not forced():
+                return target(*args, **kwargs)
             table = start = get_table()
             token = None
             if table is None:

@@ -40,10 +40,12 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding
 
+from ._config import forced_checks
 from ._dims import Scope
 from ._dtypes import number
 from ._shape import entry_axes
-from ._specs import current_mesh, make_shardings
+from ._mesh import current_mesh
+from ._specs import make_shardings
 from ._typeguard import annotation_text, check
 
 __all__ = ["default_mesh", "hybrid_mesh", "DataLayout", "data_layout", "make_global_array"]
@@ -333,7 +335,9 @@ def _sharding(annotation: Any, global_shape: Any, mesh: Any, what: str) -> tuple
         )
     sharding = make_shardings(annotation, mesh)
     dtype = origin.dtype if origin.dtype is not None else _accepted_dtype(origin)
-    with Scope():  # the global shape's names must not leak into a caller's dimension table
+    # The global shape's names must not leak into a caller's dimension table; validating the
+    # shape is part of building the layout, so it runs with checks off too.
+    with Scope(), forced_checks():
         try:
             check(origin, typing.get_args(annotation)[0], jax.ShapeDtypeStruct(shape, dtype, sharding=sharding))
         except Exception as e:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping, Union
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from ._mesh import current_mesh, no_mesh_error
 from ._dtypes import number
 from ._shape import (
     ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, axes_entry, divides, entry_axes, evaluate,
@@ -155,25 +156,6 @@ def _partition_spec(leaf: _Leaf, ndim: int | None = None, mesh_sizes: Mapping[st
     except ValueError as e:  # ShapeSpecError: a variadic dim before sharded ones
         raise ValueError(f"{where} ({leaf.text}): {e}") from None
     return PartitionSpec(*(axes_entry(a) for a in axes))
-
-
-def current_mesh(mesh: Any = None, what: str = "make_shardings") -> Any:
-    """``mesh`` if given, else the current one: the concrete mesh eagerly, the abstract mesh
-    under jit (both from ``jax.set_mesh``)."""
-    if mesh is not None:
-        return mesh
-    try:
-        concrete = jax.sharding.get_mesh()
-    except Exception:  # under jit only the abstract mesh is available
-        concrete = None
-    if concrete is not None and not concrete.empty:
-        return concrete
-    abstract = jax.sharding.get_abstract_mesh()
-    if abstract.empty:
-        raise ValueError(
-            f"{what}: no mesh; pass mesh=... or set one with `with jax.set_mesh(mesh):`"
-        )
-    return abstract
 
 
 def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = None,
@@ -375,7 +357,7 @@ def is_fully_sharded(spec: PartitionSpec, mesh: Any = None) -> bool:
     if mesh is None:
         abstract = jax.sharding.get_abstract_mesh()
         if abstract.empty:
-            raise ValueError("is_fully_sharded: no mesh; pass mesh=... or use jax.set_mesh")
+            raise no_mesh_error("is_fully_sharded")
         manual = abstract.manual_axes
         names = tuple(manual) if manual else abstract.axis_names
     else:

@@ -24,13 +24,14 @@ from typeguard import _checkers as _tg_checkers
 from typeguard import _functions as _tg_functions
 
 from . import _dims
+from ._config import _FORCED, config
 from ._check import Mismatch, Plan, check_value, describe, fast_check
 from ._dims import _TABLE, Table
 from ._dtypes import dtype_classes, number
 from ._shape import ShapeSpec
 from ._trees import _INFO as _TREE_CLASSES, tree_info
 
-__all__ = ["register_with_typeguard", "check", "ShardtypesWarning"]
+__all__ = ["register_with_typeguard", "check", "ShardtypesWarning", "FieldError"]
 
 # typeguard renamed these in 4.5 (the old names became frame-reading helpers); the instrumented
 # code and our decorator call whichever this typeguard has.
@@ -292,13 +293,28 @@ def _all_or_nothing(checker):
 
 
 class FieldError(TypeCheckError):
-    """A field of a pytree dataclass failed; ``fields`` is the attribute path from the outermost
-    dataclass, ``core`` the leaf's own complaint."""
+    """A field of a dataclass failed its annotation: ``fields`` is the attribute path from the
+    outermost dataclass (``['weights', 'embed']``), ``core`` the leaf's own complaint. A
+    ``TypeCheckError``, so ``except TypeCheckError`` catches it."""
 
     def __init__(self, message: str, fields: list[str], core: str):
         super().__init__(message)
         self.fields = fields
         self.core = core
+
+    def __str__(self) -> str:
+        # typeguard puts the value's own path before the message with a space; a message that
+        # starts with the field path (``.weights.embed``) continues that path instead.
+        message = str(self.args[0]) if self.args else ""
+        if self._path and message.startswith("."):
+            return " of ".join(self._path) + message
+        return super().__str__()
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.args[0] if self.args else "", self.fields, self.core), self.__dict__)
+
+
+FieldError.__module__ = "shardtypes"  # its public home: shardtypes.FieldError
 
 
 def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
@@ -398,6 +414,20 @@ def _has_member(args: tuple) -> bool:
 
 
 def _lookup(origin, args, extras):
+    checker = _ours(origin, args)
+    if checker is not None and not config._checks and not _FORCED.get():
+        # Containers and unions go back to typeguard's own checkers, which then meet their
+        # shardtypes members here again.
+        return _no_check if checker in (_check_annotation, _check_dataclass) else None
+    return checker
+
+
+def _no_check(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
+    """What typeguard runs for a shardtypes annotation while ``config.checks`` is off."""
+
+
+def _ours(origin: Any, args: tuple) -> Any:
+    """The checker for an annotation that is (or holds) a shardtypes one, else None."""
     if isinstance(origin, type) and issubclass(origin, number):
         return _check_annotation
     if not args and origin in _TREE_CLASSES:
@@ -445,6 +475,8 @@ def check(dtype: Any, shape_spec: ShapeSpec | str | bytes, value: Any) -> None:
 
     >>> check(jnp.float32, 'batch embed', jnp.zeros((2, 3)))
     """
+    if not config._checks and not _FORCED.get():
+        return
     if isinstance(dtype, type) and issubclass(dtype, number):
         dtype_cls = dtype
     else:

@@ -33,6 +33,7 @@ from ._hints import resolve_hints
 from ._rules import AxisRulesError
 from ._shape import BROADCAST, ELLIPSIS, NAMED, VARIADIC, entry_axes
 from ._specs import _dim_size, _Leaf, _partition_spec, _walk, make_shape_dtype_structs
+from ._config import forced_checks
 from ._typeguard import COLLECTED
 
 __all__ = ["verify", "plan", "VerifyReport", "Problem", "PlanReport", "PlanRow", "abstract_mesh"]
@@ -233,7 +234,7 @@ def verify(
         # into `collected` instead of raising.
         given = Scope(**dims)
         given._origin = "verify(dims=...)"
-        with jax.sharding.use_abstract_mesh(mesh), given:
+        with jax.sharding.use_abstract_mesh(mesh), given, forced_checks():
             try:
                 outputs = jax.eval_shape(functools.partial(checked, **static), **args)
             except TypeCheckError as e:

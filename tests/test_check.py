@@ -1091,3 +1091,41 @@ def test_switching_the_auto_check_on_makes_jit_trace_again():
                 jitted(wrong)  # traced again, now with it
     finally:
         shardtypes.config.auto_sharding_check = "compile"
+
+
+# ---------------------------------------------------------------------------------------------
+# What a message says about a traced value whose layout XLA has not chosen yet.
+
+
+@pytest.mark.parametrize("types, found", [
+    ((AxisType.Auto, AxisType.Auto),
+     "(found bfloat16[8,4], its layout over Auto axes 'd', 't' unknown until compiled, where "
+     "shardtypes checks it)"),
+    ((AxisType.Explicit, AxisType.Auto),
+     "(found bfloat16[8,4], sharded P('d', None) over Explicit axes, its layout over Auto axes 't' "
+     "unknown until compiled, where shardtypes checks it)"),
+])
+def test_traced_message_says_auto_layout_is_unknown(types, found):
+    m = jax.make_mesh((4, 2), ("d", "t"), axis_types=types)
+
+    @jax.jit
+    @typechecked
+    def f(x: f32[b"a/d b/t"]) -> f32[b"a/d b/t"]:
+        return x
+
+    with jax.set_mesh(m), pytest.raises(TypeCheckError) as info:
+        f(put(m, jnp.zeros((8, 4), jnp.bfloat16), "d"))
+    assert found in str(info.value)
+    assert "P(None, None)" not in str(info.value)
+
+
+def test_traced_message_without_mesh_and_with_auto_check_off(auto_check_off):
+    @jax.jit
+    @typechecked
+    def f(x: f32[b"a b"]) -> f32[b"a b"]:
+        return x
+
+    with pytest.raises(TypeCheckError) as info:
+        f(jnp.zeros(3))
+    assert ("(found float32[3], traced with no mesh, so its sharding is unknown until compiled, not "
+            "checked: shardtypes.config.auto_sharding_check is 'off')") in str(info.value)

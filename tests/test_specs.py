@@ -451,7 +451,7 @@ def test_is_fully_sharded_inside_shard_map(mesh):
 
 
 def test_is_fully_sharded_without_a_mesh():
-    with pytest.raises(ValueError, match=re.escape("is_fully_sharded: no mesh; pass mesh=... or use jax.set_mesh")):
+    with pytest.raises(ValueError, match=re.escape("is_fully_sharded: no mesh; pass mesh=... or set one with `with jax.set_mesh(mesh):`")):
         is_fully_sharded(P("d"))
 
 

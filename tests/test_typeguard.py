@@ -776,3 +776,44 @@ def test_unresolvable_annotations_name_the_function(tmp_path):
     report = shardtypes.verify(module.g, {"d": 2})
     assert [p.kind for p in report.problems] == ["setup"]
     assert "verify cannot resolve the annotations of unresolvable.g" in str(report.problems[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# FieldError: a public name, a message without a stray space, and it pickles.
+
+
+@shardtypes.pytree_dataclass
+class _Inner:
+    embed: shardtypes.f32["vocab d"]
+
+
+@shardtypes.pytree_dataclass
+class _Outer:
+    weights: _Inner
+
+
+def test_field_error_is_public_and_reads_well_under_check_type():
+    import copy
+    import pickle
+
+    bad = _Outer(_Inner(jnp.zeros((3, 4), jnp.bfloat16)))
+    with pytest.raises(shardtypes.FieldError) as info:
+        typeguard.check_type(bad, _Outer)
+    e = info.value
+    assert type(e).__module__ == "shardtypes" and type(e).__qualname__ == "FieldError"
+    assert repr(type(e)) == "<class 'shardtypes.FieldError'>"
+    assert str(e).startswith(f"{__name__}._Outer.weights.embed is not f32[b'vocab d']: has dtype bfloat16")
+    assert e.fields == ["weights", "embed"]
+    for again in (pickle.loads(pickle.dumps(e)), copy.deepcopy(e)):
+        assert type(again) is shardtypes.FieldError
+        assert str(again) == str(e) and again.fields == e.fields and again.core == e.core
+
+
+def test_field_error_under_typechecked_names_the_argument_path():
+    @typechecked
+    def step(state: _Outer) -> None:
+        pass
+
+    with pytest.raises(shardtypes.FieldError,
+                       match=r'argument "state" \(.*_Outer\) of .*step\(\): state\.weights\.embed is not'):
+        step(_Outer(_Inner(jnp.zeros((3,), jnp.float32))))
