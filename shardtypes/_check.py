@@ -24,6 +24,7 @@ import math
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -47,6 +48,14 @@ COMPILE_TIME_CHECKS: contextvars.ContextVar[bool] = contextvars.ContextVar(
 # Concrete (non-tracer) jax.Array classes seen so far; lets the fast path skip ABC isinstance.
 _ARRAY_TYPES: set[type] = set()
 _CACHE_LIMIT = 512
+
+# The dtypes a Python scalar of each type may stand for (weak typing), the default first.
+_WEAK = {
+    bool: (np.dtype(bool),),
+    int: tuple(np.dtype(t) for t in ("int32", "int64", "int16", "int8", "uint32", "uint64", "uint16", "uint8")),
+    float: tuple(np.dtype(t) for t in ("float32", "float64", "float16")) + (np.dtype(jnp.bfloat16),),
+    complex: (np.dtype("complex64"), np.dtype("complex128")),
+}
 
 # A per-dim sharding: one tuple of mesh axis names per array dim.
 Layout = tuple[tuple[str, ...], ...]
@@ -485,6 +494,16 @@ def check_value(
     elif isinstance(value, (np.ndarray, np.generic)):
         shape, dtype = value.shape, value.dtype
         kind = "numpy"
+    elif isinstance(value, (bool, int, float, complex)):
+        # A Python scalar: host data of rank 0. JAX gives it a dtype when it meets it (a typed
+        # literal, as custom_vjp's forward pass sees outside jit, carries it); an untyped one is
+        # weakly typed and takes any dtype of its kind, as in JAX's type promotion.
+        shape = ()
+        dtype = getattr(value, "dtype", None)
+        if not isinstance(dtype, np.dtype):
+            kinds = _WEAK[next(t for t in (bool, int, float, complex) if isinstance(value, t))]
+            dtype = next((d for d in kinds if dtype_cls.accepts(d)), kinds[0])
+        kind = "numpy"
     elif isinstance(value, jax.ShapeDtypeStruct):
         shape, dtype = value.shape, value.dtype
         kind = "struct"
@@ -610,7 +629,12 @@ def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset,
             missing = _missing_axes(expected, sharding.mesh.axis_names)
             want = tuple(tuple(a for a in axes if a not in manual)
                          for axes in _drop_size_one(expected, mesh_sizes))
-            actual = _normalise(sharding.spec, ndim, mesh_sizes)
+            found = sharding.spec
+            if len(found) > ndim:
+                # Under jax.vmap the inspected array is the batched one: its leading dims are
+                # vmap's (in_axes=0, the default); the annotation describes the trailing ones.
+                found = PartitionSpec(*found[len(found) - ndim:])
+            actual = _normalise(found, ndim, mesh_sizes)
             if missing:
                 problem = _missing_axes_problem(missing, sharding.mesh.axis_names, "the array's mesh")
             else:
@@ -625,4 +649,8 @@ def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset,
                 "'off')"
             )
 
-    jax.debug.inspect_array_sharding(value, callback=callback)
+    # Outside jit, a transformation (grad, vmap, jvp, checkpoint, custom_vjp) evaluates the
+    # inspection on the value it traces, which for a numpy array or Python scalar has no
+    # sharding; device_put makes it a device array there. Under jit it lowers to nothing: the
+    # compiled program is the same.
+    jax.debug.inspect_array_sharding(jax.device_put(value), callback=callback)

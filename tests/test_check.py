@@ -949,7 +949,7 @@ def test_message_check_type_names_the_annotation():
     assert "f32[b'b 16']" in message and "float32[8,12]" in message
 
 
-@pytest.mark.parametrize("value", [[1.0, 2.0], 1.0, "x", None], ids=["list", "float", "str", "None"])
+@pytest.mark.parametrize("value", [[1.0, 2.0], "x", None], ids=["list", "str", "None"])
 def test_message_non_array(value):
     with pytest.raises(TypeCheckError, match=r'argument "x" .*of center\(\) is not f32.*is not an array'):
         center(value)
@@ -1129,3 +1129,18 @@ def test_traced_message_without_mesh_and_with_auto_check_off(auto_check_off):
         f(jnp.zeros(3))
     assert ("(found float32[3], traced with no mesh, so its sharding is unknown until compiled, not "
             "checked: shardtypes.config.auto_sharding_check is 'off')") in str(info.value)
+
+
+def test_python_scalars_are_rank_0_host_data_of_their_kind():
+    """A Python scalar is weakly typed, as in JAX: it passes a rank-0 annotation of its kind."""
+    ct(1.0, f32[b""])
+    ct(1.0, floating[b""])
+    ct(3, i32[b""])
+    ct(True, shardtypes.bool_[b""])
+    with pytest.raises(TypeCheckError, match=r"has 0 dims \[\] but the annotation has 2 \(found float\)"):
+        center(1.0)
+    for value, kind in ((3, "int32"), (True, "bool"), (1j, "complex64")):
+        with pytest.raises(TypeCheckError, match=f"has dtype {kind}, the annotation wants float32"):
+            ct(value, f32[b""])
+    with pytest.raises(TypeCheckError, match="has dtype float32, the annotation wants any integer dtype"):
+        ct(1.0, integer[b""])
