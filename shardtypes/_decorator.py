@@ -30,7 +30,7 @@ import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
 
 from ._config import _FORCED, config
-from ._dims import _TABLE, Table, scope
+from ._dims import _BASE, _IN_TRACE, _TABLE, Table, scope, tracing
 from ._hints import resolve_hints
 from ._typeguard import (
     ShardtypesWarning,
@@ -39,7 +39,7 @@ from ._typeguard import (
     check_with_plan,
     plan_for,
 )
-from ._check import fast_check
+from ._check import _ARRAY_TYPES, fast_check
 
 __all__ = ["typechecked"]
 
@@ -226,13 +226,24 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
         return async_wrapper
 
     if inspect.isasyncgenfunction(target) or inspect.isgeneratorfunction(target):
-        # A generator's body runs after the call returns; typeguard checks it in its own frames,
-        # each with the table of whoever iterates it.
+        # A generator's body runs after the call returns, a step at each resumption: each step
+        # runs in the call's own table (a snapshot of the caller's when the call was made), so
+        # its arguments, yields, sends and return value share one table, seen by dims() inside.
+        if inspect.isasyncgenfunction(target):
+
+            @functools.wraps(target)
+            def async_generator_wrapper(*args, **kwargs):
+                if not config._checks and not _FORCED.get():
+                    return target(*args, **kwargs)
+                return _async_generator_in_table(checked(*args, **kwargs), _TABLE.get() or _EMPTY)
+
+            return async_generator_wrapper
+
         @functools.wraps(target)
         def generator_wrapper(*args, **kwargs):
             if not config._checks and not _FORCED.get():
                 return target(*args, **kwargs)
-            return checked(*args, **kwargs)
+            return _generator_in_table(checked(*args, **kwargs), _TABLE.get() or _EMPTY)
 
         return generator_wrapper
 
@@ -241,19 +252,36 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
         if not config._checks and not _FORCED.get():
             return target(*args, **kwargs)
         start = _TABLE.get()
-        if start is not None:
+        table, traced = _call_table(start, args)
+        if table is None:
             try:
                 return checked(*args, **kwargs)
             except TypeCheckError:
                 _TABLE.set(start)  # a failed call leaves the caller's table as it was
                 raise
-        token = _TABLE.set(_EMPTY)
+        token = _TABLE.set(table)
+        trace_token = _IN_TRACE.set(True) if traced else None
         try:
             return checked(*args, **kwargs)
         finally:
+            if trace_token is not None:
+                _IN_TRACE.reset(trace_token)
             _TABLE.reset(token)
 
     return wrapper
+
+
+def _call_table(start: Table | None, args: tuple) -> tuple[Table | None, bool]:
+    """(the table a call starts with, or None to share its caller's; whether the call is the
+    outermost traced one of its call tree). A top-level call starts empty; the outermost traced
+    call inside an eager call tree starts from the innermost Scope's table, so that what it
+    compares with is part of jit's cache key and what it binds ends with it (see ``_dims``)."""
+    if start is None:
+        concrete = bool(args) and type(args[0]) in _ARRAY_TYPES
+        return _EMPTY, not concrete and tracing()
+    if _IN_TRACE.get() or not tracing():
+        return None, False
+    return _BASE.get() or _EMPTY, True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,6 +362,8 @@ class _SignatureChecker:
         func_name = self.func_name
         get_table, set_table, reset_table = _TABLE.get, _TABLE.set, _TABLE.reset
         cfg, forced = config, _FORCED.get
+        get_in_trace, set_in_trace, reset_in_trace = _IN_TRACE.get, _IN_TRACE.set, _IN_TRACE.reset
+        get_base, array_types = _BASE.get, _ARRAY_TYPES
 
         def check_one(param: _Param, value: Any, table: Table, tried_fast: bool = False) -> Table:
             """Checks one argument or return value; returns the table with its bindings.
@@ -392,10 +422,17 @@ class _SignatureChecker:
             if not cfg._checks and not forced():
                 return target(*args, **kwargs)
             table = start = get_table()
-            token = None
+            token = trace_token = None
             if table is None:
                 table = _EMPTY
                 token = set_table(_EMPTY)
+                if not (args and type(args[0]) in array_types) and tracing():
+                    trace_token = set_in_trace(True)
+            elif not get_in_trace() and tracing():
+                # The outermost traced call in an eager call tree (see _dims).
+                table = get_base() or _EMPTY
+                token = set_table(table)
+                trace_token = set_in_trace(True)
             try:
                 positional = checker.positional
                 if positional is not None and not kwargs and len(args) == len(positional):
@@ -428,8 +465,54 @@ class _SignatureChecker:
             finally:
                 if token is not None:
                     reset_table(token)
+                if trace_token is not None:
+                    reset_in_trace(trace_token)
 
         return checked
+
+
+def _generator_in_table(gen: Any, table: Table) -> Any:
+    """Runs each step of ``gen`` with ``table`` as the current one, keeping what it binds."""
+    method, arg = gen.send, None
+    while True:
+        token = _TABLE.set(table)
+        try:
+            item = method(arg)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            table = _TABLE.get() or table
+            _TABLE.reset(token)
+        try:
+            arg = yield item
+            method = gen.send
+        except GeneratorExit:
+            gen.close()
+            raise
+        except BaseException as e:
+            method, arg = gen.throw, e
+
+
+async def _async_generator_in_table(gen: Any, table: Table) -> Any:
+    """``_generator_in_table`` for an async generator."""
+    method, arg = gen.asend, None
+    while True:
+        token = _TABLE.set(table)
+        try:
+            item = await method(arg)
+        except StopAsyncIteration:
+            return
+        finally:
+            table = _TABLE.get() or table
+            _TABLE.reset(token)
+        try:
+            arg = yield item
+            method = gen.asend
+        except GeneratorExit:
+            await gen.aclose()
+            raise
+        except BaseException as e:
+            method, arg = gen.athrow, e
 
 
 def _transactional(fn: Callable, *args) -> Any:

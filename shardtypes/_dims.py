@@ -8,6 +8,16 @@ A table is immutable; binding makes a new one and sets it in a ContextVar. That 
 * threads and asyncio tasks never see each other's bindings (each has its own context, and since a
   table is never mutated in place, a task that inherited a table cannot change its parent's);
 * a failed check commits nothing (bindings are committed only once a whole value has passed).
+
+jit's cache must never change a verdict, so what a traced check compares with is part of jit's
+cache key, and what it binds never outlives the trace:
+
+* ``Scope(batch=8)`` enters a ``jax.make_user_context`` keyed on its bindings: a jitted function
+  traced outside it (or under other bindings) is traced again inside it;
+* the outermost traced checked call inside an eager call tree (``jax.jit(g)`` called from the
+  body of an eager checked ``f``) starts from the innermost ``Scope``'s table, not from the eager
+  call's bindings (which jit's key does not see), and its own bindings end with it (a cached
+  trace would not make them again). Checked calls nested in a trace share its table as usual.
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ import inspect
 import operator
 import types
 from typing import Any, Callable, Mapping, TypeVar
+
+import jax
 
 __all__ = ["Scope", "scope", "dims", "Table"]
 
@@ -55,6 +67,28 @@ class Table(tuple):
 # The table of the current call tree, or None outside any checked call and any Scope.
 _TABLE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes.table", default=None)
 
+# The table the innermost Scope started with (what jit's cache key covers), or None.
+_BASE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes.scope_base", default=None)
+
+# True inside the outermost traced checked call of a call tree (nested ones share its table).
+_IN_TRACE: contextvars.ContextVar[bool] = contextvars.ContextVar("shardtypes.in_trace", default=False)
+
+# The Scopes open in this context, innermost last (to refuse an exit out of order).
+_OPEN: contextvars.ContextVar[tuple] = contextvars.ContextVar("shardtypes.open_scopes", default=())
+
+# The bindings of the innermost Scope, as part of jit's cache key.
+_JIT_SCOPE = jax.make_user_context(default_value=None) if hasattr(jax, "make_user_context") else None
+
+
+def tracing() -> bool:
+    """Whether JAX is tracing (jit, grad, vmap, ...) here. ``jax.sharding.get_mesh`` is the
+    public API that tells: it answers only outside any trace."""
+    try:
+        jax.sharding.get_mesh()
+    except ValueError:
+        return True
+    return False
+
 
 class Scope:
     """Context manager that starts a fresh dimension table, optionally with sizes pre-bound.
@@ -85,13 +119,28 @@ class Scope:
         table = Table(dict(self._bindings), {
             n: self._origin or f"Scope({n}={v!r})" for n, v in self._bindings.items()
         })
-        self._tokens.set((*self._tokens.get(), _TABLE.set(table)))
+        key = None
+        if _JIT_SCOPE is not None:
+            key = _JIT_SCOPE(tuple(sorted(self._bindings.items(), key=lambda item: item[0])))
+            key.__enter__()
+        marker = object()
+        self._tokens.set((*self._tokens.get(), (_TABLE.set(table), _BASE.set(table), key, marker)))
+        _OPEN.set((*_OPEN.get(), marker))
         return self
 
     def __exit__(self, *exc_info) -> None:
-        *rest, token = self._tokens.get()
+        *rest, (table, base, key, marker) = self._tokens.get()
+        open_scopes = _OPEN.get()
+        if not open_scopes or open_scopes[-1] is not marker:
+            raise RuntimeError(
+                "shardtypes.Scope exited out of order: exit the innermost Scope first (use `with`)"
+            )
+        _OPEN.set(open_scopes[:-1])
         self._tokens.set(tuple(rest))
-        _TABLE.reset(token)
+        _BASE.reset(base)
+        _TABLE.reset(table)
+        if key is not None:
+            key.__exit__(*exc_info)
 
 
 def _is_size(size: Any) -> bool:

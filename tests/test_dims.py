@@ -661,3 +661,165 @@ def test_scope_on_a_generator_covers_its_body():
     with Scope(batch=8):
         assert list(numbers()) == [{}]
         assert dims()["batch"] == 8
+
+
+# ---------------------------------------------------------------------------------------------
+# jit's cache never changes a verdict.
+
+
+@typechecked
+def _batch_vector(x: f32[b"batch"]) -> f32[b"batch"]:
+    return x + 1
+
+
+def test_scope_bindings_are_part_of_jits_cache_key():
+    f = jax.jit(_batch_vector)
+    x = jnp.zeros(4)
+    f(x)  # traced outside any Scope
+    with Scope(batch=8):
+        with pytest.raises(TypeCheckError, match=r"dimension 'batch' is 4 here .*but was bound to 8 by Scope\(batch=8\)"):
+            f(x)
+        with pytest.raises(TypeCheckError, match="bound to 8"):
+            f(x)  # the same verdict the second time
+    with Scope(batch=4):
+        f(x)
+    f(x)  # and outside again
+
+
+def test_scope_rejection_first_then_outside():
+    f = jax.jit(_batch_vector)
+    x = jnp.zeros(3)
+    with Scope(batch=8), pytest.raises(TypeCheckError):
+        f(x)
+    f(x)
+    with Scope(batch=8), pytest.raises(TypeCheckError):
+        f(x)
+
+
+@typechecked
+def _hidden_callee(x: f32[b"hidden"]) -> f32[b"hidden"]:
+    return x * 2
+
+
+_jitted_callee = jax.jit(_hidden_callee)
+
+
+@typechecked
+def _caller_needing_callee_bindings(x: f32[b"n"]) -> f32[b"hidden+1"]:
+    return jnp.concatenate([_jitted_callee(x), jnp.zeros(1)])
+
+
+@typechecked
+def _caller_with_other_size(x: f32[b"hidden"]) -> f32[b""]:
+    return jnp.sum(_jitted_callee(jnp.zeros(x.shape[0] + 1)))
+
+
+def test_jitted_callee_bindings_do_not_reach_an_eager_caller():
+    """The same answer on every call: names a jitted callee binds end with its trace."""
+    for _ in range(3):
+        with pytest.raises(TypeCheckError, match="uses 'hidden', which no argument has bound yet"):
+            _caller_needing_callee_bindings(jnp.zeros(4))
+
+
+def test_jitted_callee_starts_from_the_scope_not_the_eager_call():
+    """A jitted callee checks against its own table (and the Scope's, which jit's key covers),
+    not against the eager caller's bindings, which a cached trace would not see."""
+    for _ in range(3):
+        assert float(_caller_with_other_size(jnp.zeros(4))) == 0.0
+    with Scope(hidden=5):
+        with pytest.raises(TypeCheckError, match=r"dimension 'hidden' is 4 here .*but was bound to 5 by Scope"):
+            _caller_with_other_size(jnp.zeros(4))
+
+
+def test_nested_checked_calls_inside_one_trace_share_the_table():
+    @jax.jit
+    @typechecked
+    def outer(x: f32[b"n"]) -> f32[b"n+1"]:
+        return jnp.concatenate([_hidden_callee(x), jnp.zeros(1)])
+
+    @jax.jit
+    @typechecked
+    def outer_wrong(x: f32[b"n"]) -> f32[b"hidden+1"]:
+        return jnp.concatenate([_hidden_callee(x), jnp.zeros(1)])
+
+    assert outer(jnp.zeros(3)).shape == (4,)
+    assert outer_wrong(jnp.zeros(3)).shape == (4,)  # 'hidden' bound by the nested callee
+
+
+def test_scope_exited_out_of_order_is_an_error():
+    a, b = Scope(a=1), Scope(b=2)
+    a.__enter__()
+    b.__enter__()
+    with pytest.raises(RuntimeError, match="Scope exited out of order"):
+        a.__exit__(None, None, None)
+    b.__exit__(None, None, None)
+    a.__exit__(None, None, None)
+    assert dict(dims()) == {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Generators keep their call's table across resumptions.
+
+
+def test_generator_yields_are_checked_against_the_calls_sizes():
+    from typing import Iterator
+
+    @typechecked
+    def rows(x: f32[b"n m"]) -> Iterator[f32[b"m"]]:
+        assert dims()["n"] == x.shape[0] and dims()["m"] == x.shape[1]
+        for row in x:
+            yield row
+            assert dict(dims()) == {"n": x.shape[0], "m": x.shape[1]}  # after resumption too
+        yield jnp.zeros(x.shape[1] + 1)  # wrong size for 'm'
+
+    gen = rows(jnp.zeros((2, 3)))
+    assert [r.shape for r in (next(gen), next(gen))] == [(3,), (3,)]
+    with pytest.raises(TypeCheckError, match="dimension 'm' is 4 here .*but was bound to 3"):
+        next(gen)
+
+
+def test_generator_send_throw_close():
+    from typing import Generator
+
+    @typechecked
+    def echo(x: f32[b"n"]) -> Generator[f32[b"n"], f32[b"n"], int]:
+        got = yield x
+        try:
+            got = yield got
+        except KeyError:
+            yield x * 2
+        return 7
+
+    gen = echo(jnp.zeros(2))
+    next(gen)
+    assert gen.send(jnp.ones(2)).shape == (2,)
+    assert float(gen.throw(KeyError())[0]) == 0.0
+    with pytest.raises(StopIteration) as stop:
+        gen.send(jnp.ones(2))
+    assert stop.value.value == 7
+    gen2 = echo(jnp.zeros(2))
+    next(gen2)
+    with pytest.raises(TypeCheckError, match="dimension 'n' is 3 here .*but was bound to 2"):
+        gen2.send(jnp.ones(3))
+    gen3 = echo(jnp.zeros(2))
+    next(gen3)
+    gen3.close()
+
+
+def test_async_generator_keeps_its_table():
+    from typing import AsyncIterator
+
+    @typechecked
+    async def rows(x: f32[b"n m"]) -> AsyncIterator[f32[b"m"]]:
+        for row in x:
+            yield row
+        yield jnp.zeros(x.shape[1] + 1)
+
+    async def collect():
+        out = []
+        async for r in rows(jnp.zeros((2, 3))):
+            out.append(r.shape)
+        return out
+
+    with pytest.raises(TypeCheckError, match="dimension 'm' is 4 here .*but was bound to 3"):
+        asyncio.run(collect())
