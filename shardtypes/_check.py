@@ -38,6 +38,7 @@ from typeguard import TypeCheckError
 __all__ = ["Plan", "check_value", "fast_check", "describe"]
 
 _MISSING = object()
+_NOTHING_NEW: dict = {}  # shared: never mutated
 
 # False while typed_shard_map checks its global arguments and result: on Auto axes shard_map lays
 # them out as its specs say anyway, and a compile-time check there would only cost dispatch time.
@@ -391,7 +392,7 @@ class Plan:
     the (name, size) pairs left to check against the dimension table.
     """
 
-    __slots__ = ("dtype_cls", "spec", "text", "names", "ndim", "seen", "first")
+    __slots__ = ("dtype_cls", "spec", "text", "names", "ndim", "seen", "by_id", "agreed")
 
     def __init__(self, dtype_cls: type, spec: ShapeSpec, text: str):
         self.dtype_cls = dtype_cls
@@ -402,8 +403,10 @@ class Plan:
         self.names = (
             tuple(d.shape if d.kind == NAMED else d.expr for d in spec.dims) if simple else None
         )
-        self.seen: dict = {}
-        self.first: dict = {}  # the same key -> the bindings of a value checked first in a table
+        self.seen: dict = {}  # (shape, dtype, sharding, rules) -> pairs
+        self.by_id: dict = {}  # id(sharding) -> memo (see leaf_memo)
+        # (sizes, memo) of the last table found to hold all of a memo's pairs already.
+        self.agreed: tuple = (None, None)
 
 
 def fast_check(value: Any, plan: Plan, sizes: dict) -> dict | None:
@@ -415,17 +418,20 @@ def fast_check(value: Any, plan: Plan, sizes: dict) -> dict | None:
     """
     if type(value) not in _ARRAY_TYPES:
         return None
-    key = (value.shape, value.dtype, value.sharding, _ACTIVE_RULES.get())
-    pairs = plan.seen.get(key)
-    if pairs is None:
-        pairs = _simple_pairs(value, plan, key)
-        if pairs is None:
+    sharding = value.sharding
+    memo = plan.by_id.get(id(sharding))
+    if (memo is None or memo[0] is not sharding or memo[2] != value.shape
+            or memo[1] is not value.dtype or memo[3] is not _ACTIVE_RULES.get()):
+        memo = _new_memo(value, plan, sharding)
+        if memo is None:
             return None
     if not sizes:  # the first value of a call: its bindings are exactly the (consistent) pairs
-        first = plan.first.get(key)  # absent only if another thread just cleared the cache
-        return first if first is not None else dict(pairs)
+        return memo[5]
+    agreed = plan.agreed
+    if agreed[0] is sizes and agreed[1] is memo:
+        return _NOTHING_NEW  # this table already holds every pair (tables never change)
     new: dict = {}
-    for name, size in pairs:
+    for name, size in memo[4]:
         bound = sizes.get(name, _MISSING)
         if bound is _MISSING:
             bound = new.get(name, _MISSING)
@@ -434,10 +440,43 @@ def fast_check(value: Any, plan: Plan, sizes: dict) -> dict | None:
                 continue
         if bound != size:
             return None
+    if not new:
+        plan.agreed = (sizes, memo)
     return new
 
 
-def _simple_pairs(value: Any, plan: Plan, key: tuple) -> tuple | None:
+def leaf_memo(value: Any, plan: Plan, active: Any) -> tuple | None:
+    """For a concrete jax.Array that passes ``plan`` apart from the table: its memo
+    ``(sharding, dtype, shape, rules, pairs, first)``, where ``pairs`` are the (name, size)
+    pairs to bind or compare and ``first`` the same as a dict (never mutated: tables copy on
+    bind). None if the annotation is not simple or the value fails (the full check explains)."""
+    sharding = value.sharding
+    memo = plan.by_id.get(id(sharding))
+    if (memo is None or memo[0] is not sharding or memo[2] != value.shape
+            or memo[1] is not value.dtype or memo[3] is not active):
+        return _new_memo(value, plan, sharding)
+    return memo
+
+
+def _new_memo(value: Any, plan: Plan, sharding: Any) -> tuple | None:
+    """The memo of a (shape, dtype, sharding, rules) not met with this sharding object before.
+    Kept per id(sharding): arrays laid out alike share their sharding object, so the next
+    lookup needs no hash of the sharding, which costs more than the rest of the check."""
+    shape, dtype, active = value.shape, value.dtype, _ACTIVE_RULES.get()
+    key = (shape, dtype, sharding, active)
+    pairs = plan.seen.get(key)
+    if pairs is None:
+        pairs = _simple_pairs(plan, key)
+        if pairs is None:
+            return None
+    memo = (sharding, dtype, shape, active, pairs, dict(pairs))
+    if len(plan.by_id) > _CACHE_LIMIT:
+        plan.by_id.clear()
+    plan.by_id[id(sharding)] = memo
+    return memo
+
+
+def _simple_pairs(plan: Plan, key: tuple) -> tuple | None:
     names = plan.names
     shape, dtype, sharding, active = key
     if names is None or len(shape) != plan.ndim or not plan.dtype_cls.accepts(dtype):
@@ -465,10 +504,8 @@ def _simple_pairs(value: Any, plan: Plan, key: tuple) -> tuple | None:
         pairs.append((name, size))
     if len(plan.seen) > _CACHE_LIMIT:
         plan.seen.clear()
-        plan.first.clear()
-    pairs = plan.seen[key] = tuple(pairs)
-    plan.first[key] = dict(pairs)  # shared, so never mutated (tables copy on bind)
-    return pairs
+    result = plan.seen[key] = tuple(pairs)
+    return result
 
 
 def check_value(

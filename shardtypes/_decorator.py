@@ -26,6 +26,7 @@ import textwrap
 import warnings
 from typing import Any, Callable, TypeVar
 
+import jax
 import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
 
@@ -40,6 +41,7 @@ from ._typeguard import (
     plan_for,
 )
 from ._check import _ARRAY_TYPES, fast_check
+from ._model import fast_tree, learn_layout, model
 
 __all__ = ["typechecked"]
 
@@ -289,7 +291,7 @@ def _call_table(start: Table | None, args: tuple) -> tuple[Table | None, bool]:
 
 
 class _Param:
-    __slots__ = ("name", "kind", "annotation", "plan", "role", "origin", "first")
+    __slots__ = ("name", "kind", "annotation", "plan", "role", "origin", "first", "node", "leaf_origins")
 
     def __init__(self, name, kind, annotation, plan, role, origin):
         self.name = name
@@ -298,6 +300,11 @@ class _Param:
         self.plan = plan
         self.role = role
         self.origin = origin
+        # A tree annotation (a dataclass, a list of them, ...): its model node, for the fast
+        # path of trees; and the origin phrase of each leaf that binds a name, made on demand.
+        node = model(annotation) if plan is None and annotation is not None else None
+        self.node = node if node is not None and node.has_arrays and hasattr(node, "layouts") else None
+        self.leaf_origins: dict = {}
         # (bindings, table) of the last call in which this parameter bound first into an empty
         # table: the next such call with the same bindings object reuses the table (both are
         # immutable), which saves building one on every top-level call.
@@ -380,6 +387,12 @@ class _SignatureChecker:
                 return get_table()
             if param.annotation is None:
                 return table
+            node = param.node
+            if node is not None:
+                found = fast_tree(value, node, table[0])
+                if found is not None:
+                    new, first_leaf, treedef = found
+                    return _bind_leaves(param, treedef, value, table, new, first_leaf) if new else table
             # Any other annotation: typeguard's own check, with typeguard's messages.
             set_table(table)
             if param.kind is None:
@@ -389,6 +402,8 @@ class _SignatureChecker:
                 memo = TypeCheckMemo(target.__globals__, {param.name: value}, config=_config())
                 _transactional(check_argument_types_internal, func_name,
                                {param.name: (value, param.annotation)}, memo)
+            if node is not None:
+                learn_layout(value, node)  # it passed: the next value of its structure is fast
             return get_table()
 
         def check_arguments(args, kwargs, table: Table) -> Table:
@@ -452,11 +467,18 @@ class _SignatureChecker:
                             table = check_one(param, value, table, tried_fast=plan is not None)
                 else:
                     table = check_arguments(args, kwargs, table)
-                set_table(table)
+                if table is not start:
+                    set_table(table)
                 result = target(*args, **kwargs)
                 ret = checker.returns
                 if ret is not None:
-                    set_table(check_one(ret, result, get_table()))
+                    table = get_table()
+                    plan = ret.plan
+                    new = fast_check(result, plan, table[0]) if plan is not None else None
+                    if new:
+                        set_table(table.bind(new, ret.origin))
+                    elif new is None:
+                        set_table(check_one(ret, result, table, tried_fast=plan is not None))
                 return result
             except TypeCheckError:
                 if token is None:  # nested: a failed call leaves the caller's table as it was
@@ -513,6 +535,25 @@ async def _async_generator_in_table(gen: Any, table: Table) -> Any:
             raise
         except BaseException as e:
             method, arg = gen.athrow, e
+
+
+def _bind_leaves(param: _Param, treedef: Any, value: Any, table: Table, new: dict, first_leaf: dict) -> Table:
+    """``table`` with the names leaves of a tree argument bound first, each said to be bound by
+    its leaf (``state.weights.embed (argument "state" of f())``)."""
+    by_leaf: dict = {}
+    for name, leaf in first_leaf.items():
+        by_leaf.setdefault(leaf, {})[name] = new[name]
+    for leaf, names in by_leaf.items():
+        origin = param.leaf_origins.get((treedef, leaf))
+        if origin is None:
+            paths = jax.tree_util.tree_flatten_with_path(value)[0]
+            root = param.name if param.kind is not None else ""
+            origin = f"{root}{jax.tree_util.keystr(paths[leaf][0])} ({param.origin})"
+            if len(param.leaf_origins) > 256:
+                param.leaf_origins.clear()
+            param.leaf_origins[(treedef, leaf)] = origin
+        table = table.bind(names, origin)
+    return table
 
 
 def _transactional(fn: Callable, *args) -> Any:

@@ -1,0 +1,282 @@
+"""The annotation model: one place that turns an annotation into the tree the rest walks.
+
+``model(annotation)`` gives a ``Node``:
+
+* ``ArrayNode``: a shardtypes array annotation (``f32[b'batch/d embed']``), with its ``Plan``;
+* ``ClassNode``: a class whose fields carry annotations (a ``pytree_dataclass`` and its stackings,
+  any dataclass, a NamedTuple), with a node per field;
+* ``SeqNode`` (``tuple[...]``, ``list[...]``), ``DictNode`` (``dict[str, ...]``), ``UnionNode``
+  (``Optional``/``Union``);
+* ``OtherNode``: anything else (``int``, a config class), which holds no layout.
+
+Checking uses it for the fast path of trees: a tree value is flattened by JAX (in C++) and each
+leaf is checked against the plan its path leads to, with no typeguard machinery per leaf. Which
+plan each leaf gets depends only on the value's tree structure, so it is worked out once per
+``PyTreeDef`` (after a full check of a value of that structure has passed) and kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Union
+
+import jax
+
+from ._check import _ARRAY_TYPES, Plan, leaf_memo
+from ._rules import _ACTIVE as _ACTIVE_RULES
+from ._dtypes import number
+from ._hints import resolve_hints
+from ._trees import tree_info
+
+__all__ = ["Node", "ArrayNode", "ClassNode", "SeqNode", "DictNode", "UnionNode", "OtherNode", "model",
+           "fast_tree"]
+
+
+class Node:
+    __slots__ = ("annotation", "has_arrays")
+
+    def __init__(self, annotation: Any, has_arrays: bool):
+        self.annotation = annotation
+        self.has_arrays = has_arrays
+
+
+class ArrayNode(Node):
+    __slots__ = ("plan",)
+
+    def __init__(self, annotation: Any, plan: Plan):
+        super().__init__(annotation, True)
+        self.plan = plan
+
+
+class ClassNode(Node):
+    """``cls``'s fields; ``base`` is the class a value's own class must stack (itself if the
+    class is not a ``pytree_dataclass`` stacking). ``layouts`` is the fast path's memo."""
+
+    __slots__ = ("cls", "base", "fields", "layouts")
+
+    def __init__(self, annotation: Any, cls: type, base: type, fields: dict[str, Node]):
+        super().__init__(annotation, any(n.has_arrays for n in fields.values()))
+        self.cls = cls
+        self.base = base
+        self.fields = fields
+        self.layouts: dict = {}
+
+
+class SeqNode(Node):
+    """``tuple[A, B]`` (``items``), ``tuple[A, ...]`` and ``list[A]`` (``item``)."""
+
+    __slots__ = ("origin", "items", "item", "layouts")
+
+    def __init__(self, annotation: Any, origin: type, items: tuple | None, item: Node | None):
+        nodes = items if items is not None else (item,)
+        super().__init__(annotation, any(n is not None and n.has_arrays for n in nodes))
+        self.origin = origin
+        self.items = items
+        self.item = item
+        self.layouts: dict = {}
+
+
+class DictNode(Node):
+    __slots__ = ("value", "layouts")
+
+    def __init__(self, annotation: Any, value: Node):
+        super().__init__(annotation, value.has_arrays)
+        self.value = value
+        self.layouts: dict = {}
+
+
+class UnionNode(Node):
+    __slots__ = ("members", "optional")
+
+    def __init__(self, annotation: Any, members: tuple[Node, ...], optional: bool):
+        super().__init__(annotation, any(n.has_arrays for n in members))
+        self.members = members
+        self.optional = optional
+
+
+class OtherNode(Node):
+    __slots__ = ()
+
+    def __init__(self, annotation: Any):
+        super().__init__(annotation, False)
+
+
+_MODELS: dict = {}
+
+
+def model(annotation: Any) -> Node:
+    """The node of ``annotation`` (cached for hashable annotations)."""
+    try:
+        found = _MODELS.get(annotation)
+    except TypeError:  # unhashable (a Literal of a list, ...)
+        return _build(annotation, ())
+    if found is None:
+        found = _MODELS[annotation] = _build(annotation, ())
+    return found
+
+
+def _build(annotation: Any, seen: tuple) -> Node:
+    from ._typeguard import plan_for  # the plan cache lives with the typeguard checker
+
+    origin = typing.get_origin(annotation)
+    if isinstance(origin, type) and issubclass(origin, number):
+        plan = plan_for(annotation)
+        assert plan is not None
+        return ArrayNode(annotation, plan)
+    args = typing.get_args(annotation)
+    if origin is Union:
+        members = tuple(_child(a, seen) for a in args if a is not type(None))
+        return UnionNode(annotation, members, type(None) in args)
+    if origin in (tuple, list):
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            return SeqNode(annotation, tuple, None, _child(args[0], seen))
+        if origin is tuple:
+            return SeqNode(annotation, tuple, tuple(_child(a, seen) for a in args), None)
+        return SeqNode(annotation, list, None, _child(args[0], seen) if args else OtherNode(Any))
+    if origin is dict and len(args) == 2:
+        return DictNode(annotation, _child(args[1], seen))
+    if isinstance(annotation, type) and annotation not in seen:
+        fields = _class_fields(annotation)
+        if fields is not None:
+            nodes = {name: _child(ann, (*seen, annotation)) for name, ann in fields.items()}
+            info = tree_info(annotation)
+            return ClassNode(annotation, annotation, info.base if info is not None else annotation, nodes)
+    return OtherNode(annotation)
+
+
+def _child(annotation: Any, seen: tuple) -> Node:
+    try:
+        found = _MODELS.get(annotation)
+    except TypeError:
+        return _build(annotation, seen)
+    return found if found is not None else _build(annotation, seen)
+
+
+def _class_fields(cls: type) -> dict[str, Any] | None:
+    """The annotated data fields of a dataclass or NamedTuple, or None for any other class."""
+    info = tree_info(cls)
+    if info is not None:
+        return {name: info.field_types[name] for name in info.data_fields}
+    if dataclasses.is_dataclass(cls):
+        hints = resolve_hints(cls, "shardtypes")
+        return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)
+                if not f.metadata.get("static", False)}
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        hints = resolve_hints(cls, "shardtypes")
+        return {name: hints.get(name, Any) for name in cls._fields}
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The fast path for trees.
+
+
+def fast_tree(value: Any, node: Node, sizes: dict) -> tuple | None:
+    """The check of a tree of concrete jax.Arrays against ``node`` with no message work:
+    ``(new bindings, leaf index of each new name, the structure)``, or None when the full check
+    must run (a structure not seen before, a leaf that is not a concrete array, or any mismatch,
+    which the full check then explains)."""
+    leaves, treedef = jax.tree_util.tree_flatten(value)
+    layout = node.layouts.get(treedef)  # type: ignore[attr-defined]
+    if layout is None or not set(map(type, leaves)) <= _ARRAY_TYPES:
+        return None
+    plans = layout.plans
+    active = _ACTIVE_RULES.get()
+    memos = []
+    append = memos.append
+    for leaf, plan in zip(leaves, plans):
+        sharding = leaf.sharding
+        memo = plan.by_id.get(id(sharding))
+        if (memo is None or memo[0] is not sharding or memo[2] != leaf.shape
+                or memo[1] is not leaf.dtype or memo[3] is not active):
+            memo = leaf_memo(leaf, plan, active)
+            if memo is None:
+                return None
+        append(memo)
+    last = layout.last
+    if last[0] is sizes and last[1] == memos:  # compares by identity first: a C loop
+        return last[2]
+    found = _merge(memos, sizes, treedef)
+    if found is not None:
+        layout.last = (sizes, memos, found)
+    return found
+
+
+def _merge(memos: list, sizes: dict, treedef: Any) -> tuple | None:
+    """The names the leaves' pairs bind (and the first leaf binding each), or None on a clash."""
+    new: dict = {}
+    first_leaf: dict = {}
+    done: set = set()
+    for i, memo in enumerate(memos):
+        pairs = memo[4]
+        if not pairs or id(pairs) in done:
+            continue  # the same pairs as a leaf before: already consistent
+        done.add(id(pairs))
+        for name, size in pairs:
+            bound = sizes.get(name, _MISSING)
+            if bound is _MISSING:
+                bound = new.get(name, _MISSING)
+                if bound is _MISSING:
+                    new[name] = size
+                    first_leaf[name] = i
+                    continue
+            if bound != size:
+                return None
+    return new, first_leaf, treedef
+
+
+class _Layout:
+    """The plan of each leaf of one tree structure, and the last call's answer."""
+
+    __slots__ = ("plans", "last")
+
+    def __init__(self, plans: tuple):
+        self.plans = plans
+        self.last: tuple = (None, None, None)  # (sizes, memos, answer)
+
+
+def learn_layout(value: Any, node: Node) -> None:
+    """After ``value`` passed the full check against ``node``: remember which plan each leaf of
+    its structure gets, so the next value of the same structure takes the fast path. Leaves
+    whose path leads to no array annotation leave the structure to the full check."""
+    layouts = getattr(node, "layouts", None)
+    if layouts is None:
+        return
+    path_leaves, treedef = jax.tree_util.tree_flatten_with_path(value)
+    if treedef in layouts:
+        return
+    plans = []
+    for path, _ in path_leaves:
+        target = _follow(node, path)
+        if not isinstance(target, ArrayNode):
+            return
+        plans.append(target.plan)
+    if len(layouts) > 64:
+        layouts.clear()
+    layouts[treedef] = _Layout(tuple(plans))
+
+
+def _follow(node: Node | None, path: tuple) -> Node | None:
+    for key in path:
+        while isinstance(node, UnionNode) and len(node.members) == 1:
+            node = node.members[0]  # Optional[X] holding a value
+        if isinstance(key, jax.tree_util.GetAttrKey) and isinstance(node, ClassNode):
+            node = node.fields.get(key.name)
+        elif isinstance(key, jax.tree_util.SequenceKey) and isinstance(node, SeqNode):
+            if node.items is not None:
+                node = node.items[key.idx] if key.idx < len(node.items) else None
+            else:
+                node = node.item
+        elif isinstance(key, jax.tree_util.DictKey) and isinstance(node, DictNode):
+            node = node.value
+        else:
+            return None
+        if node is None:
+            return None
+    while isinstance(node, UnionNode) and len(node.members) == 1:
+        node = node.members[0]
+    return node
+
+
+_MISSING = object()
