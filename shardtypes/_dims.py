@@ -26,6 +26,7 @@ import contextvars
 import functools
 import inspect
 import operator
+import re
 import types
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -64,6 +65,8 @@ class Table(tuple):
         return f"Table({self[0]!r})"
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
 # The table of the current call tree, or None outside any checked call and any Scope.
 _TABLE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes.table", default=None)
 
@@ -100,12 +103,20 @@ class Scope:
 
     def __init__(self, **bindings: Any):
         for name, size in bindings.items():
+            if not _NAME.match(name) or name == "_":
+                raise ValueError(
+                    f"Scope({name!r}=...): a dimension name is an identifier other than '_', "
+                    "as in Scope(batch=8)"
+                )
             sizes = size if isinstance(size, tuple) else (size,)
             if not all(_is_size(s) for s in sizes):
                 raise TypeError(
                     f"Scope({name}=...) must be an int size (or a tuple of them for a '*{name}' "
                     f"dim), got {size!r}"
                 )
+            negative = [s for s in sizes if isinstance(_as_size(s), int) and _as_size(s) < 0]
+            if negative:
+                raise ValueError(f"Scope({name}=...): a size cannot be negative, got {size!r}")
         self._bindings = {
             n: tuple(_as_size(s) for s in v) if isinstance(v, tuple) else _as_size(v)
             for n, v in bindings.items()

@@ -322,15 +322,27 @@ def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo)
     the annotation's field types."""
     info = tree_info(origin)
     value_info = tree_info(type(value))
-    if value_info is None or value_info.base is not info.base:
+    if value_info is None or not (
+        value_info.base is info.base
+        or (issubclass(value_info.base, info.base) and value_info.axes == info.axes)
+    ):
         _, func, kind = _role()
         prefix = f"of {func}() " if func and kind != "check_type" else ""
-        raise TypeCheckError(f"{prefix}is not an instance of {origin!r} (found {_qualified(value)})")
+        hint = ""
+        if value_info is None and isinstance(value, info.base):
+            hint = (f"; {type(value).__qualname__} subclasses {info.base.__qualname__} but is not "
+                    "registered as a pytree: decorate it with @pytree_dataclass too")
+        raise TypeCheckError(f"{prefix}is not an instance of {origin!r} (found {_qualified(value)}){hint}")
+    # The annotation's fields against its own types; a subclass's extra fields against its own.
     types = info.field_types
+    names = info.field_names
+    if value_info.base is not info.base:
+        types = {**value_info.field_types, **types}
+        names = value_info.field_names
     restore = _snapshot(memo)
     outer = _FIELD_PATH.get()
     try:
-        for name in info.field_names:
+        for name in names:
             _FIELD_PATH.set((*outer, name))
             try:
                 typeguard.check_type_internal(getattr(value, name), types[name], memo)
@@ -467,6 +479,32 @@ def _class_for_dtype(np_dtype: np.dtype) -> type:
     raise TypeError(f"check(): no shardtypes class for dtype {np_dtype}")
 
 
+def _check_dtype_argument(dtype: Any) -> type:
+    """check()'s ``dtype``: a shardtypes class, a numpy/JAX dtype or its name, or an abstract
+    numpy type (``np.floating`` means ``floating``)."""
+    if isinstance(dtype, type) and issubclass(dtype, number):
+        return dtype
+    if typing.get_origin(dtype) is not None and isinstance(typing.get_origin(dtype), type) \
+            and issubclass(typing.get_origin(dtype), number):
+        raise TypeError(
+            f"check(): dtype is the annotation {dtype!r}, which has a shape of its own; pass the "
+            f"dtype class ({typing.get_origin(dtype).__name__}) and the shape separately"
+        )
+    from ._dtypes import anydtype, floating, integer
+
+    abstract = {np.floating: floating, np.integer: integer, np.number: anydtype, np.generic: anydtype,
+                np.inexact: floating}
+    if isinstance(dtype, type) and dtype in abstract:
+        return abstract[dtype]
+    try:
+        return _class_for_dtype(np.dtype(dtype))
+    except TypeError as e:
+        raise TypeError(
+            f"check(): dtype must be a shardtypes dtype class (f32, floating, ...) or a numpy/JAX "
+            f"dtype (jnp.float32, 'float32'), got {dtype!r}"
+        ) from e
+
+
 def check(dtype: Any, shape_spec: ShapeSpec | str | bytes, value: Any) -> None:
     """Checks one value against a dtype and shape spec (the seed's low-level check).
 
@@ -477,10 +515,12 @@ def check(dtype: Any, shape_spec: ShapeSpec | str | bytes, value: Any) -> None:
     """
     if not config._checks and not _FORCED.get():
         return
-    if isinstance(dtype, type) and issubclass(dtype, number):
-        dtype_cls = dtype
-    else:
-        dtype_cls = _class_for_dtype(np.dtype(dtype))
+    dtype_cls = _check_dtype_argument(dtype)
+    if not isinstance(shape_spec, (ShapeSpec, str, bytes)):
+        raise TypeError(
+            f"check(): shape_spec must be a shape string ('batch embed') or a ShapeSpec, got "
+            f"{shape_spec!r}"
+        )
     spec = shape_spec if isinstance(shape_spec, ShapeSpec) else ShapeSpec.parse(shape_spec)
     table = _TABLE.get()
     text = annotation_text(dtype_cls, str(spec).encode())

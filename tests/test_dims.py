@@ -823,3 +823,19 @@ def test_async_generator_keeps_its_table():
 
     with pytest.raises(TypeCheckError, match="dimension 'm' is 4 here .*but was bound to 3"):
         asyncio.run(collect())
+
+
+@pytest.mark.parametrize("bindings, error, message", [
+    ({"a": -1}, ValueError, "Scope(a=...): a size cannot be negative, got -1"),
+    ({"a": (2, -3)}, ValueError, "a size cannot be negative"),
+    ({"a b": 3}, ValueError, "Scope('a b'=...): a dimension name is an identifier other than '_'"),
+    ({"_": 3}, ValueError, "Scope('_'=...)"),
+    ({"1a": 3}, ValueError, "Scope('1a'=...)"),
+    ({"a": "x"}, TypeError, "Scope(a=...) must be an int size"),
+    ({"a": 2.0}, TypeError, "Scope(a=...) must be an int size"),
+    ({"a": True}, TypeError, "Scope(a=...) must be an int size"),
+])
+def test_scope_validates_its_bindings(bindings, error, message):
+    with pytest.raises(error) as info:
+        Scope(**bindings)
+    assert message in str(info.value)

@@ -817,3 +817,51 @@ def test_field_error_under_typechecked_names_the_argument_path():
     with pytest.raises(shardtypes.FieldError,
                        match=r'argument "state" \(.*_Outer\) of .*step\(\): state\.weights\.embed is not'):
         step(_Outer(_Inner(jnp.zeros((3,), jnp.float32))))
+
+
+@pytest.mark.parametrize("dtype, shape, message", [
+    ("f32", "a", "check(): dtype must be a shardtypes dtype class (f32, floating, ...) or a numpy/JAX dtype"),
+    (object, "a", "check(): dtype must be a shardtypes dtype class"),
+    (shardtypes.f32[b"a"], "a b", "check(): dtype is the annotation shardtypes.f32[b'a'], which has a shape of its own"),
+    (shardtypes.f32, 3, "check(): shape_spec must be a shape string ('batch embed') or a ShapeSpec, got 3"),
+    (shardtypes.f32, None, "check(): shape_spec must be a shape string"),
+])
+def test_check_validates_its_arguments(dtype, shape, message):
+    with pytest.raises(TypeError) as info:
+        shardtypes.check(dtype, shape, np.zeros(3, np.float32))
+    assert message in str(info.value)
+
+
+def test_check_accepts_dtype_names_and_abstract_numpy_types():
+    shardtypes.check("float32", "a", np.zeros(3, np.float32))
+    shardtypes.check(np.floating, "a", np.zeros(3, np.float16))
+    shardtypes.check(np.integer, "a", np.zeros(3, np.int8))
+    with pytest.raises(TypeCheckError, match="the annotation wants any floating dtype"):
+        shardtypes.check(np.floating, "a", np.zeros(3, np.int8))
+
+
+@shardtypes.pytree_dataclass
+class _Base:
+    w: shardtypes.f32["a"]
+
+
+@shardtypes.pytree_dataclass
+class _Sub(_Base):
+    v: shardtypes.f32["a"]
+
+
+def test_subclass_of_a_pytree_dataclass_is_accepted_and_checked_whole():
+    @typechecked
+    def g(b: _Base) -> None:
+        pass
+
+    g(_Sub(jnp.zeros(3), jnp.zeros(3)))
+    with pytest.raises(shardtypes.FieldError, match=r"b\.v is not f32\[b'a'\]: dimension 'a' is 4 here"):
+        g(_Sub(jnp.zeros(3), jnp.zeros(4)))
+
+    class Unregistered(_Base):
+        pass
+
+    with pytest.raises(TypeCheckError, match="Unregistered subclasses _Base but is not registered as a pytree: "
+                                             "decorate it with @pytree_dataclass too"):
+        g(Unregistered(jnp.zeros(3)))
