@@ -21,6 +21,7 @@ import contextvars
 import difflib
 import functools
 import math
+import typing
 from typing import Any, Callable
 
 import jax
@@ -30,7 +31,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ._config import config
 from ._dims import Table
-from ._dtypes import dtype_name
+from ._dtypes import dtype_name, number
 from ._rules import _ACTIVE as _ACTIVE_RULES, AxisRulesError, layout as rules_layout
 from ._shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, entry_axes, evaluate, size_equal
 from typeguard import TypeCheckError
@@ -691,3 +692,35 @@ def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset,
     # sharding; device_put makes it a device array there. Under jit it lowers to nothing: the
     # compiled program is the same.
     jax.debug.inspect_array_sharding(jax.device_put(value), callback=callback)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans: everything a check needs that depends only on the annotation, made once.
+
+
+def annotation_text(origin: type, shape: bytes) -> str:
+    return f"{origin.__name__}[{shape!r}]"
+
+
+_PLANS: dict[tuple[type, bytes], Plan] = {}
+
+
+def _plan(origin: type, args: tuple) -> Plan:
+    if len(args) != 1 or not isinstance(args[0], bytes):
+        raise TypeCheckError(
+            f"has a malformed annotation {origin.__name__}{list(args)}; write "
+            f"{origin.__name__}[b'batch embed']"
+        )
+    key = (origin, args[0])
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = Plan(origin, ShapeSpec.parse(args[0]), annotation_text(origin, args[0]))
+    return plan
+
+
+def plan_for(annotation: Any) -> Plan | None:
+    """The plan of a shardtypes array annotation, or None for any other annotation."""
+    origin = typing.get_origin(annotation)
+    if isinstance(origin, type) and issubclass(origin, number):
+        return _plan(origin, typing.get_args(annotation))
+    return None

@@ -23,7 +23,7 @@ from typing import Any, Union
 
 import jax
 
-from ._check import _ARRAY_TYPES, Plan, leaf_memo
+from ._check import _ARRAY_TYPES, Plan, leaf_memo, plan_for
 from ._rules import _ACTIVE as _ACTIVE_RULES
 from ._dtypes import number
 from ._hints import resolve_hints
@@ -117,8 +117,6 @@ def model(annotation: Any) -> Node:
 
 
 def _build(annotation: Any, seen: tuple) -> Node:
-    from ._typeguard import plan_for  # the plan cache lives with the typeguard checker
-
     origin = typing.get_origin(annotation)
     if isinstance(origin, type) and issubclass(origin, number):
         plan = plan_for(annotation)

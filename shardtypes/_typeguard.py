@@ -11,6 +11,7 @@ when a dim is first bound or a check fails.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import sys
 import typing
@@ -25,8 +26,10 @@ from typeguard import _functions as _tg_functions
 
 from . import _dims
 from ._config import _FORCED, config
-from ._check import Mismatch, Plan, check_value, describe, fast_check
+from ._check import _PLANS, Mismatch, Plan, _plan, annotation_text, check_value, describe, fast_check, plan_for
 from ._dims import _TABLE, Table
+from ._hints import resolve_hints
+from ._model import ClassNode, model
 from ._dtypes import dtype_classes, number
 from ._shape import ShapeSpec
 from ._trees import _INFO as _TREE_CLASSES, tree_info
@@ -45,37 +48,6 @@ check_return_type_internal = getattr(
 
 class ShardtypesWarning(UserWarning):
     """A check shardtypes was asked for cannot run as asked (for example, no source to instrument)."""
-
-
-def annotation_text(origin: type, shape: bytes) -> str:
-    return f"{origin.__name__}[{shape!r}]"
-
-
-# ---------------------------------------------------------------------------------------------
-# Plans: everything a check needs that depends only on the annotation.
-
-_PLANS: dict[tuple[type, bytes], Plan] = {}
-
-
-def _plan(origin: type, args: tuple) -> Plan:
-    if len(args) != 1 or not isinstance(args[0], bytes):
-        raise TypeCheckError(
-            f"has a malformed annotation {origin.__name__}{list(args)}; write "
-            f"{origin.__name__}[b'batch embed']"
-        )
-    key = (origin, args[0])
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _PLANS[key] = Plan(origin, ShapeSpec.parse(args[0]), annotation_text(origin, args[0]))
-    return plan
-
-
-def plan_for(annotation: Any) -> Plan | None:
-    """The plan of a shardtypes array annotation, or None for any other annotation."""
-    origin = typing.get_origin(annotation)
-    if isinstance(origin, type) and issubclass(origin, number):
-        return _plan(origin, typing.get_args(annotation))
-    return None
 
 
 def _qualified(value: Any) -> str:
@@ -319,8 +291,19 @@ FieldError.__module__ = "shardtypes"  # its public home: shardtypes.FieldError
 
 def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
     """A pytree dataclass: any stacking of the same base class, checked field by field against
-    the annotation's field types."""
+    the annotation's field types. Any other dataclass (an ``eqx.Module``, a
+    ``flax.struct.dataclass``, a ``register_dataclass`` class, a plain one): an instance of it,
+    checked field by field."""
     info = tree_info(origin)
+    if info is None:
+        if not isinstance(value, origin):
+            _, func, kind = _role()
+            prefix = f"of {func}() " if func and kind != "check_type" else ""
+            raise TypeCheckError(f"{prefix}is not an instance of {origin.__module__}.{origin.__qualname__} "
+                                 f"(found {_qualified(value)})")
+        types = _dataclass_field_types(type(value))
+        _check_fields(value, types, tuple(types), memo)
+        return
     value_info = tree_info(type(value))
     if value_info is None or not (
         value_info.base is info.base
@@ -339,6 +322,25 @@ def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo)
     if value_info.base is not info.base:
         types = {**value_info.field_types, **types}
         names = value_info.field_names
+    _check_fields(value, types, names, memo)
+
+
+@functools.lru_cache(maxsize=None)
+def _dataclass_field_types(cls: type) -> dict:
+    """Every field's annotation (static fields too) of a dataclass or NamedTuple."""
+    hints = resolve_hints(cls, "shardtypes")
+    names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else cls._fields
+    return {name: hints.get(name, Any) for name in names}
+
+
+@functools.lru_cache(maxsize=None)
+def _is_checked_class(cls: type) -> bool:
+    """A dataclass (of any model library) or NamedTuple whose fields hold shardtypes annotations."""
+    node = model(cls)
+    return isinstance(node, ClassNode) and node.has_arrays
+
+
+def _check_fields(value: Any, types: dict, names: tuple, memo: TypeCheckMemo) -> None:
     restore = _snapshot(memo)
     outer = _FIELD_PATH.get()
     try:
@@ -413,9 +415,18 @@ def _has_shardtypes_member(args: tuple) -> bool:
             return True
         if arg in _TREE_CLASSES:
             return True
+        if isinstance(arg, type) and _safe_is_checked_class(arg):
+            return True
         if origin is not None and _has_shardtypes_member(typing.get_args(arg)):
             return True
     return False
+
+
+def _safe_is_checked_class(cls: type) -> bool:
+    try:
+        return _is_checked_class(cls)
+    except (NameError, TypeError):
+        return False
 
 
 def _has_member(args: tuple) -> bool:
@@ -442,8 +453,14 @@ def _ours(origin: Any, args: tuple) -> Any:
     """The checker for an annotation that is (or holds) a shardtypes one, else None."""
     if isinstance(origin, type) and issubclass(origin, number):
         return _check_annotation
-    if not args and origin in _TREE_CLASSES:
-        return _check_dataclass
+    if not args and isinstance(origin, type):
+        if origin in _TREE_CLASSES:
+            return _check_dataclass
+        try:
+            if _is_checked_class(origin):
+                return _check_dataclass
+        except NameError:  # annotations that cannot be resolved: typeguard's isinstance
+            pass
     if args and origin is not None and _has_member(args):
         if origin is Union:
             return _check_union
