@@ -547,3 +547,24 @@ def check(dtype: Any, shape_spec: ShapeSpec | str | bytes, value: Any) -> None:
         raise TypeCheckError(f"check(): value is not {text}: {m.problem}{_found(value, m)}") from None
     if new and table is not None:
         _TABLE.set(table.bind(new, "check()"))
+
+
+def check_named(value: Any, annotation: Any, where: str, who: str) -> None:
+    """Checks one value against an annotation in the current table, where the caller names the
+    value (``MLP.blocks[0].w`` for ``shardtypes.nnx.check``)."""
+    plan = plan_for(annotation)
+    table = _TABLE.get()
+    if table is None:
+        raise RuntimeError(f"{who}: check_named needs a dimension table (a Scope)")
+    if plan is None:
+        try:
+            typeguard.check_type(value, annotation, collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS)
+        except TypeCheckError as e:
+            raise TypeCheckError(f"{who}: {where}: {e}") from None
+        return
+    try:
+        new = check_value(value, plan.dtype_cls, plan.spec, table, lambda: f"{where} ({who})")
+    except Mismatch as m:
+        raise TypeCheckError(f"{who}: {where} is not {plan.text}: {m.problem}{_found(value, m)}") from None
+    if new:
+        _TABLE.set(table.bind(new, where))
