@@ -86,7 +86,7 @@ from ._verify import (
     verify as verify,
 )
 
-from . import ops as ops
+from . import nnx as nnx, ops as ops
 from ._decorator import typechecked as typechecked
 from ._typeguard import (
     FieldError as FieldError,
@@ -154,6 +154,7 @@ __all__ = [
     "make_partition_specs",
     "make_shape_dtype_structs",
     "make_shardings",
+    "nnx",
     "number",
     "ops",
     "partition_specs_for_budget",
