@@ -437,12 +437,37 @@ def _has_member(args: tuple) -> bool:
 
 
 def _lookup(origin, args, extras):
+    if extras:
+        ours = tuple(e for e in extras if _is_shardtypes_annotation(e))
+        if ours:
+            return _annotated_checker(origin, args, ours)
     checker = _ours(origin, args)
     if checker is not None and not config._checks and not _FORCED.get():
         # Containers and unions go back to typeguard's own checkers, which then meet their
         # shardtypes members here again.
         return _no_check if checker in (_check_annotation, _check_dataclass) else None
     return checker
+
+
+def _is_shardtypes_annotation(extra: Any) -> bool:
+    """Whether ``Annotated`` metadata is a shardtypes annotation (checked, not ignored)."""
+    origin = typing.get_origin(extra)
+    if isinstance(origin, type) and issubclass(origin, number):
+        return True
+    return isinstance(extra, type) and (extra in _TREE_CLASSES or _safe_is_checked_class(extra))
+
+
+def _annotated_checker(origin: Any, args: tuple, extras: tuple) -> Any:
+    """``Annotated[T, f32[b'...']]``: the value must be a ``T`` (typeguard's check) and pass
+    each shardtypes annotation in the metadata, as if it were the annotation itself."""
+
+    def check(value: Any, _origin: Any, _args: tuple, memo: TypeCheckMemo) -> None:
+        if origin is not Any and origin is not typing.Any:
+            typeguard.check_type_internal(value, origin[args] if args else origin, memo)
+        for extra in extras:
+            typeguard.check_type_internal(value, extra, memo)
+
+    return check
 
 
 def _no_check(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:

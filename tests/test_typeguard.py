@@ -865,3 +865,109 @@ def test_subclass_of_a_pytree_dataclass_is_accepted_and_checked_whole():
     with pytest.raises(TypeCheckError, match="Unregistered subclasses _Base but is not registered as a pytree: "
                                              "decorate it with @pytree_dataclass too"):
         g(Unregistered(jnp.zeros(3)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Annotated[T, <shardtypes annotation>] is checked like the annotation itself, everywhere.
+
+from typing import Annotated  # noqa: E402
+
+import jax  # noqa: E402
+
+
+@pytest.mark.parametrize("checker", ["shardtypes", "typeguard"])
+def test_annotated_metadata_is_checked(checker):
+    decorate = typechecked if checker == "shardtypes" else typeguard.typechecked
+
+    @decorate
+    def f(x: Annotated[jax.Array, shardtypes.f32[b"batch embed"]],
+          y: Annotated[jax.Array, shardtypes.f32[b"batch"]]) -> Annotated[jax.Array, shardtypes.f32[b"batch embed"]]:
+        return x
+
+    assert f(jnp.zeros((2, 3)), jnp.zeros(2)).shape == (2, 3)
+    with pytest.raises(TypeCheckError, match="has dtype bfloat16, the annotation wants float32"):
+        f(jnp.zeros((2, 3), jnp.bfloat16), jnp.zeros(2))
+    with pytest.raises(TypeCheckError, match="dimension 'batch' is 4 here .*bound to 2 by argument \"x\""):
+        f(jnp.zeros((2, 3)), jnp.zeros(4))
+    with pytest.raises(TypeCheckError, match="is not an instance of"):
+        f(np.zeros((2, 3), np.float32), jnp.zeros(2))  # the Annotated type is checked too
+
+
+def test_annotated_under_check_type():
+    typeguard.check_type(jnp.zeros(3), Annotated[jax.Array, shardtypes.f32[b"a"]])
+    with pytest.raises(TypeCheckError, match=r"is not f32\[b'a'\]: has dtype bfloat16"):
+        typeguard.check_type(jnp.zeros(3, jnp.bfloat16), Annotated[jax.Array, shardtypes.f32[b"a"]])
+    # other metadata is left alone
+    typeguard.check_type(jnp.zeros(3), Annotated[jax.Array, "a note"])
+
+
+# ---------------------------------------------------------------------------------------------
+# typeguard's import hook and pytest plugin check shardtypes annotations, one table per call.
+
+_HOOKED_MODULE = '''
+import jax.numpy as jnp
+from shardtypes import f32
+
+
+def pair(x: f32[b"n"], y: f32[b"n"]) -> f32[b"n"]:
+    return x + y
+
+
+def local(x: f32[b"n"]) -> f32[b"n"]:
+    y: f32[b"n m"] = x
+    return y
+'''
+
+
+def _write_package(tmp_path, name):
+    pkg = tmp_path / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(_HOOKED_MODULE)
+    return pkg
+
+
+def test_typeguard_import_hook(tmp_path):
+    _write_package(tmp_path, "hooked_pkg")
+    code = textwrap.dedent('''
+        import sys, typeguard, jax.numpy as jnp
+        sys.path.insert(0, sys.argv[1])
+        import shardtypes
+        with typeguard.install_import_hook("hooked_pkg"):
+            import hooked_pkg
+        hooked_pkg.pair(jnp.zeros(2), jnp.zeros(2))
+        hooked_pkg.pair(jnp.zeros(3), jnp.zeros(3))  # a new call, a new table
+        for call in (lambda: hooked_pkg.pair(jnp.zeros(2), jnp.zeros(3)),
+                     lambda: hooked_pkg.local(jnp.zeros(2))):
+            try:
+                call()
+                print("passed")
+            except typeguard.TypeCheckError as e:
+                print("rejected:", e)
+    ''')
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith('rejected: argument "y" (jaxlib') and "dimension 'n' is 3 here" in lines[0]
+    assert lines[1].startswith("rejected:") and "is not f32[b'n m']" in lines[1]
+
+
+def test_typeguard_pytest_plugin(tmp_path):
+    _write_package(tmp_path, "plugged_pkg")
+    (tmp_path / "test_plugged.py").write_text(textwrap.dedent('''
+        import jax.numpy as jnp, pytest, typeguard
+        import shardtypes
+        import plugged_pkg
+
+        def test_good():
+            plugged_pkg.pair(jnp.zeros(2), jnp.zeros(2))
+
+        def test_bad():
+            with pytest.raises(typeguard.TypeCheckError, match="dimension 'n' is 3 here"):
+                plugged_pkg.pair(jnp.zeros(2), jnp.zeros(3))
+    '''))
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--typeguard-packages=plugged_pkg",
+         "test_plugged.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout
