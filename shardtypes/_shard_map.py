@@ -5,8 +5,10 @@
 ...     return x @ w          # x is the local (batch/4, embed) block on a (d=4, t=2) mesh
 
 The body is checked with local shapes against the global sizes in its annotations (see
-``_check``). Parameters whose annotation has no layout (ints, configs, unannotated) are passed
-through as static values, closed over by the mapped function.
+``_check``); the global arguments are checked at the boundary, under ``jax.jit`` on Auto mesh
+axes at compile time (``shardtypes.config.auto_sharding_check``). Parameters whose annotation
+has no layout (ints, configs, unannotated) are passed through as static values, closed over by
+the mapped function.
 """
 
 from __future__ import annotations
@@ -67,15 +69,20 @@ def _typed_shard_map(f: Callable, mesh: Any, axis_names: Any, check_vma: bool | 
         return scope(_typed_shard_map(f.__wrapped__, mesh, axis_names, check_vma, scope_vars))
     # The global arguments and result are checked too (so a wrongly laid out input is a
     # TypeCheckError naming it, not JAX's spec mismatch); the body checks the local blocks.
+    # Under jax.jit on Auto axes an argument's layout is only known once XLA has partitioned the
+    # program, so its check is the compile-time one (jax.debug.inspect_array_sharding): a
+    # replicated weight whose annotation shards it fails compilation instead of being resharded
+    # by shard_map on every call. The result is laid out by out_specs, which come from the same
+    # annotation: the wrapper turns the compile-time check off for it (see _make_wrapper).
     checked = _typechecked(_TypedShardMap(f, mesh, axis_names, check_vma, scope_vars).wrapper, scope_vars)
 
     @functools.wraps(checked)
     def entry(*args, **kwargs):
-        token = COMPILE_TIME_CHECKS.set(False)
+        token = COMPILE_TIME_CHECKS.set(True)
         try:
             return checked(*args, **kwargs)
         finally:
-            COMPILE_TIME_CHECKS.reset(token)
+            COMPILE_TIME_CHECKS.reset(token)  # also undoes the wrapper's setting for the result
 
     entry.__shardtypes_checked__ = True  # type: ignore[attr-defined]
     return entry
@@ -205,9 +212,16 @@ class _TypedShardMap:
                 options["check_vma"] = state.check_vma
             token = COMPILE_TIME_CHECKS.set(True)  # the body's checks are the ordinary kind
             try:
-                return jax.shard_map(mapped, **options)(*(values[n] for n in array_names))
+                out = jax.shard_map(mapped, **options)(*(values[n] for n in array_names))
             finally:
                 COMPILE_TIME_CHECKS.reset(token)
+            # The global result is checked next, by ``checked``, still inside ``entry`` (whose
+            # reset undoes this; the wrapper is only ever called there): at trace time only
+            # (dtype, sizes, Explicit axes). shard_map lays it out as out_specs say, and
+            # out_specs are this annotation; axes left automatic (axis_names) were checked on
+            # the body's return value. An inspection here could only pass.
+            COMPILE_TIME_CHECKS.set(False)
+            return out
 
         wrapper.__shardtypes_shard_map__ = state  # type: ignore[attr-defined]
         return wrapper

@@ -3,7 +3,8 @@
 Specs derived from the signature, resolved once; the mesh current at each call (or ``mesh=``);
 keyword arguments; partial manual axes; check_vma / check_rep; the body checked with local shapes;
 composition with jax.jit, scope and typechecked; static (non-array) parameters; pytree dataclass
-parameters; the errors.
+parameters; the errors; the arguments' layout at the boundary under jax.jit (at trace time on
+Explicit axes, at compile time on Auto axes, off with auto_sharding_check='off').
 
 Kernels are defined once at module level where possible, so that jax.jit caches their traces and
 compilations and the file stays fast.
@@ -21,14 +22,17 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 from typeguard import TypeCheckError
 
+import shardtypes
 import shardtypes._shard_map as shard_map_module
 from shardtypes import (
     Scope,
     dims,
     f32,
+    i32,
     is_fully_sharded,
     pytree_dataclass,
     scope,
+    shard,
     typechecked,
     typed_shard_map,
 )
@@ -73,6 +77,20 @@ def assert_layout(out, mesh, *spec):
 
 
 @pytest.fixture
+def auto_check():
+    """Sets ``shardtypes.config.auto_sharding_check`` for one test, then restores it."""
+    old = shardtypes.config.auto_sharding_check
+
+    def set_mode(mode: str) -> None:
+        shardtypes.config.auto_sharding_check = mode
+
+    try:
+        yield set_mode
+    finally:
+        shardtypes.config.auto_sharding_check = old
+
+
+@pytest.fixture
 def spy_shard_map(monkeypatch):
     """Records the keyword arguments every ``jax.shard_map`` call gets."""
     calls: list = []
@@ -102,16 +120,41 @@ def test_same_numbers_and_sharding_as_hand_written_shard_map(mesh):
             assert_layout(out, mesh, "d", "t")
 
 
-def test_same_lowering_as_hand_written_shard_map(mesh):
-    def text(f, *args):
-        return re.sub(r"module @\S+", "module @M", jax.jit(f).lower(*args).as_text())
+def _lowered(f, *args) -> str:
+    return re.sub(r"module @\S+", "module @M", jax.jit(f).lower(*args).as_text())
 
+
+def _compiled(f, *args) -> str:
+    """The optimised HLO without what only names the source: the module name, metadata and the
+    tables of source files and frames (as benchmarks/_common.py's program_text)."""
+    lines, skipping = [], False
+    for line in jax.jit(f).lower(*args).compile().as_text().splitlines():
+        if line.startswith("HloModule "):
+            line = "HloModule " + line.split(",", 1)[1]
+        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+            skipping = True
+        if skipping:
+            skipping = line.strip() != ""
+            continue
+        lines.append(re.sub(r",? ?metadata=\{[^}]*\}", "", line))
+    return "\n".join(lines)
+
+
+def test_same_lowering_as_hand_written_shard_map(mesh, auto_check):
     with jax.set_mesh(mesh):
         xs, ws = put(mesh, X, "d"), put(mesh, W, None, "t")
         hand = jax.shard_map(body, in_specs=(P("d"), P(None, "t")), out_specs=P("d", "t"))
-        typed = text(matmul, xs, ws)
+        typed = _lowered(matmul, xs, ws)
         assert "manual_computation" in typed
-        assert typed == text(hand, xs, ws)
+        if mesh.axis_types[0] == jax.sharding.AxisType.Explicit:
+            assert typed == _lowered(hand, xs, ws)  # checked at trace time: nothing added
+            return
+        # Auto axes: each argument gets a compile-time inspection, the result none (out_specs
+        # lay it out). The partitioner removes them: the compiled program is the same.
+        assert typed.count("@InspectSharding") == 2
+        assert _compiled(matmul, xs, ws) == _compiled(hand, xs, ws)
+        auto_check("off")
+        assert _lowered(matmul, xs, ws) == _lowered(hand, xs, ws)
 
 
 def test_specs_come_from_the_signature(mesh, spy_shard_map):
@@ -279,17 +322,19 @@ def test_partial_manual_axis_names(mesh, spy_shard_map):
     assert kwargs["out_specs"] == P("d", None)
 
 
-def test_partial_manual_still_checks_the_non_manual_axis():
-    mesh = make_mesh("explicit")
+@pytest.mark.parametrize("kind", KINDS)
+def test_partial_manual_still_checks_the_non_manual_axis(kind):
+    mesh = make_mesh(kind)
     with jax.set_mesh(mesh):
-        wrong = put(mesh, X, "d")  # the annotation also shards M over the explicit axis t
-        with pytest.raises(TypeCheckError) as info:
-            jax.jit(partial_manual)(wrong)
-    message = str(info.value)
-    # Caught at the kernel's boundary, on the global array, before shard_map sees it.
+        wrong = put(mesh, X, "d")  # the annotation also shards M over the non-manual axis t
+        message = boundary_error(kind, jax.jit(partial_manual), wrong)
     assert 'argument "x"' in message and "partial_manual()" in message
     assert "f32[b'B/d M/t']" in message
-    assert "is P('d', None) but the annotation says P('d', 't')" in message
+    if kind == "explicit":  # caught at the boundary, on the global array, at trace time
+        assert "is P('d', None) but the annotation says P('d', 't')" in message
+    else:  # at compile time, at the boundary or on the body's block (without the manual axis d)
+        assert ("is P('d', None) but the annotation says P('d', 't')" in message
+                or "is P(None, None) but the annotation says P(None, 't')" in message), message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,14 +609,250 @@ def test_wrong_dtype_is_caught_in_the_body(mesh):
     assert 'argument "x"' in message and "matmul()" in message and "int32" in message
 
 
-def test_wrongly_sharded_input_under_jit_on_explicit_mesh():
-    mesh = make_mesh("explicit")
-    with jax.set_mesh(mesh):
-        with pytest.raises(TypeCheckError) as info:
-            matmul_jit(put(mesh, X, "t"), put(mesh, W, None, "t"))
+# ---------------------------------------------------------------------------------------------
+# The boundary under jax.jit: the arguments' layout is checked on Explicit axes at trace time and
+# on Auto axes at compile time (jax.debug.inspect_array_sharding), so that a wrongly laid out
+# input is reported instead of being resharded by shard_map on every call.
+
+
+def compile_error(info) -> str:
+    """The message of a compile-time failure; JAX wraps it, but it must carry ours."""
     message = str(info.value)
-    assert 'argument "x"' in message and "matmul" in message
-    assert "f32[b'B/d M']" in message
+    assert "shardtypes (compile-time check)" in message, message
+    return message
+
+
+def boundary_error(kind: str, f, *args) -> str:
+    """The message for a wrongly laid out argument of a jitted kernel: a TypeCheckError at trace
+    time on Explicit axes, a failed compilation on Auto axes."""
+    if kind == "explicit":
+        with pytest.raises(TypeCheckError) as info:
+            f(*args)
+        return str(info.value)
+    with pytest.raises(jax.errors.JaxRuntimeError) as info:
+        f(*args)
+    return compile_error(info)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "x_spec, w_spec, name, annotation, problem",
+    [
+        ((), (None, "t"), "x", "f32[b'B/d M']", "is P(None, None) but the annotation says P('d', None)"),
+        (("t",), (None, "t"), "x", "f32[b'B/d M']", "is P('t', None) but the annotation says P('d', None)"),
+        (("d",), ("t",), "w", "f32[b'M F/t']", "is P('t', None) but the annotation says P(None, 't')"),
+    ],
+    ids=["x replicated", "x over t", "w transposed"],
+)
+def test_wrongly_laid_out_argument_of_a_jitted_kernel(kind, x_spec, w_spec, name, annotation,
+                                                       problem):
+    mesh = make_mesh(kind)
+    with jax.set_mesh(mesh):
+        message = boundary_error(kind, matmul_jit, put(mesh, X, *x_spec), put(mesh, W, *w_spec))
+        # The same jitted function still runs correctly laid out inputs.
+        out = matmul_jit(put(mesh, X, "d"), put(mesh, W, None, "t"))
+    assert f'argument "{name}"' in message and "matmul()" in message, message
+    assert annotation in message and problem in message, message
+    np.testing.assert_allclose(np.asarray(out), REF, rtol=1e-5, atol=1e-5)
+
+
+@pytree_dataclass
+class Weights:
+    embed: f32[b"V/t D/d"]
+    unembed: f32[b"D/d V/t"]
+
+
+@pytree_dataclass
+class TrainState:
+    weights: Weights
+    step: i32[b""]
+
+
+@typed_shard_map
+def sgd_step(state: TrainState, lr: f32[b""]) -> TrainState:
+    w = state.weights
+    return TrainState(Weights(w.embed * (1 - lr), w.unembed * (1 - lr)), state.step + 1)
+
+
+sgd_step_jit = jax.jit(sgd_step)
+V, D = 16, 8
+
+
+def train_state(mesh, embed=("t", "d")) -> TrainState:
+    embed_w = RNG.standard_normal((V, D)).astype(np.float32)
+    return TrainState(
+        Weights(put(mesh, embed_w, *embed), put(mesh, embed_w.T.copy(), "d", "t")),
+        put(mesh, np.int32(3)),
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_replicated_weight_in_a_pytree_dataclass_names_its_path(kind):
+    """The issue's case: a replicated embed, annotated vocab/t d_model/d, given to the jitted
+    training step whose body is a typed_shard_map kernel."""
+    mesh = make_mesh(kind)
+    with jax.set_mesh(mesh):
+        lr = put(mesh, np.float32(0.5))
+        good = train_state(mesh)
+        new = sgd_step_jit(good, lr)
+        message = boundary_error(kind, sgd_step_jit, train_state(mesh, embed=()), lr)
+        lowered = jax.jit(sgd_step).lower(good, lr).as_text()
+    np.testing.assert_allclose(np.asarray(new.weights.embed), 0.5 * np.asarray(good.weights.embed))
+    assert int(new.step) == 4
+    assert_layout(new.weights.embed, mesh, "t", "d")
+    assert "state.weights.embed" in message and 'argument "state"' in message, message
+    assert "sgd_step()" in message and "f32[b'V/t D/d']" in message, message
+    assert "P(None, None) but the annotation says P('t', 'd')" in message, message
+    # One compile-time inspection per array leaf of the arguments (4), none for the result.
+    assert lowered.count("@InspectSharding") == (4 if kind == "auto" else 0)
+
+
+@typed_shard_map
+def double(x: f32[b"B/d M"]) -> f32[b"B/d M"]:
+    return x * 2
+
+
+def _fed(x, w):
+    """Kernel inputs computed inside the jit, by kind of value (x is laid out P('d')). Each case
+    uses x, a laid out argument: see test_a_jit_with_no_laid_out_input for why."""
+    key = jax.random.key(1)
+    return {
+        "x * 2": lambda: double(x * 2),
+        "shard() of a replicated product": lambda: double(shard(jnp.tanh(x) * 1.0, f32[b"B/d M"])),
+        "shard() of jnp.zeros": lambda: double(shard(jnp.zeros((8, 4)), f32[b"B/d M"])) + x,
+        "another kernel's result": lambda: double(double(x)),
+        "a matmul of laid out inputs": lambda: matmul(x @ jnp.eye(4), w),
+        "scan carry": lambda: jax.lax.scan(lambda c, _: (double(c), None), x, None, length=3)[0],
+        "grad through the kernel": lambda: jax.grad(lambda v: matmul(v, w).sum())(x),
+        "remat": lambda: jax.checkpoint(double)(x),
+        "cond": lambda: jax.lax.cond(jnp.sum(x) > 0, double, lambda v: v, x),
+        "random bits": lambda: double(jax.random.normal(key, (8, 4))) + x,
+    }
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("case", sorted(_fed(None, None)))
+def test_values_computed_inside_the_jit_are_not_falsely_rejected(kind, case):
+    """XLA settles the layout of a value computed inside the jit; where the kernel's in_specs
+    decide it (or a constraint does), the compile-time check sees the annotated layout."""
+    if kind == "explicit" and case == "random bits":
+        pytest.skip("on Explicit axes jax.random gives a replicated value (no out_sharding)")
+    mesh = make_mesh(kind)
+    step = jax.jit(lambda x, w: _fed(x, w)[case]())
+    with jax.set_mesh(mesh):
+        xs, ws = put(mesh, X, "d"), put(mesh, W, None, "t")
+        out = step(xs, ws)
+        inspections = step.lower(xs, ws).as_text().count("@InspectSharding")
+    assert out.shape in ((8, 4), (8, 8))
+    assert (inspections > 0) == (kind == "auto")  # the check was there, and passed
+
+
+def test_a_product_of_a_replicated_argument_is_laid_out_by_the_kernel():
+    """On Auto axes XLA computes ``x * 2`` in the layout the kernel wants even from a replicated
+    ``x`` (a local slice, no communication), so the program is correct and is not rejected; a
+    constraint to the annotated layout is fine too. (On Explicit axes ``x * 2`` has x's layout.)"""
+    mesh = make_mesh("auto")
+    with jax.set_mesh(mesh):
+        xr = put(mesh, X)
+        for f in (lambda x: double(x * 2),
+                  lambda x: double(jax.lax.with_sharding_constraint(x, P("d")))):
+            out = jax.jit(f)(xr)
+            assert_layout(out, mesh, "d", None)
+        np.testing.assert_allclose(np.asarray(out), 2 * X)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_value_pinned_to_another_layout_is_reported_as_on_explicit_axes(kind):
+    """What XLA cannot lay out for the kernel (a constant made inside the jit, a value constrained
+    to another layout) is reported on Auto axes as it is on Explicit ones: lay it out with
+    ``shard(value, annotation)``."""
+    mesh = make_mesh(kind)
+    with jax.set_mesh(mesh):
+        xs = put(mesh, X, "d")
+        message = boundary_error(kind, jax.jit(lambda x: double(jnp.zeros((8, 4))) + x), xs)
+        assert "P(None, None) but the annotation says P('d', None)" in message
+        if kind == "auto":
+            pinned = jax.jit(lambda x: double(jax.lax.with_sharding_constraint(x, P(None, "d"))))
+            message = boundary_error(kind, pinned, put(mesh, X, None, "d"))
+            assert "P(None, 'd') but the annotation says P('d', None)" in message
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_auto_sharding_check_off_turns_the_boundary_check_off_on_auto_axes(kind, auto_check):
+    mesh = make_mesh(kind)
+    step = jax.jit(matmul)
+    with jax.set_mesh(mesh):
+        xr, ws = put(mesh, X), put(mesh, W, None, "t")
+        auto_check("off")
+        assert jax.jit(matmul).lower(put(mesh, X, "d"), ws).as_text().count("@InspectSharding") == 0
+        if kind == "explicit":  # Explicit axes are checked at trace time whatever the setting
+            boundary_error(kind, step, xr, ws)
+            return
+        out = step(xr, ws)  # resharded by shard_map, unchecked
+        np.testing.assert_allclose(np.asarray(out), REF, rtol=1e-5, atol=1e-5)
+        assert_layout(out, mesh, "d", "t")
+        with pytest.raises(TypeCheckError, match=r'argument "x" \(jax.Array\) of matmul\(\)'):
+            matmul(xr, ws)  # eager calls check the real layout whatever the setting
+        auto_check("compile")  # the setting is part of jit's cache key: traced again, checked
+        message = boundary_error(kind, step, xr, ws)
+    assert 'argument "x" of matmul()' in message
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_eager_calls_check_the_real_layout(kind):
+    mesh = make_mesh(kind)
+    with jax.set_mesh(mesh):
+        xr, ws = put(mesh, X), put(mesh, W, None, "t")
+        with pytest.raises(TypeCheckError) as info:
+            matmul(xr, ws)
+        # Under a transformation outside jit (here grad), the argument is a tracer whose real
+        # layout is inspected at once.
+        with pytest.raises(TypeCheckError) as traced:
+            jax.grad(lambda x: matmul(x, ws).sum())(xr)
+        grad = jax.grad(lambda x: matmul(x, ws).sum())(put(mesh, X, "d"))
+    message = str(info.value)
+    assert 'argument "x" (jax.Array) of matmul()' in message
+    assert "sharding is P(None, None) but the annotation says P('d', None)" in message
+    message = str(traced.value)
+    assert 'argument "x"' in message and "matmul()" in message
+    assert "P(None, None) but the annotation says P('d', None)" in message
+    np.testing.assert_allclose(np.asarray(grad), (1 - REF**2) @ W.T, rtol=1e-4, atol=1e-4)
+
+
+def test_mixed_axis_types_check_explicit_axes_at_trace_time_and_auto_at_compile_time():
+    mesh = jax.make_mesh((4, 2), ("d", "t"), axis_types=(jax.sharding.AxisType.Explicit,
+                                                          jax.sharding.AxisType.Auto))
+    step = jax.jit(record)
+    with jax.set_mesh(mesh):
+        out = step(put(mesh, X, "d", "t"))
+        assert_layout(out, mesh, "d", "t")
+        explicit = r"Explicit axes is P\(None, None\) but the annotation says P\('d', None\)"
+        with pytest.raises(TypeCheckError, match=explicit):
+            step(put(mesh, X, None, "t"))  # d is Explicit: trace time
+        with pytest.raises(jax.errors.JaxRuntimeError) as info:
+            step(put(mesh, X, "d"))  # t is Auto: compile time
+    message = compile_error(info)
+    assert 'argument "x" of record()' in message
+    assert "but the annotation says P('d', 't')" in message
+
+
+def test_a_jit_with_no_laid_out_input():
+    """Nothing names a concrete mesh, so XLA's sharding names no axes (a GSPMDSharding): it is
+    compared through the blocks each device holds."""
+    mesh = make_mesh("auto")
+    with jax.set_mesh(mesh):
+        out = jax.jit(lambda: double(shard(jnp.ones((8, 4)), f32[b"B/d M"])))()
+    np.testing.assert_allclose(np.asarray(out), 2 * np.ones((8, 4)))
+
+
+def test_vmap_of_a_jitted_kernel_on_auto_axes():
+    """vmap's batch dims are told apart from the annotated ones (JAX's spec of the batched array
+    drops its trailing unsharded dims, so they are counted through custom_vmap)."""
+    mesh = make_mesh("auto")
+    with jax.set_mesh(mesh):
+        xs = put(mesh, np.stack([X] * 3), None, "d")
+        out = jax.jit(jax.vmap(double))(xs)
+    np.testing.assert_allclose(np.asarray(out), 2 * np.stack([X] * 3))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -159,3 +159,20 @@ def test_vmap_on_auto_axes_checks_the_example_dims():
     wrong = put(mesh, jnp.zeros((4, 8)), "d", None)  # the batch dim sharded, the example's not
     with pytest.raises(TypeCheckError, match=r"sharding is P\(None\) but the annotation says P\('d'\)"):
         _run(mesh, lambda: f(wrong))
+
+
+def test_vmap_trailing_unsharded_dims_on_auto_axes():
+    """JAX writes P(None, 'd', None) as P(None, 'd'): the batch dims are counted, not guessed."""
+    mesh = _mesh("auto")
+
+    @typechecked
+    def f(x: f32[b"n/d m"]) -> f32[b"n/d m"]:
+        return x * 2
+
+    value = put(mesh, jnp.zeros((3, 8, 4)), None, "d")
+    for call in (jax.vmap(f), jax.jit(jax.vmap(f))):
+        _run(mesh, lambda: call(value))
+    _run(mesh, lambda: jax.vmap(jax.vmap(f))(put(mesh, jnp.zeros((2, 3, 8, 4)), None, None, "d")))
+    wrong = put(mesh, jnp.zeros((4, 8, 4)), "d", None)
+    with pytest.raises(TypeCheckError, match=r"sharding is P\(None, None\) but the annotation says P\('d', None\)"):
+        _run(mesh, lambda: jax.vmap(f)(wrong))
