@@ -11,6 +11,7 @@ when a dim is first bound or a check fails.
 from __future__ import annotations
 
 import contextvars
+import re
 import dataclasses
 import functools
 import sys
@@ -227,7 +228,7 @@ def _check_annotation(value: Any, origin: type, args: tuple, memo: TypeCheckMemo
                 _collect(TypeCheckError(f"{where} {core}"))
                 return
             prefix = f"of {func}() " if func and kind != "check_type" else ""
-            raise TypeCheckError(f"{prefix}{core}") from None
+            raise _ArrayError(f"{prefix}{core}") from None
     if new:
         _set_table(memo, table.bind(new, _origin_phrase()), scoped)
 
@@ -264,6 +265,22 @@ def _all_or_nothing(checker):
     return check
 
 
+_INTERNAL_NAMES = re.compile(r"jaxlib\._jax\.ArrayImpl|jax\._src\.[\w.]*Tracer")
+
+
+def _public_names(text: str) -> str:
+    """typeguard names a value by its class: say ``jax.Array`` and ``traced jax.Array``, not
+    JAX's internal classes."""
+    return _INTERNAL_NAMES.sub(lambda m: "jax.Array" if m.group().startswith("jaxlib") else "traced jax.Array", text)
+
+
+class _ArrayError(TypeCheckError):
+    """A shardtypes check failed where typeguard adds the value's path to the message."""
+
+    def __str__(self) -> str:
+        return _public_names(super().__str__())
+
+
 class FieldError(TypeCheckError):
     """A field of a dataclass failed its annotation: ``fields`` is the attribute path from the
     outermost dataclass (``['weights', 'embed']``), ``core`` the leaf's own complaint. A
@@ -279,8 +296,8 @@ class FieldError(TypeCheckError):
         # starts with the field path (``.weights.embed``) continues that path instead.
         message = str(self.args[0]) if self.args else ""
         if self._path and message.startswith("."):
-            return " of ".join(self._path) + message
-        return super().__str__()
+            return _public_names(" of ".join(self._path) + message)
+        return _public_names(super().__str__())
 
     def __reduce__(self) -> Any:
         return (type(self), (self.args[0] if self.args else "", self.fields, self.core), self.__dict__)
