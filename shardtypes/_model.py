@@ -246,7 +246,7 @@ def learn_layout(value: Any, node: Node) -> None:
         return
     plans = []
     for path, _ in path_leaves:
-        target = _follow(node, path)
+        target = follow(node, path)
         if not isinstance(target, ArrayNode):
             return
         plans.append(target.plan)
@@ -255,7 +255,8 @@ def learn_layout(value: Any, node: Node) -> None:
     layouts[treedef] = _Layout(tuple(plans))
 
 
-def _follow(node: Node | None, path: tuple) -> Node | None:
+def follow(node: Node | None, path: tuple) -> Node | None:
+    """The node a JAX key path (``tree_flatten_with_path``'s) leads to from ``node``, or None."""
     for key in path:
         while isinstance(node, UnionNode) and len(node.members) == 1:
             node = node.members[0]  # Optional[X] holding a value

@@ -28,6 +28,7 @@ from ._shape import (
 )
 from ._check import axis_hint
 from ._rules import AxisRulesError, choices as rules_choices, current_rules, layout as rules_layout
+from ._model import ArrayNode, ClassNode, follow, model
 from ._trees import tree_info
 
 __all__ = [
@@ -105,6 +106,9 @@ def _walk(
         if len(args) == 2 and args[1] is Ellipsis:
             raise TypeError(f"{where}: {annotation!r} has no fixed length, so no layout tree")
         return tuple(_walk(a, leaf, f"{path}[{i}]", fast) for i, a in enumerate(args))
+    built = _model_class_or_instance(annotation, leaf, path, fast)
+    if built is not _NOT_A_MODEL:
+        return built
     if isinstance(annotation, type) and issubclass(annotation, tuple) and hasattr(annotation, "_fields"):
         hints = typing.get_type_hints(annotation)
         return annotation(*(_walk(hints[n], leaf, f"{path}.{n}", fast) for n in annotation._fields))
@@ -117,6 +121,56 @@ def _walk(
         "pytree dataclasses, tuple[...], Optional[...], NamedTuples, or tuples, lists and dicts "
         "of them"
     )
+
+
+_NOT_A_MODEL = object()
+
+
+def _model_class_or_instance(annotation: Any, leaf: Callable[[_Leaf], Any], path: str,
+                             fast: Callable[[Any], Any] | None) -> Any:
+    """A dataclass of a model library (an ``eqx.Module``, a ``flax.struct.dataclass``, a
+    ``register_dataclass`` class, a plain dataclass) given as its class, built from its field
+    annotations without running its ``__init__``; or an instance of one, or of a NamedTuple, real
+    or abstract (``jax.eval_shape``, ``eqx.filter_eval_shape``), mapped leaf by leaf through the
+    annotations on its classes. ``_NOT_A_MODEL`` for anything else."""
+    if isinstance(annotation, type):
+        if not dataclasses.is_dataclass(annotation):
+            return _NOT_A_MODEL
+        node = model(annotation)
+        if not isinstance(node, ClassNode) or not node.has_arrays:
+            return _NOT_A_MODEL
+        built = object.__new__(annotation)
+        hints = typing.get_type_hints(annotation)
+        for f in dataclasses.fields(annotation):
+            if f.name in node.fields:
+                value = _walk(hints[f.name], leaf, f"{path}.{f.name}", fast)
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            else:
+                value = None
+            object.__setattr__(built, f.name, value)
+        return built
+    cls = type(annotation)
+    if not (dataclasses.is_dataclass(cls) or (issubclass(cls, tuple) and hasattr(cls, "_fields"))):
+        return _NOT_A_MODEL
+    node = model(cls)
+    if not isinstance(node, ClassNode) or not node.has_arrays:
+        return _NOT_A_MODEL
+    root = path or cls.__qualname__
+
+    def one(key_path: tuple, _: Any) -> Any:
+        where = f"{root}{jax.tree_util.keystr(key_path)}"
+        target = follow(node, key_path)
+        if not isinstance(target, ArrayNode):
+            raise TypeError(
+                f"{where} has no shardtypes annotation on {cls.__qualname__}, so no layout; "
+                "annotate the field (w: f32[b'embed/d hidden/t'])"
+            )
+        return _walk(target.annotation, leaf, where, fast)
+
+    return jax.tree_util.tree_map_with_path(one, annotation)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -120,3 +120,63 @@ def test_equinox_static_field_is_checked_by_typeguard(mesh):
     value = EqxLinear(good(EqxLinear, mesh).w, good(EqxLinear, mesh).b, name=3)
     with jax.set_mesh(mesh), pytest.raises(TypeCheckError, match="name"):
         apply(value, x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Derivation: the class (built from its annotations), an instance, or an abstract instance.
+
+
+class EqxWithInit(eqx.Module):
+    w: f32[b"embed/d hidden/t"]
+    b: f32[b"hidden/t"]
+    name: str = eqx.field(static=True, default="mlp")
+
+    def __init__(self, embed, hidden, key):
+        self.w = jax.random.normal(key, (embed, hidden))
+        self.b = jnp.zeros(hidden)
+
+
+@pytest.mark.parametrize("cls", [EqxLinear, FlaxLinear, JaxLinear, TupleLinear], ids=lambda c: c.__name__)
+def test_derivation_from_class_instance_and_abstract_instance(cls, mesh):
+    from jax.sharding import PartitionSpec as P
+
+    from shardtypes import make_partition_specs, make_shape_dtype_structs, make_shardings, shard
+
+    value = cls(jnp.zeros((8, 4)), jnp.zeros(4))
+    abstract = jax.eval_shape(lambda: value)
+    for given in (cls, value, abstract):
+        specs = make_partition_specs(given)
+        assert type(specs) is cls and (specs.w, specs.b) == (P("d", "t"), P("t"))
+        shardings = make_shardings(given, mesh)
+        assert jax.tree.structure(shardings) == jax.tree.structure(value)
+    structs = make_shape_dtype_structs(cls, {"embed": 8, "hidden": 4}, mesh)
+    assert structs.w.shape == (8, 4) and structs.w.sharding.spec == P("d", "t")
+    with jax.set_mesh(mesh):
+        laid_out = shard(value, cls)
+        assert laid_out.w.sharding.spec == P("d", "t") and laid_out.b.sharding.spec == P("t")
+        checked_fn(cls)(laid_out, put(mesh, jnp.zeros((8, 8)), "d"))
+
+
+def test_equinox_module_with_its_own_init(mesh):
+    from shardtypes import make_shardings
+
+    abstract = eqx.filter_eval_shape(EqxWithInit, 8, 4, jax.random.key(0))
+    shardings = make_shardings(abstract, mesh)
+    model = jax.device_put(EqxWithInit(8, 4, jax.random.key(0)), shardings)
+    assert model.w.sharding.spec == jax.sharding.PartitionSpec("d", "t")
+    assert model.name == "mlp"
+    # the class too, built from its annotations without running its __init__
+    assert make_shardings(EqxWithInit, mesh).b.spec == jax.sharding.PartitionSpec("t")
+
+
+def test_unannotated_leaf_of_an_instance_is_an_error(mesh):
+    from shardtypes import make_partition_specs
+
+    @dataclasses.dataclass
+    class Half:
+        w: f32[b"a/d"]
+        extra: jax.Array
+
+    jax.tree_util.register_dataclass(Half, data_fields=["w", "extra"], meta_fields=[])
+    with pytest.raises(TypeError, match=r"Half.extra has no shardtypes annotation on .*Half, so no layout"):
+        make_partition_specs(Half(jnp.zeros(8), jnp.zeros(2)))
