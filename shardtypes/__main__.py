@@ -1,16 +1,29 @@
 """The ``shardtypes`` command: plan and verify sharded models from the terminal or CI.
 
-Reports go to standard output; the exit status is 1 when problems are found, 2 for bad usage.
+Reports go to standard output, as text or (``--json``) as JSON in which sizes (bytes, element
+counts, dims) are numbers; a symbolic size (a dim ``verify`` was not given) is its expression as a
+string. ``shardtypes --version`` prints ``shardtypes <version>``.
+
+Exit status: 0 when all is well, 1 when problems are found, 2 for bad usage, and 141 (128 +
+SIGPIPE, what a shell reports for a command such as ``cat`` killed by a closed pipe) when the
+reader of standard output goes away first, as in ``shardtypes plan ... | head -1``: the command
+then ends quietly, without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import importlib
+import json
+import operator
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
+
+# 128 + SIGPIPE (13): the status a shell reports for a command killed by writing to a closed pipe.
+EXIT_BROKEN_PIPE = 141
 
 EXAMPLES = """\
 examples:
@@ -107,7 +120,80 @@ def _load(target: str) -> Any:
     return obj
 
 
+def _json_size(value: Any) -> Any:
+    """A size as JSON: an int as a number, a tuple (a '*name' dim) as a list, and a symbolic
+    size, which has no number yet, as its expression ('64*batch')."""
+    if isinstance(value, (list, tuple)):
+        return [_json_size(v) for v in value]
+    if isinstance(value, (bool, float)):
+        return value
+    try:
+        return operator.index(value)  # int, numpy integers
+    except TypeError:
+        return str(value)
+
+
+def _to_json(report: Any) -> str:
+    """The report's JSON with its sizes as numbers (the reports' own ``to_json`` writes shapes
+    and dims as strings); every other field as the report writes it."""
+    import shardtypes
+
+    data = json.loads(report.to_json())
+    if isinstance(report, shardtypes.PlanReport):
+        for row, r in zip(data["rows"], report.rows):
+            for key in ("shape", "device_shape", "bytes_per_device", "replicas", "global_bytes"):
+                row[key] = _json_size(getattr(r, key))
+        for key in ("devices", "bytes_per_device", "global_bytes"):
+            data[key] = _json_size(getattr(report, key))
+    elif isinstance(report, shardtypes.VerifyReport):
+        data["dims"] = {k: _json_size(v) for k, v in report.dims.items()}
+    data["mesh"] = {k: _json_size(v) for k, v in report.mesh.items()}
+    return json.dumps(data, indent=2)
+
+
+class _StdoutClosed(Exception):
+    """Standard output's reader went away (a BrokenPipeError writing the command's output)."""
+
+
+@contextlib.contextmanager
+def _writing_stdout() -> Iterator[None]:
+    """Around the command's own output (help, version, usage, the report): writes what is
+    buffered, and turns a closed pipe into _StdoutClosed, with standard output pointed at
+    os.devnull so that the interpreter's last flush prints no 'Exception ignored ...
+    BrokenPipeError' either. The user's code (importing the target, verify) runs outside, so a
+    BrokenPipeError of its own is never taken for a closed standard output."""
+    try:
+        try:
+            yield
+        finally:
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        try:
+            fd = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):  # not a real file (io.UnsupportedOperation is an OSError)
+            sys.stdout = open(os.devnull, "w")
+        else:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, fd)
+            finally:
+                os.close(devnull)
+        raise _StdoutClosed from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command with ``argv`` (default: ``sys.argv[1:]``) and returns its exit status;
+    bad usage raises SystemExit(2) (argparse), ``--help`` and ``--version`` SystemExit(0)."""
+    try:
+        return _main(argv)
+    except _StdoutClosed:
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from shardtypes import __version__
+
     parser = argparse.ArgumentParser(
         prog="shardtypes",
         description="Plan and verify sharded JAX models from their shardtypes annotations, on an "
@@ -115,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                        help="print the version of shardtypes and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="{plan,verify}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("target", metavar="MODULE:OBJECT", help="what to plan or verify")
@@ -137,9 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     verify_cmd.add_argument("--static", type=lambda t: _pairs(t, "--static", ast.literal_eval), default={},
                             metavar="NAME=VALUE,...", help="values of non-array parameters (Python literals)")
-    args = parser.parse_args(argv)
-
-    import contextlib
+    with _writing_stdout():  # --help, --version and usage errors print here
+        args = parser.parse_args(argv)
 
     import shardtypes
 
@@ -161,7 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             report = shardtypes.verify(target, args.mesh, args.dims, static=args.static)
             failed = not report.ok
-    print(report.to_json() if args.json else report)
+    with _writing_stdout():
+        print(_to_json(report) if args.json else report)
     return 1 if failed else 0
 
 
