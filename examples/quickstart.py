@@ -20,32 +20,37 @@ from shardtypes import TypeCheckError, dims, f32, typechecked  # noqa: E402
 
 
 @typechecked
-def rms_norm(x: f32[b"batch/d embed"], scale: f32[b"embed"]) -> f32[b"batch/d embed"]:
+def rms_norm(x: f32[jax.Array, b"batch/d embed"], scale: f32[jax.Array, b"embed"]) -> f32[jax.Array, b"batch/d embed"]:
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * scale
 
 
 @typechecked
-def mlp(x: f32[b"batch/d embed"], w_up: f32[b"embed hidden/t"]) -> f32[b"batch/d hidden/t"]:
-    h: f32[b"batch/d hidden/t"] = jax.nn.gelu(x @ w_up)  # annotated locals are checked too
+def mlp(x: f32[jax.Array, b"batch/d embed"], w_up: f32[jax.Array, b"embed hidden/t"]) -> f32[jax.Array, b"batch/d hidden/t"]:
+    h: f32[jax.Array, b"batch/d hidden/t"] = jax.nn.gelu(x @ w_up)  # annotated locals are checked too
     return h
 
 
 @typechecked
-def block(x: f32[b"batch/d embed"], scale: f32[b"embed"], w_up: f32[b"embed hidden/t"]):
+def block(x: f32[jax.Array, b"batch/d embed"], scale: f32[jax.Array, b"embed"], w_up: f32[jax.Array, b"embed hidden/t"]):
     # Nested checked calls share one table: 'embed' means one size across this call tree.
     return mlp(rms_norm(x, scale), w_up)
 
 
 @typechecked
-def local_sum(x: f32[b"batch/d hidden/t"]) -> f32[b"batch/d hidden/t"]:
+def local_sum(x: f32[jax.Array, b"batch/d hidden/t"]) -> f32[jax.Array, b"batch/d hidden/t"]:
     # Inside shard_map x is a local shard of 2x8, but the annotation speaks in global sizes:
     # shardtypes multiplies each dim by the sizes of the manual axes it is sharded over.
     assert dict(dims()) == {"batch": 8, "hidden": 16}
     return x + jax.lax.psum(x, "t")
 
 
+def spec_of(x: jax.Array) -> P:
+    sharding = x.sharding
+    return sharding.spec if isinstance(sharding, NamedSharding) else P()
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--auto", action="store_true", help="use Auto mesh axes")
     args = parser.parse_args()
     kind = AxisType.Auto if args.auto else AxisType.Explicit
@@ -62,12 +67,12 @@ def main() -> None:
 
     with jax.set_mesh(mesh):
         out = block(x, scale, w_up)
-        print(f"eager  block -> {out.shape} {out.sharding.spec}")
+        print(f"eager  block -> {out.shape} {spec_of(out)}")
         out = jax.jit(block)(x, scale, w_up)
-        print(f"jitted block -> {out.shape} {out.sharding.spec}")
+        print(f"jitted block -> {out.shape} {spec_of(out)}")
         kernel = jax.shard_map(local_sum, in_specs=P("d", "t"), out_specs=P("d", "t"))
         out = jax.jit(kernel)(out)
-        print(f"shard_map    -> {out.shape} {out.sharding.spec}")
+        print(f"shard_map    -> {out.shape} {spec_of(out)}")
 
         print("\nA deliberate mistake: x laid out over 't' instead of 'd'")
         wrong = put(jax.random.normal(key, (8, 4)), "t")

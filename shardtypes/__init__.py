@@ -3,11 +3,13 @@
 >>> import jax, jax.numpy as jnp
 >>> from shardtypes import f32, typechecked
 >>> @typechecked
-... def center(x: f32[b'batch/d channels']) -> f32[b'batch/d channels']:
+... def center(x: f32[jax.Array, b'batch/d channels']) -> f32[jax.Array, b'batch/d channels']:
 ...     return x - jnp.mean(x, axis=-1, keepdims=True)
 
 See ``shardtypes._shape`` for the annotation language.
 """
+
+from typing import TYPE_CHECKING
 
 from ._auto import (
     ShardingProblem as ShardingProblem,
@@ -19,37 +21,75 @@ from ._auto import (
 )
 from ._config import config as config
 from ._dims import Scope as Scope, dims as dims, scope as scope
-from ._dtypes import (
-    anydtype as anydtype,
-    bf16 as bf16,
-    bool_ as bool_,
-    c64 as c64,
-    c128 as c128,
-    f8e3m4 as f8e3m4,
-    f8e4m3 as f8e4m3,
-    f8e4m3b11fnuz as f8e4m3b11fnuz,
-    f8e4m3fn as f8e4m3fn,
-    f8e4m3fnuz as f8e4m3fnuz,
-    f8e5m2 as f8e5m2,
-    f8e5m2fnuz as f8e5m2fnuz,
-    f8e8m0fnu as f8e8m0fnu,
-    f16 as f16,
-    f32 as f32,
-    f64 as f64,
-    floating as floating,
-    i4 as i4,
-    i8 as i8,
-    i16 as i16,
-    i32 as i32,
-    i64 as i64,
-    integer as integer,
-    number as number,
-    u4 as u4,
-    u8 as u8,
-    u16 as u16,
-    u32 as u32,
-    u64 as u64,
-)
+from ._dtypes import number as number
+
+# Static checkers read the annotation names as typing.Annotated, so that the static spelling
+# f32[jax.Array, b'batch/d embed'] is a jax.Array to them (see _indirection); at run time they
+# are the annotation classes.
+if TYPE_CHECKING:
+    from ._indirection import (
+        Stacked as Stacked,
+        anydtype as anydtype,
+        bf16 as bf16,
+        bool_ as bool_,
+        c64 as c64,
+        c128 as c128,
+        f8e3m4 as f8e3m4,
+        f8e4m3 as f8e4m3,
+        f8e4m3b11fnuz as f8e4m3b11fnuz,
+        f8e4m3fn as f8e4m3fn,
+        f8e4m3fnuz as f8e4m3fnuz,
+        f8e5m2 as f8e5m2,
+        f8e5m2fnuz as f8e5m2fnuz,
+        f8e8m0fnu as f8e8m0fnu,
+        f16 as f16,
+        f32 as f32,
+        f64 as f64,
+        floating as floating,
+        i4 as i4,
+        i8 as i8,
+        i16 as i16,
+        i32 as i32,
+        i64 as i64,
+        integer as integer,
+        u4 as u4,
+        u8 as u8,
+        u16 as u16,
+        u32 as u32,
+        u64 as u64,
+    )
+else:
+    from ._dtypes import (
+        anydtype as anydtype,
+        bf16 as bf16,
+        bool_ as bool_,
+        c64 as c64,
+        c128 as c128,
+        f8e3m4 as f8e3m4,
+        f8e4m3 as f8e4m3,
+        f8e4m3b11fnuz as f8e4m3b11fnuz,
+        f8e4m3fn as f8e4m3fn,
+        f8e4m3fnuz as f8e4m3fnuz,
+        f8e5m2 as f8e5m2,
+        f8e5m2fnuz as f8e5m2fnuz,
+        f8e8m0fnu as f8e8m0fnu,
+        f16 as f16,
+        f32 as f32,
+        f64 as f64,
+        floating as floating,
+        i4 as i4,
+        i8 as i8,
+        i16 as i16,
+        i32 as i32,
+        i64 as i64,
+        integer as integer,
+        u4 as u4,
+        u8 as u8,
+        u16 as u16,
+        u32 as u32,
+        u64 as u64,
+    )
+    from ._trees import Stacked as Stacked
 from ._hosts import (
     DataLayout as DataLayout,
     data_layout as data_layout,
@@ -110,6 +150,7 @@ __all__ = [
     "ShapeSpecError",
     "ShardingProblem",
     "ShardtypesWarning",
+    "Stacked",
     "TypeCheckError",
     "VerifyReport",
     "anydtype",

@@ -170,6 +170,8 @@ def _writing_stdout() -> Iterator[None]:
                 sys.stdout.flush()
     except BrokenPipeError:
         try:
+            if sys.stdout is None:
+                raise ValueError("no standard output")
             fd = sys.stdout.fileno()
         except (AttributeError, OSError, ValueError):  # not a real file (io.UnsupportedOperation is an OSError)
             sys.stdout = open(os.devnull, "w")
@@ -241,6 +243,7 @@ def _main(argv: Sequence[str] | None) -> int:
         context = shardtypes.axis_rules(rules, mode=args.mode)
     elif args.mode:
         parser.error("--mode needs --rules")
+    report: shardtypes.PlanReport | shardtypes.VerifyReport
     with context:
         if args.command == "plan":
             report = shardtypes.plan(target, args.mesh, args.dims)

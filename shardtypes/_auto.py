@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from ._mesh import current_mesh
 
@@ -155,13 +155,13 @@ def _itemsize(x: Any, path: str, what: str) -> int:
 def _auto_assign(sizes: tuple[int | None, ...], units: tuple[_Unit, ...], reverse: bool) -> PartitionSpec:
     """eFormer's rule: dims by size (descending, or ascending with ``reverse``), each takes the
     first unit not yet used whose size divides it."""
-    known = [i for i, s in enumerate(sizes) if s is not None]
-    order = sorted(known, key=lambda i: (sizes[i] if reverse else -sizes[i], i))
+    known = {i: s for i, s in enumerate(sizes) if s is not None}
+    order = sorted(known, key=lambda i: (known[i] if reverse else -known[i], i))
     used: set[str] = set()
     per_dim: list[list[_Unit]] = [[] for _ in sizes]
     for i in order:
         for unit in units:
-            if used.isdisjoint(unit.axes) and sizes[i] % unit.size == 0:
+            if used.isdisjoint(unit.axes) and known[i] % unit.size == 0:
                 per_dim[i].append(unit)
                 used.update(unit.axes)
                 break
@@ -203,11 +203,13 @@ def auto_partition_spec(
     return _auto_one(x, "", mesh, units, min_sharding_size, reverse, what)
 
 
-def _auto_one(x, path, mesh, units, min_sharding_size, reverse, what) -> PartitionSpec:
+def _auto_one(x: Any, path: str, mesh: Mesh | AbstractMesh, units: tuple[_Unit, ...],
+              min_sharding_size: int | None, reverse: bool, what: str) -> PartitionSpec:
     sizes = _concrete(_shape_of(x, path, what))
     if min_sharding_size is None:
         min_sharding_size = int(mesh.size)
-    if all(s is not None for s in sizes) and math.prod(sizes) < min_sharding_size:
+    known = [s for s in sizes if s is not None]
+    if len(known) == len(sizes) and math.prod(known) < min_sharding_size:
         return PartitionSpec()
     return _auto_assign(sizes, units, bool(reverse))
 
@@ -244,15 +246,14 @@ def _place(sizes: tuple[int | None, ...], chosen: Sequence[_Unit]) -> list[list[
     None if no placement exists. Units go, in priority order, to the dim with the largest
     remaining local size first (ties: the dim with fewer units); backtracking makes the search
     exhaustive."""
-    rest = [s for s in sizes]
+    rest = {i: s for i, s in enumerate(sizes) if s is not None}  # dims of known size
     per_dim: list[list[_Unit]] = [[] for _ in sizes]
 
     def go(k: int) -> bool:
         if k == len(chosen):
             return True
         unit = chosen[k]
-        known = [i for i, r in enumerate(rest) if r is not None]
-        for i in sorted(known, key=lambda i: (-rest[i], len(per_dim[i]), i)):
+        for i in sorted(rest, key=lambda i: (-rest[i], len(per_dim[i]), i)):
             if rest[i] % unit.size == 0:
                 rest[i] //= unit.size
                 per_dim[i].append(unit)
@@ -338,9 +339,10 @@ def partition_specs_for_budget(
         shape = _shape_of(x, path, what)
         sizes = _concrete(shape)
         itemsize = _itemsize(x, path, what)
-        if any(s is None for s in sizes):
+        known = [s for s in sizes if s is not None]
+        if len(known) != len(sizes):
             raise ValueError(f"{what}: {_where(path)} has symbolic shape {shape}, so its bytes are unknown")
-        total = math.prod(sizes) * itemsize
+        total = math.prod(known) * itemsize
         if total <= budget:
             return PartitionSpec()
         needed = -(-total // int(budget)) if float(budget).is_integer() else math.ceil(total / budget)
@@ -355,7 +357,7 @@ def partition_specs_for_budget(
 
     specs = jax.tree_util.tree_map_with_path(leaf, tree)
     if failures:
-        axes = {u.axes if len(u.axes) > 1 else u.axes[0]: u.size for u in units}
+        axes = {u.axes[0] if len(u.axes) == 1 else u.axes: u.size for u in units}
         raise ValueError(
             f"{what}: {len(failures)} {'leaf' if len(failures) == 1 else 'leaves'} cannot fit in {_fmt_bytes(budget)} per device "
             f"on this mesh (usable axes and sizes: {axes}):\n" + "\n".join(failures) + "\n"
@@ -452,20 +454,19 @@ def validate_shardings(
     """
     what = "validate_shardings"
     pairs = _pair_leaves(specs, tree, what)
-    default_mesh = None
-    if any(not isinstance(s, NamedSharding) for _, s, _ in pairs):
-        default_mesh = current_mesh(mesh, what)
     problems: list[ShardingProblem] = []
     for path, spec, x in pairs:
+        leaf_mesh: Mesh | AbstractMesh
         if isinstance(spec, NamedSharding):
             leaf_mesh, spec = spec.mesh, spec.spec
-        else:
-            leaf_mesh, spec = default_mesh, PartitionSpec() if spec is None else spec
+        else:  # the mesh given, else the current one
+            leaf_mesh, spec = current_mesh(mesh, what), PartitionSpec() if spec is None else spec
         problems.extend(_leaf_problems(path, x, spec, leaf_mesh, large_replicated_bytes, what))
     return problems
 
 
-def _leaf_problems(path, x, spec, mesh, threshold, what) -> list[ShardingProblem]:
+def _leaf_problems(path: str, x: Any, spec: PartitionSpec, mesh: Mesh | AbstractMesh, threshold: int,
+                   what: str) -> list[ShardingProblem]:
     shape = _shape_of(x, path, what)
     sizes = _concrete(shape)
     axis_sizes = _axis_sizes(mesh)
@@ -501,22 +502,24 @@ def _leaf_problems(path, x, spec, mesh, threshold, what) -> list[ShardingProblem
         known = tuple(a for a in axes if a in axis_sizes)
         total = math.prod(axis_sizes[a] for a in known)
         parts[i] = total
-        if known and sizes[i] is not None and sizes[i] % total != 0:
+        size = sizes[i]
+        if known and size is not None and size % total != 0:
             add(
                 "indivisible",
-                f"{where}: dim {i} has size {sizes[i]}, which mesh axes {known} of total size "
+                f"{where}: dim {i} has size {size}, which mesh axes {known} of total size "
                 f"{total} do not divide.",
             )
     dtype = getattr(x, "dtype", None)
-    if dtype is not None and all(s is not None for s in sizes):
-        local = math.prod(-(-s // p) for s, p in zip(sizes, parts))
+    concrete = [s for s in sizes if s is not None]
+    if dtype is not None and len(concrete) == len(sizes):
+        local = math.prod(-(-s // p) for s, p in zip(concrete, parts))
         per_device = local * np.dtype(dtype).itemsize
         if per_device > threshold:
             free = [a for a, n in axis_sizes.items() if n > 1 and a not in seen]
             hint = next(
                 ((a, i) for a in sorted(free, key=lambda a: -axis_sizes[a])
-                 for i in sorted(range(len(sizes)), key=lambda i: -sizes[i])
-                 if (sizes[i] // parts[i]) % axis_sizes[a] == 0 and sizes[i] % parts[i] == 0),
+                 for i in sorted(range(len(concrete)), key=lambda i: -concrete[i])
+                 if (concrete[i] // parts[i]) % axis_sizes[a] == 0 and concrete[i] % parts[i] == 0),
                 None,
             )
             if hint is not None:
@@ -525,7 +528,7 @@ def _leaf_problems(path, x, spec, mesh, threshold, what) -> list[ShardingProblem
                     "large_replicated",
                     f"{where}: holds {_fmt_bytes(per_device)} per device, over the "
                     f"{_fmt_bytes(threshold)} threshold, while mesh axes {tuple(free)} are "
-                    f"unused; e.g. dim {i} (size {sizes[i]}) could also be sharded over {a!r}.",
+                    f"unused; e.g. dim {i} (size {concrete[i]}) could also be sharded over {a!r}.",
                 )
     return found
 

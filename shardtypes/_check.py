@@ -21,17 +21,17 @@ import contextvars
 import difflib
 import functools
 import math
-import typing
 from typing import Any, Callable
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ._config import config
 from ._dims import Table
-from ._dtypes import dtype_name, number
+from ._dtypes import annotation_class, dtype_name, number, type_name
 from ._rules import _ACTIVE as _ACTIVE_RULES, AxisRulesError, layout as rules_layout
 from ._shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, entry_axes, evaluate, size_equal
 from typeguard import TypeCheckError
@@ -282,6 +282,7 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
     dims = spec.dims
     var = spec.variadic_index
     ndim = len(shape)
+    var_sizes: tuple = ()
     if var is None:
         if ndim != len(dims):
             raise Mismatch(f"has {_n_dims(ndim)} {_fmt_shape(shape)} but the annotation has {len(dims)}")
@@ -354,7 +355,7 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
                 )
 
     for dim, size, _ in pairs:
-        if dim.kind == EXPR:
+        if dim.kind == EXPR and isinstance(dim.expr, tuple):
             unbound = sorted(n for n in dim.names if lookup(n) is _MISSING)
             if unbound:
                 raise Mismatch(
@@ -393,12 +394,17 @@ class Plan:
     the (name, size) pairs left to check against the dimension table.
     """
 
-    __slots__ = ("dtype_cls", "spec", "text", "names", "ndim", "seen", "by_id", "agreed")
+    __slots__ = ("dtype_cls", "spec", "text", "array_type", "strict_type", "names", "ndim", "seen",
+                 "by_id", "agreed")
 
-    def __init__(self, dtype_cls: type, spec: ShapeSpec, text: str):
+    def __init__(self, dtype_cls: type[number], spec: ShapeSpec, text: str, array_type: type | None = None):
         self.dtype_cls = dtype_cls
         self.spec = spec
         self.text = text
+        # The class a value must be an instance of (f32[jax.Array, b'...']), or None; and the
+        # same where a concrete jax.Array might not be one (the fast paths then step aside).
+        self.array_type = array_type
+        self.strict_type = array_type if array_type not in (None, jax.Array, object) else None
         self.ndim = len(spec.dims)
         simple = all(d.kind in (NAMED, FIXED, ANY) for d in spec.dims)
         self.names = (
@@ -417,7 +423,7 @@ def fast_check(value: Any, plan: Plan, sizes: dict) -> dict | None:
     memoised per annotation as the list of (name, size) pairs to bind or compare. Returns the new
     bindings, or None when the value needs the full check (which also explains any failure).
     """
-    if type(value) not in _ARRAY_TYPES:
+    if type(value) not in _ARRAY_TYPES or plan.strict_type is not None:
         return None
     sharding = value.sharding
     memo = plan.by_id.get(id(sharding))
@@ -511,22 +517,28 @@ def _simple_pairs(plan: Plan, key: tuple) -> tuple | None:
 
 def check_value(
     value: Any,
-    dtype_cls: type,
+    dtype_cls: type[number],
     spec: ShapeSpec,
     table: Table,
     context: Callable[[], str],
+    array_type: type | None = None,
 ) -> dict:
-    """Checks ``value`` against ``dtype_cls[spec]``; returns the new bindings.
+    """Checks ``value`` against ``dtype_cls[spec]`` (``dtype_cls[array_type, spec]`` when
+    ``array_type`` is given); returns the new bindings.
 
     Raises ``Mismatch`` naming the problem. ``context()`` names where the value is (for the
     compile-time check, which reports after this function has returned).
     """
+    if array_type is not None and not isinstance(value, array_type):
+        raise Mismatch(f"the annotation wants a {type_name(array_type)}, not a {_type_of(value)}")
+    sharding: Any = None
+    dtype: Any
     if isinstance(value, jax.core.Tracer):
         aval = jax.typeof(value)
-        shape, dtype = aval.shape, aval.dtype
-        kind = "traced"
+        _check_dtype(aval.dtype, dtype_cls)
+        return _check_traced(value, aval, spec, table, context)
     elif isinstance(value, jax.Array):
-        shape, dtype = value.shape, value.dtype
+        shape, dtype, sharding = value.shape, value.dtype, value.sharding
         kind = "array"
         _ARRAY_TYPES.add(type(value))
     elif isinstance(value, (np.ndarray, np.generic)):
@@ -543,26 +555,17 @@ def check_value(
             dtype = next((d for d in kinds if dtype_cls.accepts(d)), kinds[0])
         kind = "numpy"
     elif isinstance(value, jax.ShapeDtypeStruct):
-        shape, dtype = value.shape, value.dtype
+        shape, dtype, sharding = value.shape, value.dtype, value.sharding
         kind = "struct"
     else:
-        cls = type(value)
-        name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-        raise Mismatch(f"found a {name}, which is not an array")
+        raise Mismatch(f"found a {_type_of(value)}, which is not an array")
 
-    if not dtype_cls.accepts(dtype):
-        want = dtype_cls.description
-        raise Mismatch(f"has dtype {dtype_name(dtype)}, the annotation wants {want}")
-
-    if kind == "traced":
-        return _check_traced(value, aval, spec, table, context)
-
+    _check_dtype(dtype, dtype_cls)
     new = _match_sizes(tuple(shape), spec, table)
     ndim = len(shape)
     active = _ACTIVE_RULES.get()
     shape = tuple(shape)
     if kind == "array":
-        sharding = value.sharding
         problem = (
             _named_sharding_problem(sharding, spec, ndim, active, shape)
             if isinstance(sharding, NamedSharding)
@@ -578,7 +581,6 @@ def check_value(
                 f"{layout}; put it on the mesh with jax.device_put(x, NamedSharding(mesh, {layout}))"
             )
     else:  # ShapeDtypeStruct: a sharding of None means "unspecified" and is not checked.
-        sharding = value.sharding
         if sharding is None:
             problem = None
         elif isinstance(sharding, NamedSharding):
@@ -588,6 +590,11 @@ def check_value(
     if problem is not None:
         raise Mismatch(problem)
     return new
+
+
+def _check_dtype(dtype: Any, dtype_cls: type[number]) -> None:
+    if not dtype_cls.accepts(dtype):
+        raise Mismatch(f"has dtype {dtype_name(dtype)}, the annotation wants {dtype_cls.description}")
 
 
 def _check_rank(shape: tuple, spec: ShapeSpec) -> None:
@@ -672,6 +679,7 @@ def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset,
                          for axes in _drop_size_one(expected, mesh_sizes))
             found = tuple(sharding.spec) + (None,) * (len(shape) - len(sharding.spec))
             actual = _normalise(PartitionSpec(*found[batch:]), ndim, mesh_sizes)
+            problem: str | None
             if missing:
                 problem = _missing_axes_problem(missing, sharding.mesh.axis_names, "the array's mesh")
             else:
@@ -736,29 +744,43 @@ def _inspect(value: Any, report: Callable, batch: int) -> None:
 # Plans: everything a check needs that depends only on the annotation, made once.
 
 
+def _type_of(value: Any) -> str:
+    """``jax.Array`` (for every concrete or traced array class), ``numpy.ndarray``, ``str``."""
+    return "jax.Array" if isinstance(value, jax.Array) else type_name(type(value))
+
+
 def annotation_text(origin: type, shape: bytes) -> str:
     return f"{origin.__name__}[{shape!r}]"
 
 
-_PLANS: dict[tuple[type, bytes], Plan] = {}
+_PLANS: dict[type, Plan] = {}
 
 
-def _plan(origin: type, args: tuple) -> Plan:
-    if len(args) != 1 or not isinstance(args[0], bytes):
-        raise TypeCheckError(
-            f"has a malformed annotation {origin.__name__}{list(args)}; write "
-            f"{origin.__name__}[b'batch embed']"
-        )
-    key = (origin, args[0])
-    plan = _PLANS.get(key)
+def malformed(origin: type, args: tuple) -> TypeCheckError:
+    """The error for a dtype class used bare (``x: f32``) or subscripted by hand
+    (``types.GenericAlias(f32, (3,))``)."""
+    return TypeCheckError(
+        f"has a malformed annotation {origin.__name__}{list(args)}; write "
+        f"{origin.__name__}[jax.Array, b'batch embed'] or {origin.__name__}[b'batch embed']"
+    )
+
+
+def plan_of(annotation: type[number]) -> Plan:
+    """The plan of a subscripted annotation class (made once, then kept)."""
+    plan = _PLANS.get(annotation)
     if plan is None:
-        plan = _PLANS[key] = Plan(origin, ShapeSpec.parse(args[0]), annotation_text(origin, args[0]))
+        spec, shape = annotation.spec, annotation.shape_string
+        if spec is None or shape is None:
+            raise malformed(annotation, ())
+        text = repr(annotation).removeprefix("shardtypes.")
+        plan = _PLANS[annotation] = Plan(annotation.dtype_class, spec, text, annotation.array_type)
     return plan
 
 
 def plan_for(annotation: Any) -> Plan | None:
     """The plan of a shardtypes array annotation, or None for any other annotation."""
-    origin = typing.get_origin(annotation)
-    if isinstance(origin, type) and issubclass(origin, number):
-        return _plan(origin, typing.get_args(annotation))
-    return None
+    plan = _PLANS.get(annotation) if isinstance(annotation, type) else None
+    if plan is not None:
+        return plan
+    found = annotation_class(annotation)
+    return plan_of(found) if found is not None else None

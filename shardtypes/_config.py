@@ -114,7 +114,7 @@ class Config:
         return f"shardtypes.Config(checks={self._checks!r}, auto_sharding_check={self._auto!r})"
 
 
-config = Config()
+config: Config = Config()
 
 
 def checks_on() -> bool:

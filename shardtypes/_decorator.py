@@ -23,8 +23,9 @@ import functools
 import inspect
 import sys
 import textwrap
+import types
 import warnings
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, overload
 
 import jax
 import typeguard
@@ -41,11 +42,15 @@ from ._typeguard import (
     plan_for,
 )
 from ._check import _ARRAY_TYPES, fast_check
-from ._model import fast_tree, learn_layout, model
+from ._model import fast_tree, learn_layout, model, tree_node
 
 __all__ = ["typechecked"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+# What typechecked decorates, and gives back with the same type (so the same signature).
+_Target = TypeVar(
+    "_Target",
+    bound="Callable[..., Any] | type | property | staticmethod[..., Any] | classmethod[Any, ..., Any]",
+)
 
 _EMPTY = Table()  # tables are immutable, so every top-level call can start from this one
 
@@ -58,7 +63,15 @@ def _config() -> Any:
     )
 
 
-def typechecked(target: F | None = None) -> F:
+@overload
+def typechecked(target: _Target, /) -> _Target: ...
+
+
+@overload
+def typechecked(target: None = None, /) -> Callable[[_Target], _Target]: ...
+
+
+def typechecked(target: _Target | None = None, /) -> _Target | Callable[[_Target], _Target]:
     """Checks the annotated arguments, annotated locals and return value of each call.
 
     This is ``typeguard.typechecked`` plus dimension tables: a call of a checked function that is
@@ -70,8 +83,8 @@ def typechecked(target: F | None = None) -> F:
     ... def center(x: f32[b'batch/d channels']) -> f32[b'batch/d channels']:
     ...     return x - jnp.mean(x, axis=-1, keepdims=True)
     """
-    if target is None:
-        return typechecked  # type: ignore[return-value]
+    if target is None:  # @typechecked()
+        return typechecked
     # Annotations may name variables of the scope the decorator is applied in (a class body, an
     # enclosing function); keep that scope's names to resolve them, as typeguard does.
     return _typechecked(target, sys._getframe(1).f_locals)
@@ -83,11 +96,10 @@ def _typechecked(target: Any, scope_vars: dict) -> Any:
     if isinstance(target, (staticmethod, classmethod)):
         return type(target)(_typechecked(target.__func__, scope_vars))
     if isinstance(target, property):
-        return property(
-            *(_typechecked(f, scope_vars) if f is not None else None
-              for f in (target.fget, target.fset, target.fdel)),
-            target.__doc__,
-        )
+        def checked(f: Callable[..., Any] | None) -> Callable[..., Any] | None:
+            return _typechecked(f, scope_vars) if f is not None else None
+
+        return property(checked(target.fget), checked(target.fset), checked(target.fdel), target.__doc__)
     if not callable(target) or not hasattr(target, "__code__"):
         raise TypeError(f"typechecked expects a function, method or class, got {target!r}")
 
@@ -95,7 +107,7 @@ def _typechecked(target: Any, scope_vars: dict) -> Any:
         return target  # already checked: checking twice would only cost time
     if getattr(target, "__shardtypes_scope__", False):
         # typechecked(scope(f)): the checks belong inside the fresh table, as in scope(typechecked(f)).
-        return scope(_typechecked(target.__wrapped__, scope_vars))
+        return scope(_typechecked(getattr(target, "__wrapped__"), scope_vars))
     needs, why_not = _needs_instrumentation(target)
     if needs:
         instrumented, problem = _instrument(target)
@@ -107,8 +119,8 @@ def _typechecked(target: Any, scope_vars: dict) -> Any:
     return _mark(_SignatureChecker(target, scope_vars).wrap())
 
 
-def _mark(wrapper: Callable) -> Callable:
-    wrapper.__shardtypes_checked__ = True  # type: ignore[attr-defined]
+def _mark(wrapper: Callable[..., Any]) -> Callable[..., Any]:
+    setattr(wrapper, "__shardtypes_checked__", True)  # typechecked(typechecked(f)) is typechecked(f)
     return wrapper
 
 
@@ -124,7 +136,7 @@ def _warn_unchecked_locals(target: Callable, reason: str) -> None:
 
 def _user_stacklevel() -> int:
     """The stacklevel of the first frame outside this module (the line that applied the decorator)."""
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     level = 1
     while frame is not None and frame.f_globals.get("__name__") == __name__:
         frame = frame.f_back
@@ -191,8 +203,8 @@ def _instrument(target: Callable) -> tuple[Callable, str | None]:
         warnings.simplefilter("always")
         try:
             instrumented = typeguard.typechecked(
-                target, collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS
-            )
+                collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS
+            )(target)
         except Exception as e:  # typeguard fails on some exec'd or interactive code
             return target, f"typeguard failed: {type(e).__name__}: {e}"
     problems = [str(w.message) for w in caught if issubclass(w.category, typeguard.InstrumentationWarning)]
@@ -303,7 +315,7 @@ class _Param:
         # A tree annotation (a dataclass, a list of them, ...): its model node, for the fast
         # path of trees; and the origin phrase of each leaf that binds a name, made on demand.
         node = model(annotation) if plan is None and annotation is not None else None
-        self.node = node if node is not None and node.has_arrays and hasattr(node, "layouts") else None
+        self.node = tree_node(node) if node is not None else None
         self.leaf_origins: dict = {}
         # (bindings, table) of the last call in which this parameter bound first into an empty
         # table: the next such call with the same bindings object reuses the table (both are
@@ -336,9 +348,9 @@ class _SignatureChecker:
         for p in self.signature.parameters.values():
             ann = hints.get(p.name)
             if ann is not None and p.kind is inspect.Parameter.VAR_POSITIONAL:
-                ann = tuple[ann, ...]
+                ann = types.GenericAlias(tuple, (ann, ...))
             elif ann is not None and p.kind is inspect.Parameter.VAR_KEYWORD:
-                ann = dict[str, ann]
+                ann = types.GenericAlias(dict, (str, ann))
             plan = plan_for(ann)
             role = f'argument "{p.name}"'
             params.append(_Param(p.name, p.kind, ann, plan, role, f"{role} of {fn}()"))
@@ -384,7 +396,7 @@ class _SignatureChecker:
                     return table
                 set_table(table)  # the full check, which also explains a failure
                 check_with_plan(value, plan, param.role, func_name, param.origin, tried_fast=True)
-                return get_table()
+                return get_table() or _EMPTY
             if param.annotation is None:
                 return table
             node = param.node
@@ -404,7 +416,7 @@ class _SignatureChecker:
                                {param.name: (value, param.annotation)}, memo)
             if node is not None:
                 learn_layout(value, node)  # it passed: the next value of its structure is fast
-            return get_table()
+            return get_table() or _EMPTY
 
         def check_arguments(args, kwargs, table: Table) -> Table:
             if checker.params is None:
@@ -421,10 +433,10 @@ class _SignatureChecker:
             async def async_checked(*args, **kwargs):
                 if not cfg._checks and not forced():
                     return await target(*args, **kwargs)
-                set_table(check_arguments(args, kwargs, get_table()))
+                set_table(check_arguments(args, kwargs, (get_table() or _EMPTY)))
                 result = await target(*args, **kwargs)
                 if checker.returns is not None:
-                    set_table(check_one(checker.returns, result, get_table()))
+                    set_table(check_one(checker.returns, result, (get_table() or _EMPTY)))
                 return result
 
             return _with_table(target, async_checked)
@@ -472,7 +484,7 @@ class _SignatureChecker:
                 result = target(*args, **kwargs)
                 ret = checker.returns
                 if ret is not None:
-                    table = get_table()
+                    table = get_table() or _EMPTY  # (set above: a Table, never None)
                     plan = ret.plan
                     new = fast_check(result, plan, table[0]) if plan is not None else None
                     if new:

@@ -28,7 +28,7 @@ import inspect
 import operator
 import re
 import types
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Mapping, TypeVar, cast
 
 import jax
 
@@ -139,7 +139,7 @@ class Scope:
         _OPEN.set((*_OPEN.get(), marker))
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         *rest, (table, base, key, marker) = self._tokens.get()
         open_scopes = _OPEN.get()
         if not open_scopes or open_scopes[-1] is not marker:
@@ -184,7 +184,7 @@ def scope(f: F) -> F:
             with Scope():  # around the body's run, not just the call that makes the generator
                 return (yield from f(*args, **kwargs))
 
-        return generator_wrapper  # type: ignore[return-value]
+        return cast(F, generator_wrapper)  # the wrapper takes and gives what f does
 
     if inspect.isasyncgenfunction(f):
 
@@ -194,7 +194,7 @@ def scope(f: F) -> F:
                 async for item in f(*args, **kwargs):
                     yield item
 
-        return async_generator_wrapper  # type: ignore[return-value]
+        return cast(F, async_generator_wrapper)
 
     if inspect.iscoroutinefunction(f):
 
@@ -203,8 +203,8 @@ def scope(f: F) -> F:
             with Scope():
                 return await f(*args, **kwargs)
 
-        async_wrapper.__shardtypes_scope__ = True  # type: ignore[attr-defined]
-        return async_wrapper  # type: ignore[return-value]
+        setattr(async_wrapper, "__shardtypes_scope__", True)
+        return cast(F, async_wrapper)
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
@@ -212,8 +212,8 @@ def scope(f: F) -> F:
             return f(*args, **kwargs)
 
     # Lets typechecked(scope(f)) and typed_shard_map(scope(f)) check inside the fresh table.
-    wrapper.__shardtypes_scope__ = True  # type: ignore[attr-defined]
-    return wrapper  # type: ignore[return-value]
+    setattr(wrapper, "__shardtypes_scope__", True)
+    return cast(F, wrapper)
 
 
 def dims() -> Mapping[str, Any]:

@@ -32,7 +32,6 @@ import collections
 import dataclasses
 import math
 import operator
-import typing
 from typing import Any, Callable, Sequence
 
 import jax
@@ -42,11 +41,12 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 
 from ._config import forced_checks
 from ._dims import Scope
-from ._dtypes import number
+from ._dtypes import annotation_class, number
 from ._shape import entry_axes
 from ._mesh import current_mesh
 from ._specs import make_shardings
-from ._typeguard import annotation_text, check
+from ._check import plan_of
+from ._typeguard import check
 
 __all__ = ["default_mesh", "hybrid_mesh", "DataLayout", "data_layout", "make_global_array"]
 
@@ -242,11 +242,13 @@ def default_mesh(
             f"{what}: model_parallelism={m} must divide the {local} devices of each {unit}, or be "
             f"a multiple of {local} that divides the {total} devices ({_count(hosts, unit)} x {local})"
         )
+    ici_shape: tuple[int, ...] = ici
+    dcn_shape: tuple[int, ...] = dcn
     if len(names) == 1:
-        ici, dcn = (local,), (hosts,)
+        ici_shape, dcn_shape = (local,), (hosts,)
     elif len(names) == 3:
-        ici, dcn = (1,) + ici, (dcn[0], 1, dcn[1])
-    return _build(ici, dcn, names, devices, attr, axis_types, what)
+        ici_shape, dcn_shape = (1, *ici), (dcn[0], 1, dcn[1])
+    return _build(ici_shape, dcn_shape, names, devices, attr, axis_types, what)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,24 +300,25 @@ def data_layout(annotation: Any, global_shape: Sequence[int], mesh: Mesh | None 
     devices hold one contiguous block of the array: a ValueError explains when they do not.
     """
     what = "data_layout"
-    sharding, global_shape = _sharding(annotation, global_shape, mesh, what)
+    _, sharding, global_shape = _sharding(annotation, global_shape, mesh, what)
     return _layout(
         sharding, global_shape, lambda d: d.process_index, jax.process_index(), _text(annotation)
     )
 
 
 def _text(annotation: Any) -> str:
-    origin = typing.get_origin(annotation)
-    if isinstance(origin, type) and issubclass(origin, number):
-        return annotation_text(origin, typing.get_args(annotation)[0])
+    array = annotation_class(annotation)
+    if array is not None:
+        return plan_of(array).text
     return repr(annotation)
 
 
-def _sharding(annotation: Any, global_shape: Any, mesh: Any, what: str) -> tuple[NamedSharding, tuple[int, ...]]:
+def _sharding(annotation: Any, global_shape: Any, mesh: Any, what: str
+              ) -> tuple[type[number], NamedSharding, tuple[int, ...]]:
     """The annotation's NamedSharding on a concrete mesh, with ``global_shape`` checked against
     the annotation (rank, sizes, divisibility)."""
-    origin = typing.get_origin(annotation)
-    if not (isinstance(origin, type) and issubclass(origin, number)):
+    array = annotation_class(annotation)
+    if array is None:
         raise TypeError(
             f"{what}: the annotation must be one array annotation such as u32[b'batch/data len'], "
             f"got {annotation!r}"
@@ -334,12 +337,13 @@ def _sharding(annotation: Any, global_shape: Any, mesh: Any, what: str) -> tuple
             "one with jax.set_mesh"
         )
     sharding = make_shardings(annotation, mesh)
+    origin = array.dtype_class
     dtype = origin.dtype if origin.dtype is not None else _accepted_dtype(origin)
     # The global shape's names must not leak into a caller's dimension table; validating the
     # shape is part of building the layout, so it runs with checks off too.
     with Scope(), forced_checks():
         try:
-            check(origin, typing.get_args(annotation)[0], jax.ShapeDtypeStruct(shape, dtype, sharding=sharding))
+            check(origin, array.shape_string or b"", jax.ShapeDtypeStruct(shape, dtype, sharding=sharding))
         except Exception as e:
             problem = str(e).removeprefix(f"check(): value is not {text}: ")
             raise ValueError(f"{what}: global_shape {shape} does not fit {text}: {problem}") from None
@@ -351,10 +355,10 @@ def _sharding(annotation: Any, global_shape: Any, mesh: Any, what: str) -> tuple
                 f"{what}: {text} with global_shape {shape}: dim {i} has size {size}, which does not "
                 f"divide over mesh axes {axes} of total size {parts}"
             )
-    return sharding, shape
+    return array, sharding, shape
 
 
-def _accepted_dtype(cls: type) -> np.dtype:
+def _accepted_dtype(cls: type[number]) -> np.dtype:
     for dt in (np.float32, np.int32, np.uint32, np.bool_, np.complex64):
         if cls.accepts(np.dtype(dt)):
             return np.dtype(dt)
@@ -492,11 +496,12 @@ def make_global_array(
     checked first, with an error that says what was expected.
     """
     what = "make_global_array"
-    sharding, shape = _sharding(annotation, global_shape, mesh, what)
+    array, sharding, shape = _sharding(annotation, global_shape, mesh, what)
     layout = _layout(sharding, shape, lambda d: d.process_index, jax.process_index(), _text(annotation), what)
     found = tuple(np.shape(local_data))
     if found != layout.local_shape:
-        processes = len({d.process_index for d in sharding.mesh.devices.flat})
+        on = sharding.mesh  # a concrete Mesh: _sharding made the sharding on one
+        processes = len({d.process_index for d in on.devices.flat}) if isinstance(on, Mesh) else 1
         raise ValueError(
             f"make_global_array: {_text(annotation)} with global_shape {shape}: process "
             f"{layout.process_index} (of {processes}) must pass its block of shape "
@@ -506,7 +511,7 @@ def make_global_array(
     dtype = getattr(local_data, "dtype", None)
     dtype = np.dtype(dtype if dtype is not None else np.asarray(local_data).dtype)
     canonical = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
-    origin = typing.get_origin(annotation)
+    origin = array.dtype_class
     if not origin.accepts(canonical):
         raise TypeError(
             f"make_global_array: {_text(annotation)} wants {origin.description if origin.dtype is None else origin.dtype}, "

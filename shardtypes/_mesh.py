@@ -8,9 +8,8 @@ no mesh is found the message names it as the likely cause.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
+from jax.sharding import AbstractMesh, Mesh
 
 __all__ = ["current_mesh", "no_mesh_error"]
 
@@ -25,7 +24,7 @@ def no_mesh_error(what: str) -> ValueError:
     )
 
 
-def current_mesh(mesh: Any = None, what: str = "make_shardings") -> Any:
+def current_mesh(mesh: Mesh | AbstractMesh | None = None, what: str = "make_shardings") -> Mesh | AbstractMesh:
     """``mesh`` if given, else the current one: the concrete mesh eagerly, the abstract mesh
     under jit (both from ``jax.set_mesh``)."""
     if mesh is not None:

@@ -23,14 +23,14 @@ from typing import Any, Union
 
 import jax
 
-from ._check import _ARRAY_TYPES, Plan, leaf_memo, plan_for
+from ._check import _ARRAY_TYPES, Plan, leaf_memo, plan_of
 from ._rules import _ACTIVE as _ACTIVE_RULES
-from ._dtypes import number
+from ._dtypes import annotation_class
 from ._hints import resolve_hints
 from ._trees import tree_info
 
 __all__ = ["Node", "ArrayNode", "ClassNode", "SeqNode", "DictNode", "UnionNode", "OtherNode", "model",
-           "fast_tree"]
+           "fast_tree", "tree_node"]
 
 
 class Node:
@@ -117,11 +117,10 @@ def model(annotation: Any) -> Node:
 
 
 def _build(annotation: Any, seen: tuple) -> Node:
+    array = annotation_class(annotation)
+    if array is not None:
+        return ArrayNode(annotation, plan_of(array))
     origin = typing.get_origin(annotation)
-    if isinstance(origin, type) and issubclass(origin, number):
-        plan = plan_for(annotation)
-        assert plan is not None
-        return ArrayNode(annotation, plan)
     args = typing.get_args(annotation)
     if origin is Union:
         members = tuple(_child(a, seen) for a in args if a is not type(None))
@@ -160,9 +159,10 @@ def _class_fields(cls: type) -> dict[str, Any] | None:
         hints = resolve_hints(cls, "shardtypes")
         return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)
                 if not f.metadata.get("static", False)}
-    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+    fields = getattr(cls, "_fields", None) if issubclass(cls, tuple) else None
+    if fields is not None:  # a NamedTuple
         hints = resolve_hints(cls, "shardtypes")
-        return {name: hints.get(name, Any) for name in cls._fields}
+        return {name: hints.get(name, Any) for name in fields}
     return None
 
 
@@ -170,18 +170,27 @@ def _class_fields(cls: type) -> dict[str, Any] | None:
 # The fast path for trees.
 
 
-def fast_tree(value: Any, node: Node, sizes: dict) -> tuple | None:
+# The nodes whose values are trees of several leaves: the fast path learns a layout per structure.
+TreeNode = Union[ClassNode, SeqNode, DictNode]
+
+
+def tree_node(node: Node) -> TreeNode | None:
+    """``node`` if it is a tree with arrays in it (the fast path of trees applies), else None."""
+    return node if isinstance(node, (ClassNode, SeqNode, DictNode)) and node.has_arrays else None
+
+
+def fast_tree(value: Any, node: TreeNode, sizes: dict) -> tuple | None:
     """The check of a tree of concrete jax.Arrays against ``node`` with no message work:
     ``(new bindings, leaf index of each new name, the structure)``, or None when the full check
     must run (a structure not seen before, a leaf that is not a concrete array, or any mismatch,
     which the full check then explains)."""
     leaves, treedef = jax.tree_util.tree_flatten(value)
-    layout = node.layouts.get(treedef)  # type: ignore[attr-defined]
+    layout = node.layouts.get(treedef)
     if layout is None or not set(map(type, leaves)) <= _ARRAY_TYPES:
         return None
     plans = layout.plans
     active = _ACTIVE_RULES.get()
-    memos = []
+    memos: list[tuple] = []
     append = memos.append
     for leaf, plan in zip(leaves, plans):
         sharding = leaf.sharding
@@ -247,8 +256,8 @@ def learn_layout(value: Any, node: Node) -> None:
     plans = []
     for path, _ in path_leaves:
         target = follow(node, path)
-        if not isinstance(target, ArrayNode):
-            return
+        if not isinstance(target, ArrayNode) or target.plan.strict_type is not None:
+            return  # (a leaf that must be some other array class: never the fast path)
         plans.append(target.plan)
     if len(layouts) > 64:
         layouts.clear()

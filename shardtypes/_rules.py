@@ -29,7 +29,7 @@ import contextvars
 import dataclasses
 import functools
 import math
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence, TypeAlias
 
 import jax
 
@@ -57,7 +57,10 @@ class AxisRulesError(ValueError):
     """A logical axis that the active rules cannot place on the mesh."""
 
 
-Target = tuple  # a tuple of mesh axis names; () for "replicated"
+Target: TypeAlias = "tuple[str, ...]"  # a tuple of mesh axis names; () for "replicated"
+
+# One rule as written: (logical name, a mesh axis, a tuple of them, or None for replicated).
+Rule: TypeAlias = "tuple[str, str | tuple[str, ...] | None] | list[str | tuple[str, ...] | None]"
 
 
 def _target(name: str, value: Any) -> Target:
@@ -75,7 +78,7 @@ def _target(name: str, value: Any) -> Target:
     return value
 
 
-def _rule_list(rules: Iterable, where: str) -> tuple[tuple[str, Target], ...]:
+def _rule_list(rules: Iterable[Rule], where: str) -> tuple[tuple[str, Target], ...]:
     if isinstance(rules, (str, bytes)) or not isinstance(rules, Iterable):
         raise TypeError(f"{where}: rules are a sequence of (logical name, mesh axes) pairs, got {rules!r}")
     out = []
@@ -109,11 +112,21 @@ class AxisRules:
     __slots__ = ("rules", "modes", "auto_mode", "name", "on_missing", "on_unknown_axis",
                  "on_conflict", "on_indivisible", "_tables")
 
+    rules: tuple[tuple[str, Target], ...]
+    modes: dict[str, tuple[tuple[str, Target], ...]]
+    auto_mode: tuple[str, int, str] | None
+    name: str | None
+    on_missing: str
+    on_unknown_axis: str
+    on_conflict: str
+    on_indivisible: str
+    _tables: dict[str | None, dict[str, tuple[Target, ...]]]
+
     def __init__(
         self,
-        rules: Iterable = (),
+        rules: Iterable[Rule] = (),
         *,
-        modes: Mapping[str, Iterable] | None = None,
+        modes: Mapping[str, Iterable[Rule]] | None = None,
         auto_mode: tuple[str, int, str] | None = None,
         name: str | None = None,
         on_missing: str = "error",
@@ -142,7 +155,7 @@ class AxisRules:
         self.on_unknown_axis = on_unknown_axis
         self.on_conflict = on_conflict
         self.on_indivisible = on_indivisible
-        self._tables: dict = {}
+        self._tables = {}
 
     def table(self, mode: str | None = None) -> dict[str, tuple[Target, ...]]:
         """Logical name -> its candidate targets in order, for ``mode``."""
@@ -152,15 +165,15 @@ class AxisRules:
                 raise AxisRulesError(
                     f"{self._label()} has no mode {mode!r} (modes: {sorted(self.modes) or 'none'})"
                 )
-            table = {}
+            lists: dict[str, list[Target]] = {}
             for name, target in self.rules:
-                table.setdefault(name, []).append(target)
+                lists.setdefault(name, []).append(target)
             if mode is not None:
-                override: dict = {}
+                override: dict[str, list[Target]] = {}
                 for name, target in self.modes[mode]:
                     override.setdefault(name, []).append(target)
-                table.update(override)
-            table = self._tables[mode] = {k: tuple(v) for k, v in table.items()}
+                lists.update(override)
+            table = self._tables[mode] = {k: tuple(v) for k, v in lists.items()}
         return table
 
     def ordered(self, mode: str | None = None) -> tuple[tuple[str, Target], ...]:
@@ -179,7 +192,7 @@ class AxisRules:
         if not isinstance(other, AxisRules):
             raise TypeError(f"AxisRules.merge expects AxisRules, got {other!r}")
         mine, theirs = self.table(), other.table()
-        conflicts = [(n, None) for n in mine if n in theirs and mine[n] != theirs[n]]
+        conflicts: list[tuple[str, str | None]] = [(n, None) for n in mine if n in theirs and mine[n] != theirs[n]]
         for mode in sorted(set(self.modes) & set(other.modes)):
             a, b = self.table(mode), other.table(mode)
             conflicts += [(n, mode) for n in a if n in b and a[n] != b[n]]
@@ -228,7 +241,10 @@ class AxisRules:
 # ---------------------------------------------------------------------------------------------
 # The active rules.
 
-_ACTIVE: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("shardtypes.axis_rules", default=None)
+# (rules, mode) while rules are active, else None.
+Active: TypeAlias = "tuple[AxisRules, str | None] | None"
+
+_ACTIVE: contextvars.ContextVar[Active] = contextvars.ContextVar("shardtypes.axis_rules", default=None)
 
 
 @contextlib.contextmanager
@@ -241,7 +257,7 @@ def axis_rules(rules: AxisRules | Iterable | None, mode: str | None = None) -> I
         rules.table(mode)  # an unknown mode fails here, where it is named
     if rules is None and mode is not None:
         raise TypeError("axis_rules(None, mode=...): a mode needs rules")
-    active = None if rules is None else (rules, mode)
+    active: Active = None if rules is None else (rules, mode)
     token = _ACTIVE.set(active)
     try:
         with _jit_context(active):
@@ -255,7 +271,7 @@ def axis_rules(rules: AxisRules | Iterable | None, mode: str | None = None) -> I
 _JIT_RULES = jax.make_user_context(default_value=None) if hasattr(jax, "make_user_context") else None
 
 
-def _jit_context(active: tuple | None):
+def _jit_context(active: Active) -> contextlib.AbstractContextManager[object]:
     return _JIT_RULES(active) if _JIT_RULES is not None else contextlib.nullcontext()
 
 
@@ -289,7 +305,7 @@ def layout(
     mesh_sizes: Mapping[str, int] | None = None,
     shape: Sequence | None = None,
     where: str = "",
-    active: tuple | None | bool = False,
+    active: Active | Literal[False] = False,
 ) -> tuple[tuple[str, ...], ...]:
     """The mesh axes of each of the ``ndim`` dims of an array annotated ``spec``: the names
     after ``/`` themselves, or, with rules active, what the rules make of them."""
@@ -308,7 +324,8 @@ def layout(
         return _resolve.__wrapped__(rules, mode, spec, ndim, sizes_key, shape_key)[0]
 
 
-def choices(spec: ShapeSpec, ndim: int, mesh_sizes=None, shape=None, active=False) -> tuple[DimChoice, ...]:
+def choices(spec: ShapeSpec, ndim: int, mesh_sizes: Mapping[str, int] | None = None, shape: Sequence[Any] | None = None,
+            active: Active | Literal[False] = False) -> tuple[DimChoice, ...]:
     """The per-dim story behind ``layout`` (for ``explain``)."""
     if active is False:
         active = _ACTIVE.get()
@@ -385,7 +402,7 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
             if unknown:
                 refuse(slot, text, rules.on_unknown_axis,
                        f"rule {logical!r} -> {_fmt_target(target)} names mesh axis {unknown[0]!r}, "
-                       f"which the mesh does not have (axes: {tuple(mesh)})")
+                       f"which the mesh does not have (axes: {tuple(mesh or ())})")
                 continue
             taken = [a for a in target if a in used]
             if taken:
@@ -445,10 +462,10 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
 
 
 def t5x_rules(activation_partitioning_dims: int = 1, parameter_partitioning_dims: int = 1,
-              additional_rules: Iterable = ()) -> AxisRules:
+              additional_rules: Iterable[Rule] = ()) -> AxisRules:
     """T5X's standard rules over mesh axes ``data`` and ``model`` (1-D or 2-D activation and
     parameter partitioning), as ready AxisRules."""
-    base = [("batch", "data"), ("vocab", "model")]
+    base: list[Rule] = [("batch", "data"), ("vocab", "model")]
     shape = (activation_partitioning_dims, parameter_partitioning_dims)
     if shape == (1, 1):
         rules = base + [("embed", None), ("mlp", "model"), ("heads", "model"), ("kv", None), ("joined_kv", "model")]
@@ -475,13 +492,13 @@ def eformer_rules(dp: str = "dp", fsdp: str = "fsdp", tp: str = "tp", sp: str = 
     """An eFormer-style rule set over mesh axes dp, fsdp, tp, sp, ep, with train, prefill and
     decode modes (decode keeps the one-token query dim replicated and spreads the batch wider).
     An array whose ``query`` dim has size 1 gets the decode rules."""
-    train = [
+    train: list[Rule] = [
         ("batch", (dp, fsdp)), ("length", sp), ("query", sp), ("kv_length", sp), ("embed", fsdp),
         ("heads", tp), ("kv_heads", tp), ("head_dim", None), ("mlp", tp), ("vocab", tp),
         ("expert", ep), ("layers", None),
     ]
-    prefill = [("query", sp), ("kv_length", sp)]
-    decode = [("batch", (dp, fsdp, sp)), ("batch", (dp, fsdp)), ("query", None), ("kv_length", None),
+    prefill: list[Rule] = [("query", sp), ("kv_length", sp)]
+    decode: list[Rule] = [("batch", (dp, fsdp, sp)), ("batch", (dp, fsdp)), ("query", None), ("kv_length", None),
               ("length", None)]
     return AxisRules(train, modes={"prefill": prefill, "decode": decode},
                      auto_mode=("query", 1, "decode"), name="eformer")

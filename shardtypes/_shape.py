@@ -25,7 +25,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from typing import Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, TypeAlias, Union
+
+if TYPE_CHECKING:
+    from jax.sharding import PartitionSpec
 
 __all__ = ["DimSpec", "ShapeSpec", "ShapeSpecError", "entry_axes", "axes_entry", "size_equal", "divides"]
 
@@ -71,30 +74,38 @@ class _DimError(Exception):
 #   ("int", value) | ("name", name) | (op, lhs, rhs) with op in + - * //
 # Evaluated with the current bindings, never with eval().
 
+Node: TypeAlias = tuple[Any, ...]
+"""A node of a size expression: ``("int", 3)``, ``("name", "seq")`` or ``("+", lhs, rhs)``."""
 
-def _parse_expr(text: str):
-    tokens = []
+Size: TypeAlias = Any
+"""A dimension size: an ``int``, or a symbolic dim of ``jax.export.symbolic_shape`` (whose class
+JAX does not export)."""
+
+
+def _parse_expr(text: str) -> Node:
+    tokens: list[tuple[str, str]] = []
     pos = 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
+        if m is None or m.end() == pos or m.lastgroup is None:
             raise _DimError(f"unexpected character {text[pos]!r} in size expression {text!r}")
-        kind = m.lastgroup
-        tokens.append((kind, m.group(kind)))
+        tokens.append((m.lastgroup, m.group(m.lastgroup)))
         pos = m.end()
     state = {"i": 0}
 
-    def peek():
+    def peek() -> tuple[str, str | None]:
         i = state["i"]
-        return tokens[i] if i < len(tokens) else (None, None)
+        return tokens[i] if i < len(tokens) else ("end", None)
 
-    def take():
+    def take() -> tuple[str, str | None]:
         tok = peek()
         state["i"] += 1
         return tok
 
-    def factor():
+    def factor() -> Node:
         kind, value = take()
+        if value is None:
+            raise _DimError(f"size expression {text!r} ends where an operand was expected")
         if kind == "int":
             return ("int", int(value))
         if kind == "name":
@@ -106,18 +117,16 @@ def _parse_expr(text: str):
             if take()[1] != ")":
                 raise _DimError(f"unbalanced parentheses in size expression {text!r}")
             return node
-        if value is None:
-            raise _DimError(f"size expression {text!r} ends where an operand was expected")
         raise _DimError(f"expected a name or integer in size expression {text!r}, found {value!r}")
 
-    def term():
+    def term() -> Node:
         node = factor()
         while peek()[1] in ("*", "//"):
             op = take()[1]
             node = (op, node, factor())
         return node
 
-    def expr():
+    def expr() -> Node:
         node = term()
         while peek()[1] in ("+", "-"):
             op = take()[1]
@@ -133,7 +142,7 @@ def _parse_expr(text: str):
     return node
 
 
-def _expr_names(node) -> frozenset[str]:
+def _expr_names(node: Node) -> frozenset[str]:
     if node[0] == "name":
         return frozenset([node[1]])
     if node[0] == "int":
@@ -141,7 +150,7 @@ def _expr_names(node) -> frozenset[str]:
     return _expr_names(node[1]) | _expr_names(node[2])
 
 
-def evaluate(node, lookup: Callable[[str], object]):
+def evaluate(node: Node, lookup: Callable[[str], Size]) -> Size:
     """Evaluates a size expression; ``lookup(name)`` gives a bound size (int or symbolic dim)."""
     head = node[0]
     if head == "int":
@@ -186,7 +195,7 @@ class DimSpec:
     shape: str
     sharding: tuple[str, ...]
     kind: str
-    expr: object = dataclasses.field(default=None, repr=False, compare=False)
+    expr: int | Node | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def name(self) -> str | None:
@@ -204,7 +213,7 @@ class DimSpec:
     @property
     def names(self) -> frozenset[str]:
         """Every dimension name this dim reads or binds."""
-        if self.kind == EXPR:
+        if self.kind == EXPR and isinstance(self.expr, tuple):
             return _expr_names(self.expr)
         name = self.name
         return frozenset([name]) if name is not None else frozenset()
@@ -242,7 +251,7 @@ def _parse_dim(text: str) -> DimSpec:
     if len(set(axes)) != len(axes):
         raise _DimError(f"dim {text!r} names a mesh axis twice")
     sharding = tuple(axes)
-    expr = None
+    expr: int | Node | None = None
     if size == "...":
         kind = ELLIPSIS
     elif size == "_":
@@ -310,7 +319,7 @@ class ShapeSpec:
     def is_sharded(self) -> bool:
         return any(dim.sharding for dim in self.dims)
 
-    def partition_spec(self, ndim: int | None = None):
+    def partition_spec(self, ndim: int | None = None) -> PartitionSpec:
         """The ``jax.sharding.PartitionSpec`` of this shape.
 
         A dim with no axes gives None, one axis gives ``'d'``, several give ``('d', 'e')``.
@@ -318,7 +327,7 @@ class ShapeSpec:
         """
         from jax.sharding import PartitionSpec
 
-        entries = []
+        entries: list[str | tuple[str, ...] | None] = []
         var = self.variadic_index
         if var is None and ndim is not None and ndim != len(self.dims):
             raise ShapeSpecError(str(self), f"rank {ndim} does not match the {len(self.dims)} dims")
@@ -353,7 +362,7 @@ class ShapeSpec:
 
 @functools.lru_cache(maxsize=4096)
 def _parse_shape(spec: str) -> ShapeSpec:
-    dims = []
+    dims: list[DimSpec] = []
     variadic_at = None
     seen_axes: dict[str, str] = {}
     for m in re.finditer(r"\S+", spec):
@@ -405,7 +414,7 @@ def size_equal(a: object, b: object) -> bool:
         return False
 
 
-def divides(size: object, parts: int) -> bool:
+def divides(size: Size, parts: int) -> bool:
     """Whether ``size`` splits evenly into ``parts``; symbolic sizes are given the benefit of the
     doubt (the checks at call time see the real ones)."""
     try:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, ParamSpec, TypeVar, overload
 
 import jax
-from jax.sharding import PartitionSpec
+from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 
 from ._check import COMPILE_TIME_CHECKS
 from ._decorator import _typechecked
@@ -33,16 +33,43 @@ from ._specs import make_partition_specs
 
 __all__ = ["typed_shard_map"]
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
+
+@overload
 def typed_shard_map(
-    f: Callable | None = None,
+    f: Callable[_P, _R],
     /,
     *,
-    mesh: Any = None,
-    axis_names: Any = None,
+    mesh: Mesh | AbstractMesh | None = None,
+    axis_names: Iterable[str] | None = None,
     check_vma: bool | None = None,
     check_rep: bool | None = None,
-) -> Callable:
+) -> Callable[_P, _R]: ...
+
+
+@overload
+def typed_shard_map(
+    f: None = None,
+    /,
+    *,
+    mesh: Mesh | AbstractMesh | None = None,
+    axis_names: Iterable[str] | None = None,
+    check_vma: bool | None = None,
+    check_rep: bool | None = None,
+) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]: ...
+
+
+def typed_shard_map(
+    f: Callable[_P, _R] | None = None,
+    /,
+    *,
+    mesh: Mesh | AbstractMesh | None = None,
+    axis_names: Iterable[str] | None = None,
+    check_vma: bool | None = None,
+    check_rep: bool | None = None,
+) -> Callable[_P, _R] | Callable[[Callable[_P, _R]], Callable[_P, _R]]:
     """``jax.shard_map`` with ``in_specs`` and ``out_specs`` derived from ``f``'s annotations.
 
     Use as ``@typed_shard_map`` or ``@partial(typed_shard_map, check_vma=False)``. ``mesh``
@@ -55,18 +82,21 @@ def typed_shard_map(
             raise TypeError("typed_shard_map: check_rep is the old name of check_vma; pass one of them")
         check_vma = check_rep
     if f is None:
-        return functools.partial(typed_shard_map, mesh=mesh, axis_names=axis_names, check_vma=check_vma)
+        def decorate(f: Callable[_P, _R]) -> Callable[_P, _R]:
+            return typed_shard_map(f, mesh=mesh, axis_names=axis_names, check_vma=check_vma)
+
+        return decorate
     # Annotations may name variables of the scope the decorator is applied in (as typechecked).
     return _typed_shard_map(f, mesh, axis_names, check_vma, sys._getframe(1).f_locals)
 
 
-def _typed_shard_map(f: Callable, mesh: Any, axis_names: Any, check_vma: bool | None,
-                     scope_vars: dict) -> Callable:
+def _typed_shard_map(f: Callable[_P, _R], mesh: Mesh | AbstractMesh | None, axis_names: Iterable[str] | None,
+                     check_vma: bool | None, scope_vars: dict[str, Any]) -> Callable[_P, _R]:
     if not callable(f):
         raise TypeError(f"typed_shard_map expects a function, got {f!r}")
     if getattr(f, "__shardtypes_scope__", False):
         # typed_shard_map(scope(f)): the kernel's checks, outside and inside, get a fresh table.
-        return scope(_typed_shard_map(f.__wrapped__, mesh, axis_names, check_vma, scope_vars))
+        return scope(_typed_shard_map(getattr(f, "__wrapped__"), mesh, axis_names, check_vma, scope_vars))
     # The global arguments and result are checked too (so a wrongly laid out input is a
     # TypeCheckError naming it, not JAX's spec mismatch); the body checks the local blocks.
     # Under jax.jit on Auto axes an argument's layout is only known once XLA has partitioned the
@@ -77,14 +107,14 @@ def _typed_shard_map(f: Callable, mesh: Any, axis_names: Any, check_vma: bool | 
     checked = _typechecked(_TypedShardMap(f, mesh, axis_names, check_vma, scope_vars).wrapper, scope_vars)
 
     @functools.wraps(checked)
-    def entry(*args, **kwargs):
+    def entry(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         token = COMPILE_TIME_CHECKS.set(True)
         try:
             return checked(*args, **kwargs)
         finally:
             COMPILE_TIME_CHECKS.reset(token)  # also undoes the wrapper's setting for the result
 
-    entry.__shardtypes_checked__ = True  # type: ignore[attr-defined]
+    setattr(entry, "__shardtypes_checked__", True)  # typechecked(entry) is entry
     return entry
 
 
@@ -108,13 +138,14 @@ class _TypedShardMap:
         self.rule_specs: dict = {}
         self.wrapper = self._make_wrapper()
 
-    def _resolve(self) -> None:
+    def _resolve(self) -> list[str]:
+        """Reads the annotations (at the first call); returns the array parameters' names."""
         hints = resolve_hints(self.f, "typed_shard_map", self.scope_vars)
         self.scope_vars = None  # resolved: stop holding the defining scope's objects
         with axis_rules(None):  # these are the specs without rules; rule sets get their own
-            self._resolve_specs(hints)
+            return self._resolve_specs(hints)
 
-    def _resolve_specs(self, hints: dict) -> None:
+    def _resolve_specs(self, hints: dict[str, Any]) -> list[str]:
         arrays, specs, annotations = [], [], []
         for p in self.signature.parameters.values():
             if p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
@@ -134,11 +165,15 @@ class _TypedShardMap:
         self.in_specs = tuple(specs)
         self.annotations = (tuple(annotations), hints["return"])
         self.arrays = arrays
+        return arrays
 
     def specs(self) -> tuple[tuple, Any]:
         """(in_specs, out_specs) under the active axis rules."""
         active = current_rules()
         if active is None:
+            if self.in_specs is None:  # (the first call resolves before it asks)
+                self._resolve()
+                return self.specs()
             return self.in_specs, self.out_specs
         found = self.rule_specs.get(active)
         if found is None:
@@ -170,8 +205,9 @@ class _TypedShardMap:
         """Partial-manual shard_map specs name only the manual axes; the others stay in the
         annotation and are checked inside the body."""
         entries = []
+        manual = self.axis_names or frozenset()
         for entry in spec:
-            kept = tuple(a for a in entry_axes(entry) if a in self.axis_names)
+            kept = tuple(a for a in entry_axes(entry) if a in manual)
             entries.append(axes_entry(kept))
         return PartitionSpec(*entries)
 
@@ -182,12 +218,12 @@ class _TypedShardMap:
 
         @functools.wraps(self.f)
         def wrapper(*args, **kwargs):
-            if state.arrays is None:
-                state._resolve()
+            array_names = state.arrays
+            if array_names is None:
+                array_names = state._resolve()
             bound = state.signature.bind(*args, **kwargs)
             bound.apply_defaults()
             values = bound.arguments
-            array_names = state.arrays
             static = {n: v for n, v in values.items() if n not in array_names}
 
             def mapped(*arrays):
@@ -223,7 +259,7 @@ class _TypedShardMap:
             COMPILE_TIME_CHECKS.set(False)
             return out
 
-        wrapper.__shardtypes_shard_map__ = state  # type: ignore[attr-defined]
+        setattr(wrapper, "__shardtypes_shard_map__", state)
         return wrapper
 
 

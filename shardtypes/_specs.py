@@ -19,14 +19,15 @@ import typing
 from typing import Any, Callable, Mapping, Union
 
 import jax
+import jax.core
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ._mesh import current_mesh, no_mesh_error
-from ._dtypes import number
+from ._dtypes import annotation_class, is_annotation, number
 from ._shape import (
     ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, axes_entry, divides, entry_axes, evaluate,
 )
-from ._check import axis_hint
+from ._check import axis_hint, plan_of
 from ._rules import AxisRulesError, choices as rules_choices, current_rules, layout as rules_layout
 from ._model import ArrayNode, ClassNode, follow, model
 from ._trees import tree_info
@@ -43,16 +44,15 @@ __all__ = [
 
 class _Leaf(typing.NamedTuple):
     path: str
-    dtype_cls: type
+    dtype_cls: type[number]
     spec: ShapeSpec
     text: str
     annotation: Any
 
 
-def _leaf_of(annotation: Any, path: str) -> _Leaf:
-    origin = typing.get_origin(annotation)
-    (shape,) = typing.get_args(annotation)
-    return _Leaf(path, origin, ShapeSpec.parse(shape), f"{origin.__name__}[{shape!r}]", annotation)
+def _leaf_of(annotation: type[number], path: str) -> _Leaf:
+    plan = plan_of(annotation)
+    return _Leaf(path, plan.dtype_cls, plan.spec, plan.text, annotation)
 
 
 def _walk(
@@ -67,7 +67,7 @@ def _walk(
     """
     if path is None:
         path = _root_name(annotation)
-    if fast is not None and type(annotation) is types.GenericAlias:
+    if fast is not None and is_annotation(annotation):
         hit = fast(annotation)
         if hit is not None:
             return hit
@@ -77,9 +77,10 @@ def _walk(
             f"{where} is the string {annotation!r}: pass the annotation itself (with PEP 563, "
             "resolve it with typing.get_type_hints first)"
         )
+    array = annotation_class(annotation)
+    if array is not None:
+        return leaf(_leaf_of(array, path))
     origin = typing.get_origin(annotation)
-    if isinstance(origin, type) and issubclass(origin, number):
-        return leaf(_leaf_of(annotation, path))
     info = tree_info(annotation)
     if info is not None:
         field_types = info.field_types
@@ -109,9 +110,10 @@ def _walk(
     built = _model_class_or_instance(annotation, leaf, path, fast)
     if built is not _NOT_A_MODEL:
         return built
-    if isinstance(annotation, type) and issubclass(annotation, tuple) and hasattr(annotation, "_fields"):
+    fields = getattr(annotation, "_fields", None) if isinstance(annotation, type) and issubclass(annotation, tuple) else None
+    if fields is not None:  # a NamedTuple
         hints = typing.get_type_hints(annotation)
-        return annotation(*(_walk(hints[n], leaf, f"{path}.{n}", fast) for n in annotation._fields))
+        return annotation(*(_walk(hints[n], leaf, f"{path}.{n}", fast) for n in fields))
     if isinstance(annotation, (tuple, list)):
         return type(annotation)(_walk(a, leaf, f"{path}[{i}]", fast) for i, a in enumerate(annotation))
     if isinstance(annotation, dict):
@@ -330,7 +332,7 @@ def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any
         for i, dim in enumerate(leaf.spec.dims):
             if dim.kind == ELLIPSIS:
                 raise ValueError(f"{where} ({leaf.text}): dim {i} is '...', which has no shape")
-            if dim.kind == VARIADIC:
+            if dim.kind == VARIADIC and dim.name is not None:
                 if dim.name not in dims:
                     raise ValueError(
                         f"{where} ({leaf.text}): dim {i} {str(dim)!r} needs dims[{dim.name!r}], a "

@@ -1,10 +1,12 @@
-"""Trees: pytree dataclasses and stacked layers (``Array[axes, cls]``).
+"""Trees: pytree dataclasses and stacked layers (``Array[axes, cls]``, ``Stacked[cls, axes]``).
 
 >>> @pytree_dataclass
 ... class Layer:
-...     w_up: f32[b'embed/d hidden/t']
-...     w_down: f32[b'hidden/t embed/d']
+...     w_up: f32[jax.Array, b'embed/d hidden/t']
+...     w_down: f32[jax.Array, b'hidden/t embed/d']
 >>> Layers = Array['layers', Layer]     # every field gets a leading 'layers' dim
+>>> Stacked[Layer, b'layers'] is Layers  # the same, in the spelling static checkers read as Layer
+True
 
 A value of ``Array['layers', Layer]`` is an instance of that (generated, cached) dataclass. The
 slice ``lax.scan`` hands its body is an instance of the same class holding one layer's arrays; it
@@ -19,15 +21,20 @@ import dataclasses
 import functools
 import types
 import typing
-from typing import Any, Union
+from typing import Any, Callable, TypeVar, Union, dataclass_transform, overload
 
 import jax
 
-from ._dtypes import number
+from ._dtypes import annotation_class, subscript
 from ._hints import resolve_hints
 from ._shape import ShapeSpec
 
-__all__ = ["pytree_dataclass", "Array", "tree_info", "stack_annotation"]
+__all__ = ["pytree_dataclass", "Array", "Stacked", "tree_info", "stack_annotation"]
+
+_T = TypeVar("_T")
+
+# typing.Union subscripted with a tuple of members built at run time.
+_Union: Any = Union
 
 
 class TreeInfo:
@@ -40,14 +47,14 @@ class TreeInfo:
         self.cls = cls
         self.base = base
         self.axes = axes
-        self._types: dict | None = None
+        self._types: dict[str, Any] | None = None
         fields = dataclasses.fields(cls)
         self.data_fields: tuple[str, ...] = tuple(f.name for f in fields if not _is_static(f))
         self.static_fields: frozenset[str] = frozenset(f.name for f in fields if _is_static(f))
         self.field_names: tuple[str, ...] = tuple(f.name for f in fields)
 
     @property
-    def field_types(self) -> dict:
+    def field_types(self) -> dict[str, Any]:
         """Field name -> resolved annotation, for every field (PEP 563 strings resolved)."""
         if self._types is None:
             hints = resolve_hints(self.cls, "pytree_dataclass")
@@ -62,11 +69,36 @@ def tree_info(cls: Any) -> TreeInfo | None:
     return _INFO.get(cls) if isinstance(cls, type) else None
 
 
-def _is_static(field: dataclasses.Field) -> bool:
+def _is_static(field: dataclasses.Field[Any]) -> bool:
     return bool(field.metadata.get("static", False))
 
 
-def pytree_dataclass(cls: type | None = None, /, **dataclass_options: Any):
+@overload
+def pytree_dataclass(cls: type[_T], /) -> type[_T]: ...
+
+
+@overload
+def pytree_dataclass(
+    cls: None = None,
+    /,
+    *,
+    init: bool = True,
+    repr: bool = True,
+    eq: bool = True,
+    order: bool = False,
+    unsafe_hash: bool = False,
+    frozen: bool = False,
+    match_args: bool = True,
+    kw_only: bool = False,
+    slots: bool = False,
+    weakref_slot: bool = False,
+) -> Callable[[type[_T]], type[_T]]: ...
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field, dataclasses.Field))
+def pytree_dataclass(
+    cls: type[_T] | None = None, /, **dataclass_options: Any
+) -> type[_T] | Callable[[type[_T]], type[_T]]:
     """A dataclass registered as a JAX pytree with attribute keys (``keystr`` gives ``.w_q``).
 
     Fields with ``field(metadata={'static': True})`` are static (part of the tree structure, not
@@ -80,7 +112,14 @@ def pytree_dataclass(cls: type | None = None, /, **dataclass_options: Any):
     ...     heads: int = field(default=8, metadata={'static': True})
     """
     if cls is None:
-        return functools.partial(pytree_dataclass, **dataclass_options)
+        def decorate(cls: type[_T]) -> type[_T]:
+            return _pytree_dataclass(cls, **dataclass_options)
+
+        return decorate
+    return _pytree_dataclass(cls, **dataclass_options)
+
+
+def _pytree_dataclass(cls: type[_T], **dataclass_options: Any) -> type[_T]:
     if not isinstance(cls, type):
         raise TypeError(f"pytree_dataclass expects a class, got {cls!r}")
     if "__dataclass_fields__" not in cls.__dict__:
@@ -93,9 +132,11 @@ def pytree_dataclass(cls: type | None = None, /, **dataclass_options: Any):
     return _register(cls, cls, "")
 
 
-def _register(cls: type, base: type, axes: str) -> type:
+def _register(cls: type[_T], base: type, axes: str) -> type[_T]:
     if cls in _INFO:
         return cls
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"pytree_dataclass: {cls.__qualname__} is not a dataclass")
     no_init = [f.name for f in dataclasses.fields(cls) if not f.init]
     if no_init:
         raise TypeError(
@@ -124,7 +165,7 @@ class _StackedMeta(type):
         return f"shardtypes.Array[{info.axes!r}, {info.base.__module__}.{info.base.__qualname__}]"
 
 
-def _reduce_stacked(cls: type):
+def _reduce_stacked(cls: _StackedMeta) -> tuple[Callable[..., Any], tuple[str, type]]:
     info = _INFO[cls]
     return (_stacked_dataclass, (info.axes, info.base))
 
@@ -148,24 +189,24 @@ def _normalise_axes(axes: Any) -> str:
 def stack_annotation(axes: str, annotation: Any, where: str = "") -> Any:
     """``annotation`` with leading dims ``axes``: array annotations, pytree dataclasses, and
     Optional/tuple of those."""
-    origin = typing.get_origin(annotation)
-    if isinstance(origin, type) and issubclass(origin, number):
-        (shape,) = typing.get_args(annotation)
-        inner = shape.decode("utf-8") if isinstance(shape, bytes) else shape
-        return origin[(axes + " " + inner).strip()]
+    array = annotation_class(annotation)
+    if array is not None:
+        shape = (axes + " " + (array.shape_string or b"").decode("utf-8")).strip()
+        return subscript(array.dtype_class, shape if array.array_type is None else (array.array_type, shape))
     info = tree_info(annotation)
     if info is not None:
         full = (axes + " " + info.axes).strip()
         return _stacked_dataclass(_normalise_axes(full), info.base)
+    origin = typing.get_origin(annotation)
     if origin is Union:
-        return Union[tuple(
+        return _Union[tuple(
             a if a is type(None) else stack_annotation(axes, a, where) for a in typing.get_args(annotation)
         )]
     if origin is tuple:
         args = typing.get_args(annotation)
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple[stack_annotation(axes, args[0], where), ...]
-        return tuple[tuple(stack_annotation(axes, a, where) for a in args)]
+            return types.GenericAlias(tuple, (stack_annotation(axes, args[0], where), ...))
+        return types.GenericAlias(tuple, tuple(stack_annotation(axes, a, where) for a in args))
     raise TypeError(
         f"Array[{axes!r}, ...]: cannot stack {where or 'an annotation'} of type {annotation!r}; "
         "stack array annotations, pytree dataclasses, Optional and tuple of them, or mark the "
@@ -176,18 +217,18 @@ def stack_annotation(axes: str, annotation: Any, where: str = "") -> Any:
 @functools.lru_cache(maxsize=None)
 def _stacked_dataclass(axes: str, base: type) -> type:
     info = _INFO[base]
-    fields = []
+    fields: list[tuple[str, Any, dataclasses.Field[Any]]] = []
     for f in dataclasses.fields(base):
         ftype = info.field_types[f.name]
         if not _is_static(f):
             ftype = stack_annotation(axes, ftype, f"field {base.__qualname__}.{f.name}")
-        kwargs: dict = {"metadata": f.metadata, "repr": f.repr, "compare": f.compare, "kw_only": f.kw_only}
+        kwargs: dict[str, Any] = {"metadata": f.metadata, "repr": f.repr, "compare": f.compare, "kw_only": f.kw_only}
         if f.default is not dataclasses.MISSING:
             kwargs["default"] = f.default
         if f.default_factory is not dataclasses.MISSING:
             kwargs["default_factory"] = f.default_factory
         fields.append((f.name, ftype, dataclasses.field(**kwargs)))
-    params = base.__dataclass_params__  # type: ignore[attr-defined]
+    params = getattr(base, "__dataclass_params__")
     name = f"{base.__name__}_stacked"
     namespace = {"__module__": base.__module__, "__qualname__": f"Array[{axes!r}, {base.__qualname__}]"}
     cls = types.new_class(name, (), {"metaclass": _StackedMeta}, lambda ns: ns.update(namespace))
@@ -203,7 +244,8 @@ def _stacked_dataclass(axes: str, base: type) -> type:
 
 
 class Array:
-    """``Array[axes, cls]``: ``cls`` with leading dims ``axes`` prepended.
+    """``Array[axes, cls]``: ``cls`` with leading dims ``axes`` prepended (run time only; static
+    checkers read ``Stacked[cls, axes]``, the same class, as ``cls``).
 
     ``cls`` is an array annotation (``Array['layers', f32[b'embed hidden']]`` is
     ``f32[b'layers embed hidden']``) or a pytree dataclass (every data field stacked; static
@@ -218,3 +260,20 @@ class Array:
         axes, inner = key
         axes = _normalise_axes(axes)
         return stack_annotation(axes, inner)
+
+
+class Stacked:
+    """``Stacked[Layer, b'layers']`` is ``Array['layers', Layer]``: ``cls`` with leading dims
+    ``axes``. Static checkers read it as ``Layer`` (``shardtypes`` binds ``Stacked`` to
+    ``typing.Annotated`` for them), which is what ``lax.scan`` hands its body."""
+
+    def __class_getitem__(cls, key: Any) -> Any:
+        if not isinstance(key, tuple) or len(key) != 2:
+            raise TypeError(f"write Stacked[cls, axes], as in Stacked[Layer, b'layers']; got Stacked[{key!r}]")
+        inner, axes = key
+        if isinstance(inner, (str, bytes)) and not isinstance(axes, (str, bytes)):
+            raise TypeError(
+                f"Stacked[cls, axes] takes the class first, as in Stacked[Layer, b'layers']; got "
+                f"Stacked[{inner!r}, {axes!r}] (Array takes the axes first)"
+            )
+        return stack_annotation(_normalise_axes(axes), inner)

@@ -15,10 +15,12 @@ import re
 import dataclasses
 import functools
 import sys
+import types
 import typing
 from typing import Any, Union
 
 import jax
+import jax.core
 import numpy as np
 import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
@@ -27,11 +29,11 @@ from typeguard import _functions as _tg_functions
 
 from . import _dims
 from ._config import _FORCED, config
-from ._check import _PLANS, Mismatch, Plan, _plan, annotation_text, check_value, describe, fast_check, plan_for
+from ._check import _PLANS, Mismatch, Plan, annotation_text, check_value, describe, fast_check, malformed, plan_for, plan_of
 from ._dims import _TABLE, Table
 from ._hints import resolve_hints
 from ._model import ClassNode, model
-from ._dtypes import dtype_classes, number
+from ._dtypes import annotation_class, dtype_classes, install_instance_check, is_annotation, number
 from ._shape import ShapeSpec
 from ._trees import _INFO as _TREE_CLASSES, tree_info
 
@@ -65,11 +67,13 @@ def check_with_plan(value: Any, plan: Plan, role: str, func: str, origin: str,
     """Checks one value where the caller knows its place (the decorator). Needs a table.
     ``tried_fast``: the caller has just tried ``fast_check`` and it had no answer."""
     table = _TABLE.get()
+    if table is None:
+        raise RuntimeError(f"shardtypes: checking {origin} needs a dimension table (a Scope)")
     new = None if tried_fast else fast_check(value, plan, table.sizes)
     if new is None:
         try:
             new = check_value(value, plan.dtype_cls, plan.spec, table,
-                              lambda: f"{origin}, annotated {plan.text}")
+                              lambda: f"{origin}, annotated {plan.text}", plan.array_type)
         except Mismatch as m:
             error = TypeCheckError(
                 f"{role} ({_qualified(value)}) of {func}() is not {plan.text}: {m.problem}"
@@ -120,8 +124,8 @@ _CODES = {
 }
 
 
-def _typeguard_frame():
-    frame = sys._getframe(2)
+def _typeguard_frame() -> types.FrameType | None:
+    frame: types.FrameType | None = sys._getframe(2)
     for _ in range(32):
         if frame is None or frame.f_code in _CODES:
             return frame
@@ -204,15 +208,18 @@ def _set_table(memo: TypeCheckMemo, table: Table, scoped: bool) -> None:
 
 
 def _check_annotation(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
-    plan = _PLANS.get((origin, args[0])) if len(args) == 1 else None
+    plan = _PLANS.get(origin)
     if plan is None:
-        plan = _plan(origin, args)
+        annotation = annotation_class(origin)
+        if annotation is None or args:
+            raise malformed(origin, args)
+        plan = plan_of(annotation)
     table, scoped = _get_table(memo)
     new = fast_check(value, plan, table.sizes)
     if new is None:
         try:
-            new = check_value(value, origin, plan.spec, table,
-                              lambda: f"{_origin_phrase()}, annotated {plan.text}")
+            new = check_value(value, plan.dtype_cls, plan.spec, table,
+                              lambda: f"{_origin_phrase()}, annotated {plan.text}", plan.array_type)
         except Mismatch as m:
             role, func, kind = _role()
             core = f"is not {plan.text}: {m.problem}{_found(value, m)}"
@@ -318,8 +325,9 @@ def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo)
             prefix = f"of {func}() " if func and kind != "check_type" else ""
             raise TypeCheckError(f"{prefix}is not an instance of {origin.__module__}.{origin.__qualname__} "
                                  f"(found {_qualified(value)})")
-        types = _dataclass_field_types(type(value))
-        _check_fields(value, types, tuple(types), memo)
+        cls: type = type(value)
+        field_types = _dataclass_field_types(cls)
+        _check_fields(value, field_types, tuple(field_types), memo)
         return
     value_info = tree_info(type(value))
     if value_info is None or not (
@@ -334,19 +342,19 @@ def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo)
                     "registered as a pytree: decorate it with @pytree_dataclass too")
         raise TypeCheckError(f"{prefix}is not an instance of {origin!r} (found {_qualified(value)}){hint}")
     # The annotation's fields against its own types; a subclass's extra fields against its own.
-    types = info.field_types
+    field_types = info.field_types
     names = info.field_names
     if value_info.base is not info.base:
-        types = {**value_info.field_types, **types}
+        field_types = {**value_info.field_types, **field_types}
         names = value_info.field_names
-    _check_fields(value, types, names, memo)
+    _check_fields(value, field_types, names, memo)
 
 
 @functools.lru_cache(maxsize=None)
 def _dataclass_field_types(cls: type) -> dict:
     """Every field's annotation (static fields too) of a dataclass or NamedTuple."""
     hints = resolve_hints(cls, "shardtypes")
-    names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else cls._fields
+    names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else getattr(cls, "_fields")
     return {name: hints.get(name, Any) for name in names}
 
 
@@ -427,9 +435,9 @@ def _type_repr(annotation: Any) -> str:
 @functools.lru_cache(maxsize=1024)
 def _has_shardtypes_member(args: tuple) -> bool:
     for arg in args:
-        origin = typing.get_origin(arg)
-        if isinstance(origin, type) and issubclass(origin, number):
+        if is_annotation(arg):
             return True
+        origin = typing.get_origin(arg)
         if arg in _TREE_CLASSES:
             return True
         if isinstance(arg, type) and _safe_is_checked_class(arg):
@@ -468,8 +476,7 @@ def _lookup(origin, args, extras):
 
 def _is_shardtypes_annotation(extra: Any) -> bool:
     """Whether ``Annotated`` metadata is a shardtypes annotation (checked, not ignored)."""
-    origin = typing.get_origin(extra)
-    if isinstance(origin, type) and issubclass(origin, number):
+    if is_annotation(extra):
         return True
     return isinstance(extra, type) and (extra in _TREE_CLASSES or _safe_is_checked_class(extra))
 
@@ -541,14 +548,14 @@ def _class_for_dtype(np_dtype: np.dtype) -> type:
 def _check_dtype_argument(dtype: Any) -> type:
     """check()'s ``dtype``: a shardtypes class, a numpy/JAX dtype or its name, or an abstract
     numpy type (``np.floating`` means ``floating``)."""
-    if isinstance(dtype, type) and issubclass(dtype, number):
-        return dtype
-    if typing.get_origin(dtype) is not None and isinstance(typing.get_origin(dtype), type) \
-            and issubclass(typing.get_origin(dtype), number):
+    annotation = annotation_class(dtype)
+    if annotation is not None:
         raise TypeError(
             f"check(): dtype is the annotation {dtype!r}, which has a shape of its own; pass the "
-            f"dtype class ({typing.get_origin(dtype).__name__}) and the shape separately"
+            f"dtype class ({annotation.dtype_class.__name__}) and the shape separately"
         )
+    if isinstance(dtype, type) and issubclass(dtype, number):
+        return dtype
     from ._dtypes import anydtype, floating, integer
 
     abstract = {np.floating: floating, np.integer: integer, np.number: anydtype, np.generic: anydtype,
@@ -591,6 +598,29 @@ def check(dtype: Any, shape_spec: ShapeSpec | str | bytes, value: Any) -> None:
         _TABLE.set(table.bind(new, "check()"))
 
 
+def instance_check(annotation: type[number], value: object) -> bool:
+    """``isinstance(value, annotation)`` for an array annotation class: the full check (dtype,
+    rank, sizes, sharding; the array type of ``f32[jax.Array, b'...']``) as a bool. Inside a
+    checked call or ``Scope`` sizes are compared with the current table and new ones bound into
+    it, as ``check`` does; elsewhere each ``isinstance`` gets a fresh table. Runs whether or not
+    ``config.checks`` is on: it is a question, not a check that can be switched off."""
+    plan = plan_of(annotation)
+    table = _TABLE.get()
+    new = fast_check(value, plan, table.sizes if table is not None else {})
+    if new is None:
+        try:
+            new = check_value(value, plan.dtype_cls, plan.spec, table or Table(),
+                              lambda: f"isinstance() of {plan.text}", plan.array_type)
+        except Mismatch:
+            return False
+    if new and table is not None:
+        _TABLE.set(table.bind(new, f"isinstance() of {plan.text}"))
+    return True
+
+
+install_instance_check(instance_check)
+
+
 def check_named(value: Any, annotation: Any, where: str, who: str) -> None:
     """Checks one value against an annotation in the current table, where the caller names the
     value (``MLP.blocks[0].w`` for ``shardtypes.nnx.check``)."""
@@ -605,7 +635,7 @@ def check_named(value: Any, annotation: Any, where: str, who: str) -> None:
             raise TypeCheckError(f"{who}: {where}: {e}") from None
         return
     try:
-        new = check_value(value, plan.dtype_cls, plan.spec, table, lambda: f"{where} ({who})")
+        new = check_value(value, plan.dtype_cls, plan.spec, table, lambda: f"{where} ({who})", plan.array_type)
     except Mismatch as m:
         raise TypeCheckError(f"{who}: {where} is not {plan.text}: {m.problem}{_found(value, m)}") from None
     if new:

@@ -124,16 +124,19 @@ def _names_and_multiples(annotations: list, mesh: Any) -> tuple[dict[str, int], 
         except (ValueError, AxisRulesError):
             pspec = None
         for i, dim in enumerate(spec.dims):
+            bound = dim.name
             if dim.kind == VARIADIC:
-                variadic.add(dim.name)
+                if bound is not None:
+                    variadic.add(bound)
                 continue
             for name in dim.names:
                 multiples.setdefault(name, 1)
-            if dim.kind in (NAMED, BROADCAST) and pspec is not None and spec.variadic_index is None and i < len(pspec):
+            if (bound is not None and dim.kind in (NAMED, BROADCAST) and pspec is not None
+                    and spec.variadic_index is None and i < len(pspec)):
                 entry = pspec[i]
                 axes = entry_axes(entry)
                 parts = math.prod(sizes.get(a, 1) for a in axes)
-                multiples[dim.name] = math.lcm(multiples[dim.name], parts)
+                multiples[bound] = math.lcm(multiples[bound], parts)
 
     for annotation in annotations:
         try:
@@ -413,10 +416,10 @@ def plan(
                             per_device, replicas, global_bytes))
 
     if _is_value_tree(annotation):
-        for path, leaf in jax.tree_util.tree_flatten_with_path(annotation)[0]:
-            sharding = getattr(leaf, "sharding", None)
+        for path, value in jax.tree_util.tree_flatten_with_path(annotation)[0]:
+            sharding = getattr(value, "sharding", None)
             spec = sharding.spec if isinstance(sharding, NamedSharding) else jax.sharding.PartitionSpec()
-            add(jax.tree_util.keystr(path), "-", leaf.dtype, tuple(leaf.shape), spec)
+            add(jax.tree_util.keystr(path), "-", value.dtype, tuple(value.shape), spec)
     else:
         def leaf(leaf: _Leaf) -> None:
             where = leaf.path or "the annotation"
@@ -426,7 +429,7 @@ def plan(
             try:
                 shape = []
                 for i, dim in enumerate(leaf.spec.dims):
-                    if dim.kind == VARIADIC:
+                    if dim.kind == VARIADIC and dim.name is not None:
                         shape.extend(dims[dim.name])
                     elif dim.kind == ELLIPSIS:
                         raise ValueError(f"{where} ({leaf.text}): dim {i} is '...', which has no size; "

@@ -24,8 +24,7 @@ variable's annotation is read on the class of the module that holds it. ``filter
 its path: nothing is laid out or passed unchecked by default.
 """
 
-from __future__ import annotations
-
+import importlib
 import typing
 from typing import Any
 
@@ -42,11 +41,11 @@ __all__ = ["annotations", "partition_specs", "shardings", "check"]
 
 
 def _nnx() -> Any:
+    # Imported by name: Flax is optional, and static checkers must not need it installed.
     try:
-        from flax import nnx
+        return importlib.import_module("flax.nnx")
     except ImportError as e:  # pragma: no cover - flax is an optional dependency
         raise ImportError("shardtypes.nnx needs Flax: pip install 'shardtypes[flax]'") from e
-    return nnx
 
 
 def annotations(model: Any, *filters: Any) -> Any:

@@ -22,6 +22,7 @@ import functools
 import os
 import string
 import sys
+import types
 from typing import Any, Callable
 
 import jax
@@ -39,23 +40,22 @@ __all__ = ["all_gather", "psum_scatter", "einsum_unreduced", "index_unreduced", 
 
 def _check(op: str, spec_text: str, what: str, spec: ShapeSpec, value: Any) -> None:
     table = _TABLE.get()
-    scoped = table is not None
     try:
-        new = check_value(value, anydtype, spec, table if scoped else Table(),
+        new = check_value(value, anydtype, spec, table if table is not None else Table(),
                           lambda: f"{what} of shardtypes.ops.{op}({spec_text!r})")
     except Mismatch as m:
         raise TypeCheckError(
             f"{_caller()}shardtypes.ops.{op}({spec_text!r}): {what} is not {str(spec)!r}: "
             f"{m.problem} (found {describe(value)})"
         ) from None
-    if new and scoped:
+    if new and table is not None:
         _TABLE.set(table.bind(new, f"{what} of shardtypes.ops.{op}()"))
 
 
 def _caller() -> str:
     """``in f(), `` for the nearest function outside shardtypes that called the op."""
     here = os.path.dirname(__file__)
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     while frame is not None and os.path.dirname(frame.f_code.co_filename) == here:
         frame = frame.f_back
     return f"in {frame.f_code.co_qualname}(), " if frame is not None else ""
@@ -112,8 +112,8 @@ def _trailing_extra(op: str, spec: str, i: int, before, after, fewer: tuple, mor
     return more[len(fewer):]
 
 
-def _one_or_tuple(axes: tuple) -> Any:
-    return axes if len(axes) > 1 else axes[0]
+def _one_or_tuple(axes: tuple[str, ...]) -> str | tuple[str, ...]:
+    return axes[0] if len(axes) == 1 else axes
 
 
 @_own_table
@@ -216,7 +216,7 @@ def index_unreduced(spec: str, table: Any, ids: Any) -> Any:
     _check("index_unreduced", spec, "table", table_spec, table)
     _check("index_unreduced", spec, "ids", ids_spec, ids)
     rows = table.shape[0]
-    start = 0
+    start: int | jax.Array = 0
     for axis in _axes(table_spec)[0]:  # the block this device holds, major axis first
         start = start * jax.lax.axis_size(axis) + jax.lax.axis_index(axis)
     start = start * rows

@@ -34,10 +34,35 @@ def test_quickstart_runs_and_shows_the_mistake(flags):
     assert f"with {'Auto' if flags else 'Explicit'} axes on 8 CPU devices" in out
     assert "A deliberate mistake: x laid out over 't' instead of 'd'" in out
     assert re.search(
-        r"TypeCheckError: argument \"x\" .* of block\(\) is not f32\[b'batch/d embed'\]: sharding "
+        r"TypeCheckError: argument \"x\" .* of block\(\) is not f32\[jax.Array, b'batch/d embed'\]: sharding "
         r"is P\('t', None\) but the annotation says P\('d', None\)", out
     ), out
     assert "dimension 'embed' is 6 here (dim 0) but was bound to 4 by argument \"x\"" in out
+
+
+@pytest.mark.parametrize("flags", [[], ["--auto"]], ids=["explicit", "auto"])
+def test_equinox_example(flags):
+    pytest.importorskip("equinox")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "equinox_mlp.py"), *flags],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "layout: {'w_up': P('d', 't'), 'w_down': P('t', 'd')}" in proc.stdout
+    assert "output: (8, 16) P('d'" in proc.stdout
+    assert ("caught: argument \"model\" (__main__.MLP) of apply(): model.w_up is not "
+            "f32[jax.Array, b'embed/d hidden/t']: sharding is P(None, None) but the annotation says "
+            "P('d', 't')") in proc.stdout
+
+
+@pytest.mark.parametrize("flags", [[], ["--auto"]], ids=["explicit", "auto"])
+def test_flax_nnx_example(flags):
+    pytest.importorskip("flax.nnx")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "flax_nnx.py"), *flags],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "layout: P('d', 't') P('t', 'd')" in proc.stdout
+    assert "output: (8, 16)" in proc.stdout
+    assert ("caught: shardtypes.nnx.check: Model.blocks[1].w_down is not "
+            "f32[jax.Array, b'hidden/t embed/d']: dimension 'hidden' is 32 here") in proc.stdout
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +94,7 @@ def test_transformer_trains(transformer_run):
     assert len(losses) == 20 and all(math.isfinite(x) for x in losses)
     assert losses[5] < losses[0] - 1.0, losses  # a repeating sequence is learnt fast
     assert losses[-1] < 0.5, losses
-    assert "state.weights.layers.w_up is not f32[b'layers embed/fsdp hidden/tp']" in result["mistake"]
+    assert "state.weights.layers.w_up is not f32[jax.Array, b'layers embed/fsdp hidden/tp']" in result["mistake"]
     assert "sharding is P(None, 't', 'd') but the annotation says P(None, 'd', 't')" in result["mistake"]
 
     assert f"with {'Auto' if flags else 'Explicit'} axes" in out
@@ -133,7 +158,7 @@ def test_wrongly_sharded_weight_is_caught_with_its_path(transformer, kind):
             transformer.train_step(wrong, batch)
     message = str(caught.value)
     assert 'argument "state"' in message and "train_step()" in message
-    assert "state.weights.layers.w_up is not f32[b'layers embed/fsdp hidden/tp']" in message
+    assert "state.weights.layers.w_up is not f32[jax.Array, b'layers embed/fsdp hidden/tp']" in message
     assert "P(None, 't', 'd')" in message and "P(None, 'd', 't')" in message
 
 
@@ -172,5 +197,5 @@ def test_training_step_verifies_at_scale(transformer_run):
     assert not wrong.ok and len(wrong.problems) == 1
     message = str(wrong.problems[0])
     assert "the value assigned to w_down of training_kernel_with_a_mistake()" in message
-    assert "f32[b'layers hidden embed/fsdp']" in message
+    assert "f32[jax.Array, b'layers hidden embed/fsdp']" in message
     assert "bound to 28672 by verify(dims=...)" in message

@@ -1,0 +1,208 @@
+"""A user's module in the static spelling, checked by pyright and mypy (tests/test_static.py).
+
+Everything outside ``must_fail`` is what a user writes and must pass both checkers with no
+error. Each line inside ``must_fail`` must be an error: it carries the one suppression comment
+per checker that silences it (``# type: ignore[code]`` for mypy, ``# pyright: ignore[rule]`` for
+pyright; the configuration makes each checker read only its own), and an unneeded suppression is
+itself an error, so a checker that stops seeing one of these errors fails the run.
+
+The module also runs (``run()``, called by tests/test_static.py), so the static spelling is
+checked at run time too.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Annotated
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from shardtypes import (
+    Scope,
+    Stacked,
+    TypeCheckError,
+    check,
+    dims,
+    f32,
+    field,
+    floating,
+    i32,
+    make_partition_specs,
+    pytree_dataclass,
+    scope,
+    typechecked,
+    typed_shard_map,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Annotations: f32[jax.Array, b'...'] is a jax.Array to the checkers.
+
+
+@typechecked
+def center(x: f32[jax.Array, b"batch embed"]) -> f32[jax.Array, b"batch embed"]:
+    return x - jnp.mean(x, axis=-1, keepdims=True)
+
+
+@typechecked
+def total(x: floating[jax.Array, b"batch embed"], scale: float = 1.0) -> f32[jax.Array, b""]:
+    return jnp.sum(x) * scale
+
+
+@typechecked
+def host_rows(x: i32[np.ndarray, b"rows"]) -> int:
+    return int(x.shape[0])
+
+
+@typechecked
+def also_annotated(x: Annotated[jax.Array, f32[jax.Array, b"batch embed"]]) -> jax.Array:
+    return x * 2
+
+
+@scope
+@typechecked
+def callee(x: f32[jax.Array, b"batch"]) -> f32[jax.Array, b"batch"]:
+    return x + 1
+
+
+@typechecked
+def with_locals(x: f32[jax.Array, b"batch embed"]) -> f32[jax.Array, b"batch"]:
+    row: f32[jax.Array, b"batch"] = jnp.sum(x, axis=-1)  # annotated locals are checked too
+    return row
+
+
+class Model:
+    @typechecked
+    def apply(self, x: f32[jax.Array, b"batch embed"]) -> f32[jax.Array, b"batch embed"]:
+        return x * 2.0
+
+    @staticmethod
+    @typechecked
+    def norm(x: f32[jax.Array, b"batch embed"]) -> f32[jax.Array, b"batch"]:
+        return jnp.linalg.norm(x, axis=-1)
+
+    @property
+    @typechecked
+    def name(self) -> str:
+        return "model"
+
+
+# ---------------------------------------------------------------------------------------------
+# Trees: pytree_dataclass is a dataclass_transform, Stacked[Layer, b'layers'] reads as Layer.
+
+
+@pytree_dataclass
+class Layer:
+    w_up: f32[jax.Array, b"embed hidden"]
+    w_down: f32[jax.Array, b"hidden embed"]
+    heads: int = field(default=1, metadata={"static": True})
+
+
+@pytree_dataclass(frozen=True)
+class Weights:
+    embed: f32[jax.Array, b"vocab embed"]
+    layers: Stacked[Layer, b"layers"]
+
+
+@typechecked
+def layer_forward(x: f32[jax.Array, b"batch embed"], layer: Layer) -> f32[jax.Array, b"batch embed"]:
+    return jax.nn.relu(x @ layer.w_up) @ layer.w_down
+
+
+@typechecked
+def forward(weights: Weights, tokens: i32[jax.Array, b"batch"]) -> f32[jax.Array, b"batch embed"]:
+    x = weights.embed[tokens]
+
+    def body(x: jax.Array, layer: Layer) -> tuple[jax.Array, None]:
+        return layer_forward(x, layer), None
+
+    x, _ = jax.lax.scan(body, x, weights.layers)
+    return x
+
+
+def first_layer(weights: Weights) -> Layer:
+    return weights.layers  # a Stacked[Layer, ...] is a Layer to the checkers
+
+
+# ---------------------------------------------------------------------------------------------
+# typed_shard_map keeps the signature, in all three forms.
+
+
+@typed_shard_map
+def local_sum(x: f32[jax.Array, b"batch/d embed"], n: int) -> f32[jax.Array, b"batch/d embed"]:
+    return x * n
+
+
+@partial(typed_shard_map, check_vma=False)
+def local_scale(x: f32[jax.Array, b"batch/d embed"], factor: float) -> f32[jax.Array, b"batch/d embed"]:
+    return x * factor
+
+
+@typed_shard_map(check_vma=False)
+def local_double(x: f32[jax.Array, b"batch/d embed"]) -> f32[jax.Array, b"batch/d embed"]:
+    return x * 2
+
+
+def derive() -> object:
+    return make_partition_specs(f32[jax.Array, b"batch/d embed"]), make_partition_specs(Weights)
+
+
+def run() -> dict[str, object]:
+    """The module at run time: the static spelling is checked like the runtime one."""
+    x = jnp.ones((4, 3), jnp.float32)
+    out: dict[str, object] = {}
+    out["center"] = center(x).shape
+    out["total"] = float(total(x, 2.0))
+    out["host_rows"] = host_rows(np.zeros(5, np.int32))
+    out["also_annotated"] = also_annotated(x).shape
+    out["with_locals"] = with_locals(x).shape
+    out["model"] = (Model().apply(x).shape, Model.norm(x).shape, Model().name)
+    layers = Layer(w_up=jnp.ones((2, 3, 5)), w_down=jnp.ones((2, 5, 3)))
+    weights = Weights(embed=jnp.ones((7, 3)), layers=layers)
+    out["forward"] = forward(weights, jnp.zeros(4, jnp.int32)).shape
+    with Scope(batch=4):
+        check(f32, "batch embed", x)
+        out["dims"] = dict(dims())
+        out["callee"] = callee(jnp.ones(9)).shape  # its own table: batch is 9 there
+    try:
+        center(np.ones((4, 3), np.float32))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    except TypeCheckError as e:
+        out["numpy_rejected"] = str(e)
+    out["specs"] = derive()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Lines that must fail static checking (never called).
+
+
+def must_fail() -> None:
+    x = jnp.ones((4, 3))
+    # The runtime-only spelling is not a type to the checkers.
+    def runtime_only(x: f32[b"batch"]) -> None: ...  # type: ignore[valid-type]  # pyright: ignore[reportInvalidTypeForm, reportGeneralTypeIssues]
+    # A numpy array is not a jax.Array; an int is not one either.
+    center(np.ones((4, 3)))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    center(3)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    # The return type is kept: a jax.Array is not a str.
+    text: str = center(x)  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
+    # typechecked keeps the signature (arity, keywords, methods).
+    total(x, "big")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    Model().apply(x, x)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    typechecked(3)  # type: ignore[call-overload]  # pyright: ignore[reportCallIssue, reportArgumentType]
+    # scope keeps the signature.
+    callee("x")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    # pytree_dataclass makes the dataclass __init__; frozen=True is read-only.
+    Layer(w_up=x)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    Layer(x, x, heads="many")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    weights = Weights(embed=x, layers=Layer(x, x))
+    weights.embed = x  # type: ignore[misc]  # pyright: ignore[reportAttributeAccessIssue]
+    # Stacked[Layer, b'layers'] is a Layer, not an array.
+    Weights(embed=x, layers=x)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    # typed_shard_map keeps the signature (mypy reads the partial(...) form as Any: pyright only).
+    local_sum(x, "n")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    local_double(x, 2)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
+    local_scale(x, "f")  # pyright: ignore[reportArgumentType]
+    typed_shard_map(mesh="mesh")  # type: ignore[call-overload]  # pyright: ignore[reportArgumentType]
+    # isinstance with an annotation is a run-time question only: checkers reject Annotated there.
+    isinstance(x, f32[jax.Array, b"batch embed"])  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
