@@ -343,9 +343,11 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
     for dim, size, _ in pairs:
         if dim.kind == BROADCAST:
             name = dim.name
+            bound = lookup(name)
+            if isinstance(bound, tuple):
+                raise Mismatch(f"{name!r} is bound to several dims {bound} by '*{name}'")
             if size_equal(size, 1):
                 continue
-            bound = lookup(name)
             if bound is _MISSING:
                 new[name] = size
             elif not size_equal(bound, size):
@@ -362,6 +364,9 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
                     f"dim {str(dim)!r} uses {', '.join(repr(n) for n in unbound)}, which no "
                     "argument has bound yet; bind it in an earlier dim or with Scope(name=size)"
                 )
+            for n in sorted(dim.names):
+                if isinstance(lookup(n), tuple):
+                    raise Mismatch(f"{n!r} is bound to several dims {lookup(n)} by '*{n}'")
             try:
                 want = evaluate(dim.expr, lookup)
             except Exception as e:  # e.g. symbolic // symbolic
