@@ -36,7 +36,7 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
-from ._mesh import current_mesh
+from ._specs import mesh_arg, tree_guard
 
 __all__ = [
     "auto_partition_spec",
@@ -198,9 +198,27 @@ def auto_partition_spec(
     P()
     """
     what = "auto_partition_spec"
-    mesh = current_mesh(mesh, what)
+    mesh = mesh_arg(mesh, what)
     units = _units(mesh, names, what)
+    _check_options(min_sharding_size, reverse, what)
     return _auto_one(x, "", mesh, units, min_sharding_size, reverse, what)
+
+
+def _check_options(min_sharding_size: Any, reverse: Any, what: str) -> None:
+    if min_sharding_size is not None:
+        if isinstance(min_sharding_size, bool) or not isinstance(min_sharding_size, (int, np.integer)):
+            raise TypeError(f"{what}: min_sharding_size must be an int number of elements or None, got {min_sharding_size!r}")
+        if min_sharding_size < 0:
+            raise ValueError(f"{what}: min_sharding_size must be non-negative, got {min_sharding_size!r}")
+    if not isinstance(reverse, (bool, np.bool_)):
+        raise TypeError(f"{what}: reverse must be True or False, got {reverse!r}")
+
+
+def _threshold(value: Any, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer)):
+        raise TypeError(f"{what}: large_replicated_bytes must be a number of bytes, got {value!r}")
+    if not value >= 0:
+        raise ValueError(f"{what}: large_replicated_bytes must be non-negative, got {value!r}")
 
 
 def _auto_one(x: Any, path: str, mesh: Mesh | AbstractMesh, units: tuple[_Unit, ...],
@@ -230,12 +248,14 @@ def auto_partition_specs(
     {'b': P(), 'w': P('d', 't')}
     """
     what = "auto_partition_specs"
-    mesh = current_mesh(mesh, what)
+    mesh = mesh_arg(mesh, what)
     units = _units(mesh, names, what)
-    return jax.tree_util.tree_map_with_path(
-        lambda p, x: _auto_one(x, jax.tree_util.keystr(p), mesh, units, min_sharding_size, reverse, what),
-        tree,
-    )
+    _check_options(min_sharding_size, reverse, what)
+    with tree_guard(what, "tree", tree):
+        return jax.tree_util.tree_map_with_path(
+            lambda p, x: _auto_one(x, jax.tree_util.keystr(p), mesh, units, min_sharding_size, reverse, what),
+            tree,
+        )
 
 
 #### Least sharding: the fewest devices per array that reach a parallelism target
@@ -329,7 +349,7 @@ def partition_specs_for_budget(
         raise TypeError(f"{what}: max_bytes_per_device must be a number of bytes, got {max_bytes_per_device!r}")
     if not max_bytes_per_device > 0:
         raise ValueError(f"{what}: max_bytes_per_device must be positive, got {max_bytes_per_device!r}")
-    mesh = current_mesh(mesh, what)
+    mesh = mesh_arg(mesh, what)
     units = _units(mesh, names, what)
     budget = max_bytes_per_device
     failures: list[str] = []
@@ -355,7 +375,8 @@ def partition_specs_for_budget(
             )
         return spec
 
-    specs = jax.tree_util.tree_map_with_path(leaf, tree)
+    with tree_guard(what, "tree", tree):
+        specs = jax.tree_util.tree_map_with_path(leaf, tree)
     if failures:
         axes = {u.axes[0] if len(u.axes) == 1 else u.axes: u.size for u in units}
         raise ValueError(
@@ -382,8 +403,18 @@ class ShardingProblem:
     kind: str
     message: str
 
+    def __post_init__(self) -> None:
+        for arg in ("path", "message"):
+            if not isinstance(getattr(self, arg), str):
+                raise TypeError(f"ShardingProblem: {arg} must be a str, got {getattr(self, arg)!r}")
+        if self.kind not in PROBLEM_KINDS:
+            raise ValueError(f"ShardingProblem: kind must be one of {PROBLEM_KINDS}, got {self.kind!r}")
+
     def __str__(self) -> str:
         return self.message
+
+
+PROBLEM_KINDS = ("indivisible", "unknown_axis", "duplicate_axis", "rank", "large_replicated")
 
 
 def _is_spec_leaf(s: Any) -> bool:
@@ -453,14 +484,18 @@ def validate_shardings(
     duplicate_axis
     """
     what = "validate_shardings"
-    pairs = _pair_leaves(specs, tree, what)
+    if mesh is not None:
+        mesh_arg(mesh, what)
+    _threshold(large_replicated_bytes, what)
+    with tree_guard(what, "tree or specs", tree, specs):
+        pairs = _pair_leaves(specs, tree, what)
     problems: list[ShardingProblem] = []
     for path, spec, x in pairs:
         leaf_mesh: Mesh | AbstractMesh
         if isinstance(spec, NamedSharding):
             leaf_mesh, spec = spec.mesh, spec.spec
         else:  # the mesh given, else the current one
-            leaf_mesh, spec = current_mesh(mesh, what), PartitionSpec() if spec is None else spec
+            leaf_mesh, spec = mesh_arg(mesh, what), PartitionSpec() if spec is None else spec
         problems.extend(_leaf_problems(path, x, spec, leaf_mesh, large_replicated_bytes, what))
     return problems
 
@@ -566,6 +601,9 @@ def convert_specs(
     what = "convert_specs"
     if strategy not in CONVERT_STRATEGIES:
         raise ValueError(f"{what}: unknown strategy {strategy!r}; use one of {CONVERT_STRATEGIES}")
+    for arg, value in (("old_mesh", old_mesh), ("new_mesh", new_mesh)):
+        if not isinstance(value, (Mesh, AbstractMesh)):
+            raise TypeError(f"{what}: {arg} must be a Mesh or an AbstractMesh, got {type(value).__name__} {value!r:.60}")
     old_sizes = _axis_sizes(old_mesh)
     new_sizes = _axis_sizes(new_mesh)
     units = _units(new_mesh, None, what)
@@ -601,7 +639,8 @@ def convert_specs(
         return _least_sharding(sizes, units, factor)[0]
 
     try:
-        return jax.tree_util.tree_map_with_path(leaf, specs, shapes, is_leaf=_is_spec_leaf)
+        with tree_guard(what, "specs or shapes", specs, shapes):
+            return jax.tree_util.tree_map_with_path(leaf, specs, shapes, is_leaf=_is_spec_leaf)
     except ValueError as e:
         if str(e).startswith(what):
             raise

@@ -32,6 +32,7 @@ import collections
 import dataclasses
 import math
 import operator
+from collections.abc import Iterable
 from typing import Any, Callable, Sequence
 
 import jax
@@ -42,9 +43,8 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from ._config import forced_checks
 from ._dims import Scope
 from ._dtypes import annotation_class, number
-from ._shape import entry_axes
-from ._mesh import current_mesh
-from ._specs import make_shardings
+from ._shape import _IDENT, entry_axes
+from ._specs import make_shardings, mesh_arg
 from ._check import plan_of
 from ._typeguard import check
 
@@ -81,18 +81,36 @@ def _count(n: int, unit: str) -> str:
 
 
 def _devices(devices: Sequence[Any] | None, what: str) -> list[Any]:
-    devices = list(jax.devices() if devices is None else devices)
+    if devices is None:
+        devices = jax.devices()
+    if isinstance(devices, (str, bytes)) or not isinstance(devices, Iterable):
+        raise TypeError(f"{what}: devices must be a sequence of JAX devices (as jax.devices()), got {devices!r:.80}")
+    devices = list(devices)
     if not devices:
         raise ValueError(f"{what}: no devices")
+    if not all(isinstance(d, jax.Device) for d in devices):
+        bad = next(d for d in devices if not isinstance(d, jax.Device))
+        raise TypeError(
+            f"{what}: devices must be a sequence of JAX devices (as jax.devices()), but it holds "
+            f"{type(bad).__name__} {bad!r:.60}"
+        )
     if len(set(devices)) != len(devices):
         raise ValueError(f"{what}: a device appears twice in devices={devices}")
     return devices
 
 
 def _names(axis_names: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(axis_names, (str, Iterable)) or isinstance(axis_names, bytes):
+        raise TypeError(f"{what}: axis_names must be a sequence of mesh axis names, got {axis_names!r}")
     names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
     if not names or not all(isinstance(n, str) for n in names):
         raise ValueError(f"{what}: axis_names must be a non-empty sequence of str, got {axis_names!r}")
+    bad = [n for n in names if not _IDENT.match(n)]
+    if bad:
+        raise ValueError(
+            f"{what}: axis_names {names} has {bad[0]!r}, which is not an identifier; annotations "
+            "name mesh axes by identifiers (as 'data')"
+        )
     if len(set(names)) != len(names):
         raise ValueError(f"{what}: axis_names {names} repeat a name")
     return names
@@ -104,6 +122,11 @@ def _axis_types(axis_types: Any, n: int, what: str) -> tuple[AxisType, ...]:
         return (AxisType.Explicit,) * n
     if isinstance(axis_types, AxisType):
         return (axis_types,) * n
+    if not isinstance(axis_types, Iterable) or isinstance(axis_types, (str, bytes)) or not all(
+            isinstance(t, AxisType) for t in axis_types):
+        raise TypeError(
+            f"{what}: axis_types must be a jax.sharding.AxisType or a tuple of them, one per axis, got {axis_types!r}"
+        )
     axis_types = tuple(axis_types)
     if len(axis_types) != n:
         raise ValueError(f"{what}: {len(axis_types)} axis_types {axis_types} for {n} axes")
@@ -112,7 +135,9 @@ def _axis_types(axis_types: Any, n: int, what: str) -> tuple[AxisType, ...]:
 
 def _shape(shape: Any, name: str, what: str) -> tuple[int, ...]:
     try:
-        shape = tuple(int(s) for s in shape)
+        if isinstance(shape, (str, bytes)):
+            raise TypeError
+        shape = tuple(operator.index(s) for s in shape)
     except TypeError:
         raise TypeError(f"{what}: {name} must be a sequence of ints, got {shape!r}") from None
     if any(s < 1 for s in shape):
@@ -215,7 +240,9 @@ def default_mesh(
             f"{what}: axis_names {names} has {len(names)} axes; default_mesh knows 1 to 3 "
             "(hosts, data, model). Use hybrid_mesh(ici_shape, dcn_shape, axis_names) for more"
         )
-    if not isinstance(model_parallelism, int) or isinstance(model_parallelism, bool) or model_parallelism < 1:
+    if not isinstance(model_parallelism, int) or isinstance(model_parallelism, bool):
+        raise TypeError(f"{what}: model_parallelism must be a positive int, got {model_parallelism!r}")
+    if model_parallelism < 1:
         raise ValueError(f"{what}: model_parallelism must be a positive int, got {model_parallelism!r}")
     devices = _devices(devices, what)
     attr, granules = _granules(devices)
@@ -325,12 +352,16 @@ def _sharding(annotation: Any, global_shape: Any, mesh: Any, what: str
         )
     text = _text(annotation)
     try:
+        if isinstance(global_shape, (str, bytes)):
+            raise TypeError
         shape = tuple(operator.index(s) for s in global_shape)
     except TypeError:
         raise TypeError(f"{what}: global_shape must be a tuple of ints, got {global_shape!r}") from None
     if not shape:
         raise ValueError(f"{what}: {text} with global_shape (): a data layout needs a batch dim (dim 0)")
-    mesh = current_mesh(mesh, what)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"{what}: global_shape {shape} has a negative size")
+    mesh = mesh_arg(mesh, what)
     if not isinstance(mesh, Mesh):
         raise ValueError(
             f"{what}: needs a mesh with devices, got {mesh!r}; pass mesh=... (outside jit) or set "
@@ -496,6 +527,12 @@ def make_global_array(
     checked first, with an error that says what was expected.
     """
     what = "make_global_array"
+    if local_data is None or isinstance(local_data, (str, bytes)) or not (
+            hasattr(local_data, "shape") or isinstance(local_data, (list, tuple, int, float, complex, np.generic))):
+        raise TypeError(
+            f"{what}: local_data must be this process's block of the array (a numpy or JAX array), got "
+            f"{type(local_data).__name__} {local_data!r:.60}"
+        )
     array, sharding, shape = _sharding(annotation, global_shape, mesh, what)
     layout = _layout(sharding, shape, lambda d: d.process_index, jax.process_index(), _text(annotation), what)
     found = tuple(np.shape(local_data))
@@ -510,7 +547,10 @@ def make_global_array(
         )
     dtype = getattr(local_data, "dtype", None)
     dtype = np.dtype(dtype if dtype is not None else np.asarray(local_data).dtype)
-    canonical = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    try:
+        canonical = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    except TypeError:
+        raise TypeError(f"{what}: local_data has dtype {dtype}, which a JAX array cannot hold") from None
     origin = array.dtype_class
     if not origin.accepts(canonical):
         raise TypeError(

@@ -134,16 +134,33 @@ class AxisRules:
         on_conflict: str = "error",
         on_indivisible: str = "error",
     ):
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"AxisRules: name must be a str or None, got {name!r}")
+        if name == "":
+            raise ValueError("AxisRules: name must be a non-empty str or None, got ''")
         where = f"AxisRules({name!r})" if name else "AxisRules"
         self.rules = _rule_list(rules, where)
-        self.modes = {m: _rule_list(r, f"{where} mode {m!r}") for m, r in (modes or {}).items()}
+        if modes is None:
+            modes = {}
+        if not isinstance(modes, Mapping):
+            raise TypeError(
+                f"{where}: modes must be a mapping of mode name to rules, as "
+                f"{{'decode': [('batch', None)]}}, got {modes!r}"
+            )
+        for m in modes:
+            if not isinstance(m, str) or not m:
+                raise TypeError(f"{where}: each mode name must be a non-empty str, got {m!r} in modes")
+        self.modes = {m: _rule_list(r, f"{where} mode {m!r}") for m, r in modes.items()}
         if auto_mode is not None:
             if not (isinstance(auto_mode, tuple) and len(auto_mode) == 3 and isinstance(auto_mode[0], str)
-                    and isinstance(auto_mode[1], int) and auto_mode[2] in self.modes):
+                    and isinstance(auto_mode[1], int) and not isinstance(auto_mode[1], bool)
+                    and auto_mode[2] in self.modes):
                 raise TypeError(
                     f"{where}: auto_mode is (dim name, size, mode) with a mode from modes "
                     f"{sorted(self.modes)}, got {auto_mode!r}"
                 )
+            if auto_mode[1] < 0:
+                raise ValueError(f"{where}: the size in auto_mode {auto_mode!r} must be non-negative, got {auto_mode[1]}")
         self.auto_mode = auto_mode
         self.name = name
         policies = {"on_missing": on_missing, "on_unknown_axis": on_unknown_axis,
@@ -155,6 +172,29 @@ class AxisRules:
         self.on_unknown_axis = on_unknown_axis
         self.on_conflict = on_conflict
         self.on_indivisible = on_indivisible
+        self._tables = {}
+
+    def _key(self) -> tuple:
+        """What the rules are: equal keys, equal rules (and the same layouts)."""
+        return (self.rules, tuple(sorted(self.modes.items())), self.auto_mode, self.name, self.on_missing,
+                self.on_unknown_axis, self.on_conflict, self.on_indivisible)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AxisRules):
+            return NotImplemented
+        return self is other or self._key() == other._key()
+
+    def __hash__(self) -> int:
+        # By value: rules written afresh (axis_rules([...]) in a loop) are the same key for jit's
+        # cache and for the resolution cache, so they neither retrace nor resolve again.
+        return hash(self._key())
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__ if k != "_tables"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
         self._tables = {}
 
     def table(self, mode: str | None = None) -> dict[str, tuple[Target, ...]]:
@@ -251,6 +291,8 @@ _ACTIVE: contextvars.ContextVar[Active] = contextvars.ContextVar("shardtypes.axi
 def axis_rules(rules: AxisRules | Iterable | None, mode: str | None = None) -> Iterator[AxisRules | None]:
     """Makes ``rules`` the active rules (and ``mode`` their mode) inside the block; nestable,
     restored on exit. ``axis_rules(None)`` turns rules off inside it (names are mesh axes)."""
+    if mode is not None and not isinstance(mode, str):
+        raise TypeError(f"axis_rules: mode must be a str or None, got {mode!r}")
     if rules is not None and not isinstance(rules, AxisRules):
         rules = AxisRules(rules)
     if rules is not None and mode is not None:
@@ -465,6 +507,11 @@ def t5x_rules(activation_partitioning_dims: int = 1, parameter_partitioning_dims
               additional_rules: Iterable[Rule] = ()) -> AxisRules:
     """T5X's standard rules over mesh axes ``data`` and ``model`` (1-D or 2-D activation and
     parameter partitioning), as ready AxisRules."""
+    for arg, value in (("activation_partitioning_dims", activation_partitioning_dims),
+                       ("parameter_partitioning_dims", parameter_partitioning_dims)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"t5x_rules: {arg} must be the int 1 or 2, got {value!r}")
+    extra = _rule_list(additional_rules, "t5x_rules: additional_rules")
     base: list[Rule] = [("batch", "data"), ("vocab", "model")]
     shape = (activation_partitioning_dims, parameter_partitioning_dims)
     if shape == (1, 1):
@@ -483,7 +530,7 @@ def t5x_rules(activation_partitioning_dims: int = 1, parameter_partitioning_dims
         )
     rules += [("relpos_buckets", None), ("abspos_buckets", None), ("length", None), ("layers", None),
               ("stack", None), ("mlp_activations", None)]
-    rules += list(additional_rules)
+    rules += [(n, None if not t else t[0] if len(t) == 1 else t) for n, t in extra]
     # T5X (Flax) leaves a dim whose axes another dim took unsharded; the preset does the same.
     return AxisRules(rules, name=f"t5x{shape[0]}x{shape[1]}", on_conflict="drop")
 
@@ -492,6 +539,14 @@ def eformer_rules(dp: str = "dp", fsdp: str = "fsdp", tp: str = "tp", sp: str = 
     """An eFormer-style rule set over mesh axes dp, fsdp, tp, sp, ep, with train, prefill and
     decode modes (decode keeps the one-token query dim replicated and spreads the batch wider).
     An array whose ``query`` dim has size 1 gets the decode rules."""
+    given = {"dp": dp, "fsdp": fsdp, "tp": tp, "sp": sp, "ep": ep}
+    for arg, axis in given.items():
+        if not isinstance(axis, str) or not _IDENT.match(axis):
+            raise TypeError(f"eformer_rules: {arg} must be a mesh axis name (an identifier), got {axis!r}")
+    for axis in set(given.values()):
+        args = [arg for arg, a in given.items() if a == axis]
+        if len(args) > 1:
+            raise ValueError(f"eformer_rules: {' and '.join(args)} name mesh axis {axis!r} twice; give each its own axis")
     train: list[Rule] = [
         ("batch", (dp, fsdp)), ("length", sp), ("query", sp), ("kv_length", sp), ("embed", fsdp),
         ("heads", tp), ("kv_heads", tp), ("head_dim", None), ("mlp", tp), ("vocab", tp),

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 import re
 from typing import TYPE_CHECKING, Any, Callable, TypeAlias, Union
 
@@ -53,7 +54,11 @@ class ShapeSpecError(ValueError):
         self.spec = spec
         self.problem = problem
         self.span = span
-        if isinstance(spec, str) and span is not None:
+        if isinstance(spec, (str, bytes)) and len(spec) > _LONG:
+            # No caret under a string that long: its head and tail say which it is.
+            shown = f"{spec[:60]!r}...{spec[-20:]!r} ({len(spec)} characters)"
+            message = f"invalid shape string {shown}: {problem}"
+        elif isinstance(spec, str) and span is not None:
             # The caret goes under the repr, where a tab or newline takes two characters.
             start, end = span
             offset = len(repr(spec[:start])) - 1
@@ -63,6 +68,24 @@ class ShapeSpecError(ValueError):
         else:
             message = f"invalid shape string {spec!r}: {problem}"
         super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from what it was made of (the default would call it with the message alone).
+        return (type(self), (self.spec, self.problem, self.span), self.__dict__ or None)
+
+
+# A shape string longer than this is quoted by its head and tail in messages.
+_LONG = 200
+
+# Size expressions are small: a bound on their length and on the nesting of parentheses keeps
+# the recursive-descent parser and evaluate() far from Python's recursion limit.
+_MAX_TOKENS = 256
+_MAX_NESTING = 32
+
+
+def _quote(text: str) -> str:
+    """``text`` as repr, or its head for a long one."""
+    return repr(text) if len(text) <= 60 else f"{text[:40]!r}... ({len(text)} characters)"
 
 
 class _DimError(Exception):
@@ -91,7 +114,10 @@ def _parse_expr(text: str) -> Node:
             raise _DimError(f"unexpected character {text[pos]!r} in size expression {text!r}")
         tokens.append((m.lastgroup, m.group(m.lastgroup)))
         pos = m.end()
-    state = {"i": 0}
+        if len(tokens) > _MAX_TOKENS:
+            raise _DimError(f"size expression {_quote(text)} is too long (more than {_MAX_TOKENS} "
+                            "names, integers and operators)")
+    state = {"i": 0, "depth": 0}
 
     def peek() -> tuple[str, str | None]:
         i = state["i"]
@@ -113,9 +139,14 @@ def _parse_expr(text: str) -> Node:
                 raise _DimError(f"'_' (any size) cannot appear in size expression {text!r}")
             return ("name", value)
         if value == "(":
+            state["depth"] += 1
+            if state["depth"] > _MAX_NESTING:
+                raise _DimError(f"size expression {_quote(text)} is nested more than {_MAX_NESTING} "
+                                "parentheses deep")
             node = expr()
             if take()[1] != ")":
                 raise _DimError(f"unbalanced parentheses in size expression {text!r}")
+            state["depth"] -= 1
             return node
         raise _DimError(f"expected a name or integer in size expression {text!r}, found {value!r}")
 
@@ -257,12 +288,12 @@ def _parse_dim(text: str) -> DimSpec:
     elif size == "_":
         kind = ANY
     elif size[0] == "*":
-        if not _IDENT.match(size[1:]):
-            raise _DimError(f"dim {text!r}: '*' must be followed by a name, as in '*batch'")
+        if not _IDENT.match(size[1:]) or size[1:] == "_":
+            raise _DimError(f"dim {text!r}: '*' must be followed by a name other than '_', as in '*batch'")
         kind = VARIADIC
     elif size[0] == "#":
-        if not _IDENT.match(size[1:]):
-            raise _DimError(f"dim {text!r}: '#' must be followed by a name, as in '#batch'")
+        if not _IDENT.match(size[1:]) or size[1:] == "_":
+            raise _DimError(f"dim {text!r}: '#' must be followed by a name other than '_', as in '#batch'")
         kind = BROADCAST
     elif _INT.match(size):
         kind = FIXED
@@ -327,6 +358,11 @@ class ShapeSpec:
         """
         from jax.sharding import PartitionSpec
 
+        if ndim is not None:
+            if isinstance(ndim, bool) or not isinstance(ndim, int):
+                raise TypeError(f"ShapeSpec.partition_spec: ndim must be an int or None, got {ndim!r}")
+            if ndim < 0:
+                raise ValueError(f"ShapeSpec.partition_spec: ndim must be non-negative, got {ndim}")
         entries: list[str | tuple[str, ...] | None] = []
         var = self.variadic_index
         if var is None and ndim is not None and ndim != len(self.dims):
@@ -421,3 +457,79 @@ def divides(size: Size, parts: int) -> bool:
         return size % parts == 0
     except Exception:
         return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes given by users (``dims={'batch': 8}``), validated where they enter.
+
+
+def is_size(size: Any) -> bool:
+    """An int (numpy ints too, not bool), or a symbolic dim of ``jax.export.symbolic_shape``."""
+    if isinstance(size, bool):
+        return False
+    try:
+        operator.index(size)
+        return True
+    except TypeError:
+        return type(size).__module__.split(".")[0] in ("jax", "jaxlib")
+
+
+def check_dims(dims: object, what: str, arg: str = "dims") -> dict[str, Any]:
+    """``dims`` (argument ``arg`` of ``what``) as a dict of dim name -> size, validated: a mapping
+    whose keys are dim names and whose values are sizes (ints >= 0, symbolic dims, or tuples of
+    them for ``*name`` dims). Raises TypeError or ValueError naming the key."""
+    from collections.abc import Mapping
+
+    if not isinstance(dims, Mapping):
+        raise TypeError(
+            f"{what}: {arg} must be a mapping of dim name to size, as {{'batch': 8}}, got "
+            f"{type(dims).__name__} {_brief(dims)}"
+        )
+    out: dict[str, Any] = {}
+    for name, size in dims.items():
+        if not isinstance(name, str) or not _IDENT.match(name) or name == "_":
+            raise TypeError(f"{what}: {arg} has the key {name!r}; its keys are dim names (identifiers), as {{'batch': 8}}")
+        sizes = size if isinstance(size, tuple) else (size,)
+        if not all(is_size(s) for s in sizes):
+            raise TypeError(
+                f"{what}: {arg}[{name!r}] must be an int size (or a tuple of them for a '*{name}' dim), "
+                f"got {_brief(size)}"
+            )
+        as_ints = tuple(_as_int(s) for s in sizes)
+        if any(isinstance(s, int) and s < 0 for s in as_ints):
+            raise ValueError(f"{what}: {arg}[{name!r}] is {size!r}; a size cannot be negative")
+        out[name] = as_ints if isinstance(size, tuple) else as_ints[0]
+    return out
+
+
+def unused_dims_error(unused: list[str], used: set[str], what: str, arg: str = "dims") -> ValueError:
+    """The error for ``arg`` keys that no annotation uses, with the close names (typos)."""
+    import difflib
+
+    parts = []
+    for name in unused:
+        close = difflib.get_close_matches(name, sorted(used), n=1, cutoff=0.6)
+        parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return ValueError(
+        f"{what}: {arg} gives {', '.join(parts)}, which no annotation uses (the annotations use "
+        f"{sorted(used)})"
+    )
+
+
+def close_name(name: str, names: set[str]) -> str | None:
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _as_int(size: Any) -> Any:
+    try:
+        return operator.index(size)
+    except TypeError:
+        return size
+
+
+def _brief(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

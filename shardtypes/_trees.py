@@ -19,6 +19,7 @@ from __future__ import annotations
 import copyreg
 import dataclasses
 import functools
+import inspect
 import types
 import typing
 from typing import Any, Callable, TypeVar, Union, dataclass_transform, overload
@@ -27,7 +28,7 @@ import jax
 
 from ._dtypes import annotation_class, subscript
 from ._hints import resolve_hints
-from ._shape import ShapeSpec
+from ._shape import FIXED, NAMED, ShapeSpec
 
 __all__ = ["pytree_dataclass", "Array", "Stacked", "tree_info", "stack_annotation"]
 
@@ -119,9 +120,19 @@ def pytree_dataclass(
     return _pytree_dataclass(cls, **dataclass_options)
 
 
+# The options dataclasses.dataclass takes (all keyword-only).
+_DATACLASS_OPTIONS = frozenset(inspect.signature(dataclasses.dataclass).parameters) - {"cls"}
+
+
 def _pytree_dataclass(cls: type[_T], **dataclass_options: Any) -> type[_T]:
     if not isinstance(cls, type):
         raise TypeError(f"pytree_dataclass expects a class, got {cls!r}")
+    unknown = sorted(set(dataclass_options) - _DATACLASS_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"pytree_dataclass({cls.__qualname__}): unknown options {unknown}; it takes the "
+            f"dataclass options {sorted(_DATACLASS_OPTIONS)}"
+        )
     if "__dataclass_fields__" not in cls.__dict__:
         cls = dataclasses.dataclass(cls, **dataclass_options)
     elif dataclass_options:
@@ -174,15 +185,21 @@ copyreg.pickle(_StackedMeta, _reduce_stacked)
 
 
 def _normalise_axes(axes: Any) -> str:
+    if not isinstance(axes, (str, bytes)):
+        raise TypeError(f"Array[axes, cls]: axes must be a str or bytes shape string, got {axes!r}")
+    spec = ShapeSpec.parse(axes)  # bytes that are not UTF-8 are a ShapeSpecError there
     if isinstance(axes, bytes):
         axes = axes.decode("utf-8")
-    if not isinstance(axes, str):
-        raise TypeError(f"Array[axes, cls]: axes must be a str or bytes shape string, got {axes!r}")
-    spec = ShapeSpec.parse(axes)
     if not spec.dims:
         raise TypeError("Array[axes, cls]: axes must name at least one dim, as in Array['layers', Layer]")
     if spec.variadic_index is not None:
         raise TypeError(f"Array[{axes!r}, cls]: stacked axes cannot be variadic ('...' or '*name')")
+    for dim in spec.dims:
+        if dim.kind not in (NAMED, FIXED):
+            raise TypeError(
+                f"Array[{axes!r}, cls]: stacking dims must be names or integers (optionally sharded, "
+                f"as 'layers' or 'layers/p'), not {dim.shape!r}"
+            )
     return str(spec)
 
 

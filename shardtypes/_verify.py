@@ -32,7 +32,8 @@ from ._dims import Scope
 from ._hints import resolve_hints
 from ._rules import AxisRulesError
 from ._shape import BROADCAST, ELLIPSIS, NAMED, VARIADIC, entry_axes
-from ._specs import _dim_size, _Leaf, _partition_spec, _walk, make_shape_dtype_structs
+from ._shape import _IDENT, check_dims
+from ._specs import _dim_size, _Leaf, _partition_spec, _walk, check_dims_for, dims_used, structs
 from ._config import forced_checks
 from ._typeguard import COLLECTED
 
@@ -45,7 +46,8 @@ def abstract_mesh(mesh: Any, axis_types: Any = AxisType.Explicit) -> Any:
     if isinstance(mesh, (AbstractMesh, jax.sharding.Mesh)):
         return mesh
     if isinstance(mesh, Mapping):
-        if not mesh or not all(isinstance(k, str) and isinstance(v, int) and v > 0 for k, v in mesh.items()):
+        if not mesh or not all(isinstance(k, str) and _IDENT.match(k) and isinstance(v, int) and not isinstance(v, bool)
+                               and v > 0 for k, v in mesh.items()):
             raise ValueError(f"a mesh mapping is axis name -> positive size, as {{'d': 64, 't': 64}}; got {mesh!r}")
         types = axis_types if isinstance(axis_types, tuple) else (axis_types,) * len(mesh)
         return AbstractMesh(tuple(mesh.values()), tuple(mesh.keys()), axis_types=types)
@@ -64,8 +66,22 @@ class Problem:
     kind: str
     message: str
 
+    def __post_init__(self) -> None:
+        if self.kind not in PROBLEM_KINDS:
+            raise ValueError(f"Problem: kind must be one of {PROBLEM_KINDS}, got {self.kind!r}")
+        if not isinstance(self.message, str):
+            raise TypeError(f"Problem: message must be a str, got {self.message!r}")
+
     def __str__(self) -> str:
         return self.message
+
+
+PROBLEM_KINDS = ("check", "jax", "dims", "setup")
+
+
+def _mapping_of_sizes(value: Any, what: str, arg: str) -> None:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise TypeError(f"{what}: {arg} must be a mapping of axis or dim names to sizes, got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +93,12 @@ class VerifyReport:
     dims: Mapping[str, Any]
     problems: tuple[Problem, ...]
     outputs: Any = None
+
+    def __post_init__(self) -> None:
+        _mapping_of_sizes(self.mesh, "VerifyReport", "mesh")
+        _mapping_of_sizes(self.dims, "VerifyReport", "dims")
+        if not isinstance(self.problems, tuple) or not all(isinstance(p, Problem) for p in self.problems):
+            raise TypeError(f"VerifyReport: problems must be a tuple of Problem, got {self.problems!r}")
 
     @property
     def ok(self) -> bool:
@@ -108,6 +130,10 @@ class VerificationError(TypeCheckError):
     def __init__(self, report: VerifyReport):
         super().__init__(str(report))
         self.report = report
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The report without its outputs (abstract values that need not pickle): every problem.
+        return (type(self), (dataclasses.replace(self.report, outputs=None),))
 
 
 def _names_and_multiples(annotations: list, mesh: Any) -> tuple[dict[str, int], set[str]]:
@@ -160,15 +186,27 @@ def verify(
     Inputs come from ``fn``'s annotations; sizes from ``dims``, symbolic for the names it does not
     give (a multiple of the mesh axes that shard them). Parameters that are not arrays are given
     in ``static``. ``raise_on_error=True`` raises a VerificationError (a TypeCheckError) instead.
+    A size in ``dims`` that is not an int >= 0 is an error naming it, and so is a name close to
+    one ``fn``'s annotations use that they do not (a typo, as ``hiden``); other names are bound
+    too, for the body (``dims()``) and nested checked calls.
 
     >>> report = verify(train_step, {'d': 64, 't': 64}, dims={'embed': 8192, 'layers': 80})  # doctest: +SKIP
     >>> report.ok, report.problems                                                          # doctest: +SKIP
     """
+    if isinstance(fn, type) or not callable(fn):
+        got = f"the class {fn.__qualname__}" if isinstance(fn, type) else f"{type(fn).__name__} {fn!r:.60}"
+        raise TypeError(f"verify: fn must be a function (such as a checked train_step), got {got}")
     mesh = abstract_mesh(mesh)
     if isinstance(mesh, jax.sharding.Mesh):
         mesh = mesh.abstract_mesh  # verify never touches devices
-    dims = dict(dims or {})
-    static = dict(static or {})
+    dims = check_dims({} if dims is None else dims, "verify")
+    if static is None:
+        static = {}
+    if not isinstance(static, Mapping) or not all(isinstance(k, str) for k in static):
+        raise TypeError(f"verify: static must be a mapping of parameter name to value, got {static!r}")
+    static = dict(static)
+    if not isinstance(raise_on_error, bool):
+        raise TypeError(f"verify: raise_on_error must be True or False, got {raise_on_error!r}")
     target = inspect.unwrap(fn)
     name = getattr(target, "__qualname__", repr(fn))
     problems: list[Problem] = []
@@ -203,6 +241,9 @@ def verify(
     returns = hints.get("return")
 
     multiples, variadic = _names_and_multiples(list(array_params.values()) + ([returns] if returns is not None else []), mesh)
+    # A name no annotation of fn uses may still be read by its body (dims()) or bound by a nested
+    # checked call, so only one close to a name fn's annotations use is an error (a typo).
+    check_dims_for(dims, set(multiples) - variadic, variadic, "verify", strict=False)
     missing_variadic = sorted(n for n in variadic if n not in dims)
     if missing_variadic:
         problems.append(Problem("setup", f"dims {missing_variadic} stand for several dims ('*name'): give each as a tuple in dims"))
@@ -217,7 +258,7 @@ def verify(
     args: dict[str, Any] = {}
     for pname, annotation in array_params.items():
         try:
-            args[pname] = make_shape_dtype_structs(annotation, sizes, mesh)
+            args[pname] = structs(annotation, sizes, mesh)
         except TypeError:
             p = signature.parameters[pname]
             if p.default is inspect.Parameter.empty:
@@ -296,6 +337,15 @@ class PlanReport:
     warnings: tuple[str, ...]
     errors: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        _mapping_of_sizes(self.mesh, "PlanReport", "mesh")
+        if not isinstance(self.rows, tuple) or not all(isinstance(r, PlanRow) for r in self.rows):
+            raise TypeError(f"PlanReport: rows must be a tuple of PlanRow, got {self.rows!r}")
+        for arg in ("warnings", "errors"):
+            value = getattr(self, arg)
+            if not isinstance(value, tuple) or not all(isinstance(m, str) for m in value):
+                raise TypeError(f"PlanReport: {arg} must be a tuple of str, got {value!r}")
+
     @property
     def devices(self) -> int:
         return math.prod(self.mesh.values())
@@ -373,12 +423,19 @@ def plan(
     """One row per array of ``annotation`` (an annotation tree, or a tree of arrays or
     ShapeDtypeStructs with shardings) on ``mesh``: path, annotation, dtype, global shape,
     PartitionSpec, per-device shape and bytes. Dims that do not divide their axes are errors
-    (the array would be padded); large replicated arrays and padding waste are warnings.
+    (the array would be padded), as are sizes the dims make impossible (``a//b`` with ``b=0``);
+    large replicated arrays and padding waste are warnings. A size in ``dims`` that is not an
+    int >= 0, and a name no annotation uses but close to one they do (a typo), raise an error
+    naming it; other names are allowed (one table of sizes for the whole model).
 
     >>> print(plan(Array['layers', Layer], {'d': 64, 't': 64}, {'layers': 80, 'embed': 8192, 'hidden': 28672}))  # doctest: +SKIP
     """
     mesh = abstract_mesh(mesh)
-    dims = dict(dims or {})
+    dims = check_dims({} if dims is None else dims, "plan")
+    if isinstance(large_replicated_bytes, bool) or not isinstance(large_replicated_bytes, (int, float)):
+        raise TypeError(f"plan: large_replicated_bytes must be a number of bytes, got {large_replicated_bytes!r}")
+    if not large_replicated_bytes >= 0:
+        raise ValueError(f"plan: large_replicated_bytes must be non-negative, got {large_replicated_bytes!r}")
     mesh_sizes = dict(mesh.shape)
     devices = math.prod(mesh_sizes.values())
     rows: list[PlanRow] = []
@@ -416,11 +473,15 @@ def plan(
                             per_device, replicas, global_bytes))
 
     if _is_value_tree(annotation):
+        check_dims_for(dims, set(), set(), "plan")  # sizes have no use here
         for path, value in jax.tree_util.tree_flatten_with_path(annotation)[0]:
             sharding = getattr(value, "sharding", None)
             spec = sharding.spec if isinstance(sharding, NamedSharding) else jax.sharding.PartitionSpec()
             add(jax.tree_util.keystr(path), "-", value.dtype, tuple(value.shape), spec)
     else:
+        single, variadic = dims_used(annotation)
+        dims = check_dims_for(dims, single, variadic, "plan", strict=False)
+
         def leaf(leaf: _Leaf) -> None:
             where = leaf.path or "the annotation"
             if leaf.dtype_cls.dtype is None:
@@ -448,6 +509,9 @@ def plan(
 
 
 def _is_value_tree(tree: Any) -> bool:
-    leaves = jax.tree.leaves(tree)
+    try:
+        leaves = jax.tree.leaves(tree)
+    except Exception:  # a tree JAX cannot flatten (nested too deeply): walked as an annotation
+        return False
     return bool(leaves) and all(hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves) and not isinstance(tree, type)
 

@@ -426,3 +426,30 @@ def test_symbolic_dims_are_never_sharded():
     assert validate_shardings(x, P("d", "t"), mesh) == []
     with pytest.raises(ValueError, match=r"symbolic shape \(b, 16\)"):
         partition_specs_for_budget(x, 16, mesh)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input validation (the catalogue in test_catalogue.py has more).
+
+
+def test_meshes_options_and_trees_are_checked():
+    x, mesh = jnp.zeros((8, 4)), make_mesh("explicit")
+    with pytest.raises(TypeError, match=re.escape("auto_partition_spec: mesh must be a Mesh or an AbstractMesh")):
+        auto_partition_spec(x, {"d": 4})
+    with pytest.raises(TypeError, match=re.escape("convert_specs: old_mesh must be a Mesh or an AbstractMesh")):
+        convert_specs(P("d"), "d", mesh, x)
+    with pytest.raises(TypeError, match=re.escape("validate_shardings: mesh must be a Mesh or an AbstractMesh")):
+        validate_shardings(x, P("d"), "d")
+    with pytest.raises(TypeError, match=re.escape("auto_partition_spec: min_sharding_size must be an int")):
+        auto_partition_spec(x, mesh, min_sharding_size="8")
+    with pytest.raises(TypeError, match=re.escape("auto_partition_specs: reverse must be True or False, got 'yes'")):
+        auto_partition_specs({"x": x}, mesh, reverse="yes")
+    with pytest.raises(ValueError, match=re.escape("validate_shardings: large_replicated_bytes must be non-negative")):
+        validate_shardings(x, P("d"), mesh, large_replicated_bytes=-1)
+    deep = x
+    for _ in range(1000):
+        deep = [deep]
+    with pytest.raises(ValueError, match=re.escape("auto_partition_specs: tree is nested too deeply")):
+        auto_partition_specs(deep, mesh)
+    with pytest.raises(ValueError, match=re.escape("ShardingProblem: kind must be one of")):
+        ShardingProblem("", "bogus", "m")

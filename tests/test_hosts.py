@@ -491,3 +491,28 @@ def test_two_processes():
     for p in (0, 1):
         error = by[p]["non_contiguous"]["error"]
         assert error is not None and "batch rows 0:2, 4:6, 8:10, 12:14, not one contiguous slice" in error
+
+
+# ---------------------------------------------------------------------------------------------
+# Input validation (the catalogue in test_catalogue.py has more).
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: default_mesh(3), TypeError, "default_mesh: axis_names must be a sequence of mesh axis names, got 3"),
+        (lambda: default_mesh(("", "m")), ValueError, "axis_names ('', 'm') has '', which is not an identifier"),
+        (lambda: default_mesh(model_parallelism="2"), TypeError, "default_mesh: model_parallelism must be a positive int, got '2'"),
+        (lambda: default_mesh(devices=["cpu:0"]), TypeError, "default_mesh: devices must be a sequence of JAX devices"),
+        (lambda: default_mesh(("data",), axis_types="x"), TypeError, "default_mesh: axis_types must be a jax.sharding.AxisType"),
+        (lambda: hybrid_mesh((8.5,), (1,), ("d",)), TypeError, "hybrid_mesh: ici_shape must be a sequence of ints"),
+        (lambda: data_layout(u32[b"batch/d len"], (-8, 4), make_mesh("explicit")), ValueError,
+         "data_layout: global_shape (-8, 4) has a negative size"),
+        (lambda: data_layout(u32[b"batch/d len"], (8, 4), "d"), TypeError, "data_layout: mesh must be a Mesh"),
+        (lambda: make_global_array(None, u32[b"batch/d len"], (8, 4), make_mesh("explicit")), TypeError,
+         "make_global_array: local_data must be this process's block of the array"),
+    ],
+)
+def test_bad_arguments_are_named(call, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        call()

@@ -1040,3 +1040,89 @@ def test_relaxed_rules_give_valid_specs(data):
     for i, axes in enumerate(_entries(with_dims)):
         parts = math.prod(mesh_sizes[a] for a in axes)
         assert sizes[f"d{i}"] % parts == 0, (with_dims, list(rules), text, sizes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Value equality: rules written afresh are the same rules (jit does not retrace for them).
+
+
+def test_axis_rules_compare_and_hash_by_value():
+    def make(**kw):
+        return AxisRules([("batch", "d"), ("embed", ("d", "t"))], modes={"decode": [("batch", None)]}, **kw)
+
+    a, b = make(), make()
+    assert a == b and hash(a) == hash(b) and a is not b
+    assert len({a, b}) == 1
+    assert a != make(name="other")
+    assert a != make(on_missing="replicate")
+    assert a != AxisRules([("batch", "d")])
+    assert AxisRules([("a", "d"), ("b", "t")]) != AxisRules([("b", "t"), ("a", "d")])  # order matters
+    assert a != [("batch", "d"), ("embed", ("d", "t"))]
+    assert AxisRules([], modes={"x": [], "y": []}) == AxisRules([], modes={"y": [], "x": []})
+
+
+def test_axis_rules_pickle_and_copy_to_equal_rules():
+    import copy
+    import pickle
+
+    rules = eformer_rules()
+    rules.table("decode")  # a filled cache does not travel
+    for back in (pickle.loads(pickle.dumps(rules)), copy.deepcopy(rules), copy.copy(rules)):
+        assert back == rules and hash(back) == hash(rules)
+        assert back.table("decode") == rules.table("decode")
+
+
+def test_list_rules_do_not_retrace_jit():
+    traces = []
+
+    @jax.jit
+    def double(x):
+        traces.append(None)
+        return x * 2
+
+    x = jnp.zeros(4)
+    for _ in range(3):
+        with axis_rules([("batch", "d"), ("embed", "t")]):  # a new AxisRules each time
+            double(x)
+    assert len(traces) == 1
+    with axis_rules([("batch", "t")]):  # other rules: traced again
+        double(x)
+    assert len(traces) == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(modes=[("decode", [])]), TypeError, "AxisRules: modes must be a mapping of mode name to rules"),
+        (dict(modes={3: []}), TypeError, "AxisRules: each mode name must be a non-empty str, got 3 in modes"),
+        (dict(name=3), TypeError, "AxisRules: name must be a str or None, got 3"),
+        (dict(name=""), ValueError, "AxisRules: name must be a non-empty str or None, got ''"),
+        (dict(modes={"decode": []}, auto_mode=("query", -1, "decode")), ValueError,
+         "the size in auto_mode ('query', -1, 'decode') must be non-negative, got -1"),
+        (dict(modes={"decode": []}, auto_mode=("query", True, "decode")), TypeError, "auto_mode is (dim name, size, mode)"),
+    ],
+)
+def test_bad_constructor_arguments_are_named(kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        AxisRules([("batch", "d")], **kwargs)
+
+
+def test_preset_arguments_are_checked():
+    with pytest.raises(TypeError, match=re.escape("t5x_rules: activation_partitioning_dims must be the int 1 or 2, got True")):
+        t5x_rules(True, 1)
+    with pytest.raises(TypeError, match=re.escape("t5x_rules: additional_rules: rules are a sequence")):
+        t5x_rules(additional_rules=3)
+    with pytest.raises(TypeError, match=re.escape("eformer_rules: dp must be a mesh axis name (an identifier), got 3")):
+        eformer_rules(dp=3)
+    with pytest.raises(ValueError, match=re.escape("eformer_rules: dp and fsdp name mesh axis 'x' twice")):
+        eformer_rules(dp="x", fsdp="x")
+    with pytest.raises(TypeError, match=re.escape("axis_rules: mode must be a str or None, got 3")):
+        with axis_rules(t5x_rules(), mode=3):
+            pass
+
+
+def test_explain_checks_mesh_and_dims():
+    with pytest.raises(TypeError, match=re.escape("explain: mesh must be a Mesh or an AbstractMesh")):
+        explain(f32[b"batch/d"], "d")
+    with pytest.raises(ValueError, match=re.escape("explain: dims['batch'] is -8; a size cannot be negative")):
+        explain(f32[b"batch/d"], dims={"batch": -8})

@@ -489,3 +489,45 @@ def test_partition_spec_entries_and_axes():
     assert axes_entry(()) is None and axes_entry(("d",)) == "d" and axes_entry(("d", "t")) == ("d", "t")
     for entry in (None, "d", ("d", "t")):
         assert axes_entry(entry_axes(entry)) == entry
+
+
+# ---------------------------------------------------------------------------------------------
+# Input validation (the catalogue in test_catalogue.py has more).
+
+
+@pytest.mark.parametrize("text", ["#_", "*_", "a #_/d"])
+def test_broadcast_and_variadic_need_a_name_other_than_underscore(text):
+    with pytest.raises(ShapeSpecError, match="must be followed by a name other than '_'"):
+        ShapeSpec.parse(text)
+
+
+def test_size_expressions_are_bounded():
+    assert str(ShapeSpec.parse("(" * 32 + "a" + ")" * 32)) == "(" * 32 + "a" + ")" * 32
+    with pytest.raises(ShapeSpecError, match="nested more than 32 parentheses deep"):
+        ShapeSpec.parse("(" * 33 + "a" + ")" * 33)
+    with pytest.raises(ShapeSpecError, match=r"too long \(more than 256"):
+        ShapeSpec.parse("+".join(["a"] * 200))
+    with pytest.raises(ShapeSpecError) as info:  # a long string is quoted by head and tail
+        ShapeSpec.parse("(" * 5000 + "a" + ")" * 5000)
+    assert len(str(info.value)) < 400 and "(10001 characters)" in str(info.value)
+
+
+def test_partition_spec_checks_ndim():
+    with pytest.raises(TypeError, match=re.escape("ShapeSpec.partition_spec: ndim must be an int or None, got 'x'")):
+        ShapeSpec.parse("a/d").partition_spec(ndim="x")
+    with pytest.raises(ValueError, match=re.escape("ndim must be non-negative, got -1")):
+        ShapeSpec.parse("... a/d").partition_spec(ndim=-1)
+
+
+@pytest.mark.parametrize("error", [
+    ShapeSpecError("a/ b", "dim 0: empty mesh axis name", (0, 2)),
+    ShapeSpecError(3, "a shape string must be str or bytes, not int"),
+    ShapeSpecError(b"\xff", "bytes are not valid UTF-8"),
+])
+def test_shape_spec_error_pickles_and_copies(error):
+    import copy
+    import pickle
+
+    for back in (pickle.loads(pickle.dumps(error)), copy.deepcopy(error), copy.copy(error)):
+        assert type(back) is ShapeSpecError and str(back) == str(error)
+        assert (back.spec, back.problem, back.span) == (error.spec, error.problem, error.span)

@@ -297,7 +297,7 @@ def test_shape_dtype_structs_with_the_current_mesh_and_variadic_lead():
         (f32[b"_ a"], {"a": 1}, ValueError, r"dim 0 is '_' \(any size\), so it has no shape"),
         (f32[b"a ..."], {"a": 1}, ValueError, r"dim 1 is '...', which has no shape"),
         (floating[b"a"], {"a": 1}, ValueError, r"floating is a category of dtypes; a ShapeDtypeStruct needs one dtype"),
-        (f32[b"a"], [("a", 1)], TypeError, r"dims must be a mapping of name to size, got \[\('a', 1\)\]"),
+        (f32[b"a"], [("a", 1)], TypeError, r"dims must be a mapping of dim name to size, as \{'batch': 8\}, got list \[\('a', 1\)\]"),
     ],
 )
 def test_shape_dtype_struct_errors(annotation, dims, error, message):
@@ -510,3 +510,63 @@ def test_property_shape_dtype_structs_divide(case):
         for size, entry in zip(struct.shape, spec):
             axes = () if entry is None else ((entry,) if isinstance(entry, str) else entry)
             assert size % math.prod(sizes[a] for a in axes) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Input validation (the catalogue in test_catalogue.py has more).
+
+
+def test_shape_dtype_structs_check_sizes_and_names():
+    with pytest.raises(ValueError, match=re.escape("make_shape_dtype_structs: dims['a'] is -1; a size cannot be negative")):
+        make_shape_dtype_structs(f32[b"a"], {"a": -1})
+    with pytest.raises(ValueError, match=re.escape("dims gives 'hiden' (did you mean 'hidden'?), which no annotation uses")):
+        make_shape_dtype_structs(f32[b"embed hidden"], {"embed": 2, "hidden": 4, "hiden": 4})
+    with pytest.raises(ValueError, match=re.escape("dim 0 'a//b' has a division by zero with a=8, b=0")):
+        make_shape_dtype_structs(f32[b"a//b"], {"a": 8, "b": 0})
+    with pytest.raises(TypeError, match=re.escape("dims['a'] is the tuple (2, 3), but 'a' is one dim here")):
+        make_shape_dtype_structs(f32[b"a"], {"a": (2, 3)})
+    assert make_shape_dtype_structs(f32[b"a//b"], {"a": np.int64(8), "b": 2}).shape == (4,)
+
+
+def test_one_table_of_sizes_serves_every_part_of_a_model():
+    # A name no annotation here uses is fine unless it is close to one they do (a typo).
+    dims = {"batch": 8, "seq": 16, "embed": 4, "hidden": 8}
+    assert make_shape_dtype_structs(f32[b"embed hidden"], dims).shape == (4, 8)
+    with pytest.raises(ValueError, match=re.escape("dims gives 'embd' (did you mean 'embed'?)")):
+        make_shape_dtype_structs(f32[b"embed hidden"], {**dims, "embd": 4})
+
+
+def test_annotation_trees_must_be_finite():
+    tree = [f32[b"a"]]
+    tree.append(tree)
+    with pytest.raises(ValueError, match=re.escape("[1] contains itself (a list that holds itself)")):
+        make_partition_specs(tree)
+    deep = f32[b"a"]
+    for _ in range(100):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested more than 64 levels deep"):
+        make_partition_specs(deep)
+
+
+def test_mesh_arguments_are_meshes():
+    with pytest.raises(TypeError, match=re.escape("make_shardings: mesh must be a Mesh or an AbstractMesh")):
+        make_shardings(f32[b"a/d"], "d")
+    with pytest.raises(TypeError, match=re.escape("shard: mesh must be a Mesh or an AbstractMesh")):
+        shard(jnp.zeros(4), f32[b"a/d"], {"d": 4})
+
+
+def test_shard_checks_the_value(mesh):
+    with pytest.raises(TypeError, match=re.escape("shard: value is None, but its annotation f32[b'a/d'] is not Optional[...]")):
+        shard(None, f32[b"a/d"], mesh)
+    with pytest.raises(TypeError, match=re.escape("shard: value['w'] is str 'x', not an array")):
+        shard({"w": "x"}, {"w": f32[b"a/d"]}, mesh)
+    with pytest.raises(ValueError, match=re.escape("shard: value has rank 1, but its annotation f32[b'a/d b'] has 2 dims")):
+        shard(jnp.zeros(8), f32[b"a/d b"], mesh)
+    assert shard({"w": None}, {"w": Optional[f32[b"a/d"]]}, mesh) == {"w": None}
+
+
+def test_is_fully_sharded_checks_spec_and_axes(mesh):
+    with pytest.raises(TypeError, match=re.escape("is_fully_sharded: spec must be a PartitionSpec")):
+        is_fully_sharded("d", mesh)
+    with pytest.raises(ValueError, match=re.escape("is_fully_sharded: P('x',) names mesh axis 'x', which is not in the mesh")):
+        is_fully_sharded(P("x"), mesh)

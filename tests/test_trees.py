@@ -647,7 +647,9 @@ def stacked_annotation(draw):
     for i in range(n_axes + n_shape):
         k = draw(st.integers(0, min(2, len(mesh_axes))))
         used, mesh_axes = mesh_axes[:k], mesh_axes[k:]
-        size = draw(st.sampled_from([f"n{i}", str(2 ** (i % 4)), "_", f"2*n{i}"]))
+        # Stacking dims are names or integers; the array's own dims may be any size.
+        sizes = [f"n{i}", str(2 ** (i % 4))] + (["_", f"2*n{i}"] if i >= n_axes else [])
+        size = draw(st.sampled_from(sizes))
         dims.append((size, used))
     def text(ds):
         return " ".join(size + "".join("/" + a for a in used) for size, used in ds)
@@ -665,3 +667,29 @@ def test_property_stacked_partition_spec(case):
     annotation = Array[axes, f32[shape.encode()]]
     assert make_partition_specs(annotation) == P(*entries)
     assert Array[axes, f32[shape.encode()]] == annotation
+
+
+# ---------------------------------------------------------------------------------------------
+# Input validation (the catalogue in test_catalogue.py has more).
+
+
+@pytest.mark.parametrize("axes", ["a+1", "#a", "_", "2*layers", b"layers _"])
+def test_stacking_dims_are_names_or_integers(axes):
+    with pytest.raises(TypeError, match="stacking dims must be names or integers"):
+        Array[axes, Layer]
+
+
+def test_stacking_accepts_names_integers_and_sharded_names():
+    assert Array["4 layers/p", f32[b"e"]] is f32[b"4 layers/p e"]
+
+
+def test_stacking_axes_that_are_not_utf8():
+    with pytest.raises(ShapeSpecError, match="not valid UTF-8"):
+        Array[b"\xff", Layer]
+
+
+def test_pytree_dataclass_names_an_unknown_option():
+    with pytest.raises(TypeError, match=re.escape("unknown options ['bogus']; it takes the dataclass options")):
+        @pytree_dataclass(bogus=True)
+        class C:
+            w: f32[b"a"]

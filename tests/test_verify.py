@@ -853,3 +853,80 @@ def test_top_level_exports():
     assert shardtypes.VerifyReport is VerifyReport and shardtypes.PlanReport is PlanReport
     assert shardtypes.Problem is Problem
     assert issubclass(VerificationError, TypeCheckError)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input validation: sizes, typos, the report classes, pickling (the catalogue has more).
+
+
+@pytest.mark.parametrize(
+    "dims, error, message",
+    [
+        ({"batch": -8}, ValueError, "verify: dims['batch'] is -8; a size cannot be negative"),
+        ({"batch": "8"}, TypeError, "verify: dims['batch'] must be an int size"),
+        ({"batch": 8.0}, TypeError, "verify: dims['batch'] must be an int size"),
+        ([("batch", 8)], TypeError, "verify: dims must be a mapping of dim name to size"),
+        ({"hiden": 8}, ValueError, "verify: dims gives 'hiden' (did you mean 'hidden'?), which no annotation uses"),
+    ],
+)
+def test_verify_checks_its_dims(dims, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        verify(matmul, MESH, dims=dims)
+
+
+def test_verify_takes_names_only_its_body_uses():
+    # 'vocab' is not a typo of a name fn's annotations use: the body may read it with dims().
+    assert verify(matmul, MESH, dims={"batch": 128, "embed": 16, "hidden": 256, "vocabulary": 3}).ok
+
+
+def test_verify_checks_fn_static_and_raise_on_error():
+    with pytest.raises(TypeError, match=re.escape("verify: fn must be a function (such as a checked train_step), got the class")):
+        verify(Weights, MESH)
+    with pytest.raises(TypeError, match=re.escape("verify: static must be a mapping of parameter name to value, got 3")):
+        verify(matmul, MESH, static=3)
+    with pytest.raises(TypeError, match=re.escape("verify: raise_on_error must be True or False, got 'yes'")):
+        verify(matmul, MESH, raise_on_error="yes")
+    with pytest.raises(ValueError, match="a mesh mapping is axis name -> positive size"):
+        verify(matmul, {"d": True})
+
+
+def test_plan_checks_its_dims_and_reports_sizes_it_cannot_compute():
+    with pytest.raises(ValueError, match=re.escape("plan: dims['a'] is -8; a size cannot be negative")):
+        plan(f32[b"a/d"], {"d": 2}, {"a": -8})
+    with pytest.raises(ValueError, match=re.escape("plan: dims gives 'hiden' (did you mean 'hidden'?)")):
+        plan(f32[b"hidden/d"], {"d": 2}, {"hidden": 8, "hiden": 8})
+    # One table of sizes serves every part of a model: a name unlike any used one is fine.
+    assert plan(f32[b"hidden/d"], {"d": 2}, {"hidden": 8, "batch": 4}).rows[0].shape == (8,)
+    with pytest.raises(TypeError, match=re.escape("plan: dims['lead'] must be a tuple of sizes, since '*lead' stands")):
+        plan(f32[b"*lead a"], {"d": 2}, {"lead": 3, "a": 2})
+    with pytest.raises(TypeError, match=re.escape("plan: large_replicated_bytes must be a number of bytes, got 'x'")):
+        plan(f32[b"a"], {"d": 2}, {"a": 2}, large_replicated_bytes="x")
+    # Sizes computed from valid dims that make no array are errors of the report, as an
+    # indivisible dim is (the command exits 1 with them).
+    report = plan(f32[b"a//b"], {"d": 2}, {"a": 8, "b": 0})
+    assert not report.ok and report.errors == (
+        "the annotation (f32[b'a//b']): dim 0 'a//b' has a division by zero with a=8, b=0",)
+    report = plan(f32[b"a-b"], {"d": 2}, {"a": 1, "b": 2})
+    assert report.errors == ("the annotation (f32[b'a-b']): dim 0 'a-b' is -1 with a=1, b=2; a size cannot be negative",)
+    assert "-8 B" not in str(plan(f32[b"a/d"], {"d": 2}, {"a": 8}))
+
+
+def test_report_classes_check_their_fields():
+    with pytest.raises(ValueError, match=re.escape("Problem: kind must be one of ('check', 'jax', 'dims', 'setup'), got 'x'")):
+        Problem("x", "m")
+    with pytest.raises(TypeError, match=re.escape("VerifyReport: problems must be a tuple of Problem")):
+        VerifyReport("f", {"d": 2}, {}, ("x",))
+    with pytest.raises(TypeError, match=re.escape("PlanReport: rows must be a tuple of PlanRow")):
+        PlanReport({"d": 2}, (3,), (), ())
+
+
+def test_verification_error_pickles_with_its_report():
+    import copy
+    import pickle
+
+    with pytest.raises(VerificationError) as info:
+        verify(matmul, MESH, dims={"batch": 100, "embed": 16, "hidden": 96}, raise_on_error=True)
+    error = info.value
+    for back in (pickle.loads(pickle.dumps(error)), copy.deepcopy(error)):
+        assert type(back) is VerificationError and str(back) == str(error)
+        assert back.report.problems == error.report.problems
