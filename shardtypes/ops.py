@@ -6,171 +6,233 @@ collective the layouts imply::
 
     all_gather('V/t M/d -> V/t M', w)          # gather dim 1 over mesh axis d
     psum_scatter('B/d L M -> B/d L M/t', h)    # sum over t, leaving dim 2 scattered over t
+    all_to_all('B/d L M -> B L M/d', x)        # move mesh axis d from dim 0 to dim 2
     einsum_unreduced('B/d L M, M F/t -> B/d L F/t', x, w)   # local einsum; sharded contracted
                                                             # dims leave partial sums
     index_unreduced('[V/t] M, B/d L -> B/d L M', table, ids)  # rows of a table sharded over t;
                                                               # rows held elsewhere are zero
-    axis_size('d')
+    index_unreduced('B/d L [V/t], B/d L -> B/d L', logprobs, targets)  # batched over B and L
+
+Ops that keep the layout take one shape and name their mesh axes as JAX does::
+
+    psum('B/d L M', h, 't')                    # h holds partial sums over t: add them up
+    pmean('B/d L M', h, ('d', 't'))
+    ppermute('B/d L M', x, 'd', [(0, 1), (1, 2), (2, 3), (3, 0)])   # send blocks round a ring
+    axis_index('d'), axis_size('d')
 
 An operand that does not match its spec raises TypeCheckError naming the op, the operand and
-the spec.
+the spec; a malformed spec raises ShapeSpecError; a wrong axis argument, or a mesh axis that is
+not a manual axis of the running ``shard_map`` (or no ``shard_map`` at all), raises TypeError or
+ValueError naming the op and the argument.
 """
 
 from __future__ import annotations
 
-import functools
-import os
+import math
 import string
-import sys
-import types
-from typing import Any, Callable
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
-from typeguard import TypeCheckError
 
-from ._check import Mismatch, check_value, describe
-from ._dims import _TABLE, Table
-from ._dtypes import anydtype
-from ._rules import layout as rules_layout
-from ._shape import NAMED, ShapeSpec, ShapeSpecError
+from . import _collectives as c
+from ._dtypes import integer
+from ._shape import NAMED, ShapeSpecError
 
-__all__ = ["all_gather", "psum_scatter", "einsum_unreduced", "index_unreduced", "axis_size"]
-
-
-def _check(op: str, spec_text: str, what: str, spec: ShapeSpec, value: Any) -> None:
-    table = _TABLE.get()
-    try:
-        new = check_value(value, anydtype, spec, table if table is not None else Table(),
-                          lambda: f"{what} of shardtypes.ops.{op}({spec_text!r})")
-    except Mismatch as m:
-        raise TypeCheckError(
-            f"{_caller()}shardtypes.ops.{op}({spec_text!r}): {what} is not {str(spec)!r}: "
-            f"{m.problem} (found {describe(value)})"
-        ) from None
-    if new and table is not None:
-        _TABLE.set(table.bind(new, f"{what} of shardtypes.ops.{op}()"))
+__all__ = [
+    "all_gather", "psum_scatter", "all_to_all", "psum", "pmean", "ppermute",
+    "einsum_unreduced", "index_unreduced", "axis_index", "axis_size",
+]
 
 
-def _caller() -> str:
-    """``in f(), `` for the nearest function outside shardtypes that called the op."""
-    here = os.path.dirname(__file__)
-    frame: types.FrameType | None = sys._getframe(2)
-    while frame is not None and os.path.dirname(frame.f_code.co_filename) == here:
-        frame = frame.f_back
-    return f"in {frame.f_code.co_qualname}(), " if frame is not None else ""
-
-
-@functools.lru_cache(maxsize=1024)
-def _arrow(op: str, text: str, n_inputs: int) -> tuple[tuple[ShapeSpec, ...], ShapeSpec]:
-    if not isinstance(text, str) or text.count("->") != 1:
-        raise ShapeSpecError(text, f"shardtypes.ops.{op} wants 'inputs -> output', as in 'B/d M -> B M'")
-    lhs, rhs = text.split("->")
-    inputs = tuple(ShapeSpec.parse(part.strip()) for part in lhs.split(","))
-    if len(inputs) != n_inputs:
-        raise ShapeSpecError(text, f"shardtypes.ops.{op} takes {n_inputs} input spec(s), found {len(inputs)}")
-    return inputs, ShapeSpec.parse(rhs.strip())
-
-
-def _same_dims(op: str, text: str, a: ShapeSpec, b: ShapeSpec) -> None:
-    if [d.shape for d in a.dims] != [d.shape for d in b.dims]:
-        raise ShapeSpecError(
-            text, f"shardtypes.ops.{op}: both sides must have the same dims, differing only in sharding"
-        )
-
-
-def _own_table(op: Callable) -> Callable:
-    """Outside any dimension table (a hand-written shard_map), the operands and result of one op
-    call share a table of their own."""
-
-    @functools.wraps(op)
-    def wrapper(*args, **kwargs):
-        if _TABLE.get() is not None:
-            return op(*args, **kwargs)
-        token = _TABLE.set(Table())
-        try:
-            return op(*args, **kwargs)
-        finally:
-            _TABLE.reset(token)
-
-    return wrapper
-
-
-def _axes(spec: ShapeSpec) -> tuple[tuple[str, ...], ...]:
-    """The mesh axes of each dim: as written, or through the active axis rules."""
-    mesh = jax.sharding.get_abstract_mesh()
-    return rules_layout(spec, len(spec.dims), None if mesh.empty else dict(mesh.shape))
-
-
-def _trailing_extra(op: str, spec: str, i: int, before, after, fewer: tuple, more: tuple, verb: str) -> tuple:
-    """The mesh axes ``more`` has after ``fewer``, which must be its leading axes."""
-    if more[: len(fewer)] != fewer or len(more) == len(fewer):
-        raise ShapeSpecError(
-            spec, f"shardtypes.ops.{op}: dim {i} goes from {str(before)!r} to {str(after)!r}; "
-            f"{op} can only {verb} trailing mesh axes of a dim"
-        )
-    return more[len(fewer):]
-
-
-def _one_or_tuple(axes: tuple[str, ...]) -> str | tuple[str, ...]:
-    return axes[0] if len(axes) == 1 else axes
-
-
-@_own_table
+@c.own_table
 def all_gather(spec: str, x: Any) -> Any:
     """Gathers the mesh axes that ``spec`` removes from a dim: ``'V/t M/d -> V/t M'``.
 
     The removed axes must be the trailing axes of that dim (``M/d/e -> M/d`` gathers ``e``).
     """
-    (before,), after = _arrow("all_gather", spec, 1)
-    _same_dims("all_gather", spec, before, after)
+    (before,), after = c.arrow("all_gather", spec, 1)
+    c.same_dims("all_gather", spec, before, after)
     gathers = [
-        (i, _trailing_extra("all_gather", spec, i, b, a, fewer=a_axes, more=b_axes, verb="remove"))
-        for i, (b, a, b_axes, a_axes) in enumerate(zip(before.dims, after.dims, _axes(before), _axes(after)))
+        (i, c.trailing_extra("all_gather", spec, i, b, a, fewer=a_axes, more=b_axes, verb="remove"))
+        for i, (b, a, b_axes, a_axes) in enumerate(zip(before.dims, after.dims, c.axes(before), c.axes(after)))
         if b_axes != a_axes
     ]
-    _check("all_gather", spec, "operand", before, x)
-    for i, axes in gathers:
-        x = jax.lax.all_gather(x, _one_or_tuple(axes), axis=i, tiled=True)
-    _check("all_gather", spec, "result", after, x)
+    c.manual("all_gather", spec, tuple(a for _, names in gathers for a in names), "the spec")
+    c.check("all_gather", spec, "operand", before, x)
+    for i, names in gathers:
+        x = jax.lax.all_gather(x, c.one_or_tuple(names), axis=i, tiled=True)
+    c.check("all_gather", spec, "result", after, x)
     return x
 
 
-@_own_table
+@c.own_table
 def psum_scatter(spec: str, x: Any) -> Any:
     """Sums over the mesh axes that ``spec`` adds to one dim and leaves that dim scattered over
     them: ``'B/d L M -> B/d L M/t'``."""
-    (before,), after = _arrow("psum_scatter", spec, 1)
-    _same_dims("psum_scatter", spec, before, after)
-    b_axes, a_axes = _axes(before), _axes(after)
+    (before,), after = c.arrow("psum_scatter", spec, 1)
+    c.same_dims("psum_scatter", spec, before, after)
+    b_axes, a_axes = c.axes(before), c.axes(after)
     changed = [i for i in range(len(before.dims)) if b_axes[i] != a_axes[i]]
     if not changed and str(before) != str(after):
         # Axis rules put no mesh axis on the logical one gained: nothing to sum or scatter over.
-        _check("psum_scatter", spec, "operand", before, x)
-        _check("psum_scatter", spec, "result", after, x)
+        c.check("psum_scatter", spec, "operand", before, x)
+        c.check("psum_scatter", spec, "result", after, x)
         return x
     if len(changed) != 1:
         raise ShapeSpecError(spec, "shardtypes.ops.psum_scatter: exactly one dim must gain mesh axes")
     (i,) = changed
     b, a = before.dims[i], after.dims[i]
-    added = _trailing_extra("psum_scatter", spec, i, b, a, fewer=b_axes[i], more=a_axes[i], verb="gain")
-    _check("psum_scatter", spec, "operand", before, x)
-    x = jax.lax.psum_scatter(x, _one_or_tuple(added), scatter_dimension=i, tiled=True)
-    _check("psum_scatter", spec, "result", after, x)
+    added = c.trailing_extra("psum_scatter", spec, i, b, a, fewer=b_axes[i], more=a_axes[i], verb="gain")
+    sizes = c.manual("psum_scatter", spec, added, "the spec")
+    c.check("psum_scatter", spec, "operand", before, x)
+    c.splits("psum_scatter", spec, after, i, x, sizes)
+    x = jax.lax.psum_scatter(x, c.one_or_tuple(added), scatter_dimension=i, tiled=True)
+    c.check("psum_scatter", spec, "result", after, x)
     return x
 
 
-@_own_table
+@c.own_table
+def all_to_all(spec: str, x: Any) -> Any:
+    """Moves mesh axes from one dim to another: ``'B/d L M -> B L M/d'``.
+
+    The dim that loses axes is gathered over them and the dim that gains them is scattered over
+    them, in one ``jax.lax.all_to_all``; no sum. The moved axes must be the trailing axes of the
+    dim that loses them and are appended, in the same order, to the one that gains them
+    (``'B/d/t M -> B/d M/t'`` moves ``t``; ``'B/d/t M -> B M/d/t'`` moves both).
+    """
+    (before,), after = c.arrow("all_to_all", spec, 1)
+    c.same_dims("all_to_all", spec, before, after)
+    b_axes, a_axes = c.axes(before), c.axes(after)
+    changed = [i for i in range(len(before.dims)) if b_axes[i] != a_axes[i]]
+    if not changed and str(before) != str(after):  # axis rules map the moved axis to nothing
+        c.check("all_to_all", spec, "operand", before, x)
+        c.check("all_to_all", spec, "result", after, x)
+        return x
+    src, dst, moved = _move(spec, before, after, b_axes, a_axes, changed)
+    sizes = c.manual("all_to_all", spec, moved, "the spec")
+    c.check("all_to_all", spec, "operand", before, x)
+    c.splits("all_to_all", spec, after, dst, x, sizes)
+    x = jax.lax.all_to_all(x, c.one_or_tuple(moved), split_axis=dst, concat_axis=src, tiled=True)
+    c.check("all_to_all", spec, "result", after, x)
+    return x
+
+
+def _move(spec, before, after, b_axes, a_axes, changed) -> tuple[int, int, tuple[str, ...]]:
+    """``(src, dst, axes)``: all_to_all moves ``axes`` from the end of dim src to dim dst."""
+    if len(changed) != 2:
+        raise ShapeSpecError(spec, "shardtypes.ops.all_to_all: exactly two dims must change: one "
+                                   f"gives mesh axes to the other (found {len(changed)} changed)")
+    i, j = changed
+    src, dst = (i, j) if len(b_axes[i]) > len(a_axes[i]) else (j, i)
+    lost = c.trailing_extra("all_to_all", spec, src, before.dims[src], after.dims[src],
+                            fewer=a_axes[src], more=b_axes[src], verb="move")
+    gained = c.trailing_extra("all_to_all", spec, dst, before.dims[dst], after.dims[dst],
+                              fewer=b_axes[dst], more=a_axes[dst], verb="move")
+    if lost != gained:
+        raise ShapeSpecError(spec, f"shardtypes.ops.all_to_all: dim {src} gives up {'/'.join(lost)} "
+                                   f"but dim {dst} gains {'/'.join(gained)}: the same mesh axes, in "
+                                   "the same order, must move")
+    return src, dst, lost
+
+
+@c.own_table
+def psum(spec: str, x: Any, axes: str | Sequence[str]) -> Any:
+    """Adds up ``x``'s partial sums over mesh axes ``axes`` (``jax.lax.psum``); the layout is
+    ``spec`` before and after::
+
+        h = einsum_unreduced('B/d L M/t, M/t F -> B/d L F', x, w)   # partial sums over t
+        h = psum('B/d L F', h, 't')
+
+    ``axes`` is a mesh axis name or a tuple of them (JAX's ``axis_name``); the layout cannot
+    say them, since a partial sum is laid out like the full one. No dim of ``spec`` may be split
+    over them: that would add different blocks together (gather it first, or use
+    ``psum_scatter`` to sum and split in one step). As in JAX, a value the same on every device
+    of ``axes`` is counted once per device (``psum('L M', ones, 't')`` is ``2 * ones`` if t is 2).
+    """
+    return _reduce("psum", jax.lax.psum, spec, x, axes)
+
+
+@c.own_table
+def pmean(spec: str, x: Any, axes: str | Sequence[str]) -> Any:
+    """The mean over mesh axes ``axes`` (``jax.lax.pmean``), like ``psum``:
+    ``pmean('B/d L M', loss_parts, ('d', 't'))``."""
+    return _reduce("pmean", jax.lax.pmean, spec, x, axes)
+
+
+def _reduce(op: str, collective, spec: str, x: Any, axes: Any) -> Any:
+    shape = c.single(op, spec, f"{op}('B/d L M', x, 't')")
+    names = c.axis_names(op, spec, "axes", axes)
+    c.manual(op, spec, names, "argument 'axes'")
+    for i, (dim, dim_axes) in enumerate(zip(shape.dims, c.axes(shape))):
+        split = [a for a in names if a in dim_axes]
+        if split:
+            raise ValueError(
+                f"{c.call(op, spec)}: argument 'axes' reduces over mesh axis {split[0]!r}, but dim "
+                f"{i} ({str(dim)!r}) is split over it, so the {op} would combine different blocks "
+                "of it; all_gather that dim first, or sum with psum_scatter"
+            )
+    c.check(op, spec, "operand", shape, x)
+    x = collective(x, c.one_or_tuple(names))
+    c.check(op, spec, "result", shape, x)
+    return x
+
+
+@c.own_table
+def ppermute(spec: str, x: Any, axis: str | Sequence[str], perm: Sequence[tuple[int, int]]) -> Any:
+    """Sends ``x`` from device ``src`` to device ``dst`` along mesh axis ``axis`` for each pair
+    of ``perm`` (``jax.lax.ppermute``); devices no pair sends to get zeros. The layout is
+    ``spec`` before and after::
+
+        nxt = ppermute('B/d L M', x, 'd', [(i, (i + 1) % 4) for i in range(4)])   # a ring
+
+    Device indices run over ``axis`` (over the tuple, major axis first, if ``axis`` is one);
+    each source and each destination appears at most once.
+    """
+    shape = c.single("ppermute", spec, "ppermute('B/d L M', x, 'd', [(0, 1), (1, 0)])")
+    names = c.axis_names("ppermute", spec, "axis", axis)
+    sizes = c.manual("ppermute", spec, names, "argument 'axis'")
+    pairs = _perm(spec, perm, math.prod(sizes.values()))
+    c.check("ppermute", spec, "operand", shape, x)
+    x = jax.lax.ppermute(x, c.one_or_tuple(names), pairs)
+    c.check("ppermute", spec, "result", shape, x)
+    return x
+
+
+def _perm(spec: str, perm: Any, n: int) -> list[tuple[int, int]]:
+    head = f"{c.call('ppermute', spec)}: argument 'perm'"
+
+    def index(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    try:
+        pairs = [tuple(p) for p in perm]
+    except TypeError:
+        pairs = None
+    if pairs is None or isinstance(perm, (str, bytes)) or not all(len(p) == 2 and all(map(index, p)) for p in pairs):
+        raise TypeError(f"{head} must be a list of (source, destination) pairs of ints, not {perm!r}")
+    for src, dst in pairs:
+        if not (0 <= src < n and 0 <= dst < n):
+            raise ValueError(f"{head}: pair ({src}, {dst}) is out of range: the axis has {n} devices")
+    for k, what in ((0, "source"), (1, "destination")):
+        seen = [p[k] for p in pairs]
+        twice = next((v for v in seen if seen.count(v) > 1), None)
+        if twice is not None:
+            raise ValueError(f"{head}: device {twice} is a {what} twice")
+    return [(src, dst) for src, dst in pairs]
+
+
+@c.own_table
 def einsum_unreduced(spec: str, *operands: Any, **kwargs: Any) -> Any:
     """A local ``jnp.einsum`` written with dim names: ``'B/d L M, M F/t -> B/d L F/t'``.
 
-    Contracted dims that are sharded leave partial sums ("unreduced"): follow with a psum or
+    Contracted dims that are sharded leave partial sums ("unreduced"): follow with ``psum`` or
     ``psum_scatter``. Keyword arguments go to ``jnp.einsum`` (``preferred_element_type=...``).
     """
-    inputs, output = _arrow("einsum_unreduced", spec, len(operands))
+    inputs, output = c.arrow("einsum_unreduced", spec, len(operands))
     letters: dict[str, str] = {}
 
-    def subscript(s: ShapeSpec) -> str:
+    def subscript(s) -> str:
         out = []
         for dim in s.dims:
             if dim.kind != NAMED:
@@ -189,47 +251,49 @@ def einsum_unreduced(spec: str, *operands: Any, **kwargs: Any) -> Any:
     if stray:
         raise ShapeSpecError(spec, f"shardtypes.ops.einsum_unreduced: output dim {stray[0]!r} is in no input")
     for i, (s, x) in enumerate(zip(inputs, operands)):
-        _check("einsum_unreduced", spec, f"operand {i}", s, x)
+        c.check("einsum_unreduced", spec, f"operand {i}", s, x)
     result = jnp.einsum(",".join(in_subs) + "->" + out_sub, *operands, **kwargs)
-    _check("einsum_unreduced", spec, "result", output, result)
+    c.check("einsum_unreduced", spec, "result", output, result)
     return result
 
 
-@_own_table
+@c.own_table
 def index_unreduced(spec: str, table: Any, ids: Any) -> Any:
-    """Rows of ``table`` picked by ``ids``, where the indexed dim (in brackets) is sharded:
-    ``'[V/t] M, B/d L -> B/d L M'``.
+    """Entries of ``table`` picked by integer ``ids`` along the table's dim in brackets, which
+    may be sharded: ``'batch/d len [V/t], batch/d len -> batch/d len'`` (seqax's loss: the
+    log-probability of each target) or ``'[V/t] M, B/d L -> B/d L M'`` (embedding rows).
 
-    Each device looks up the ids that fall in its block of rows and gives zeros for the rest, so
-    the result is a partial sum over the bracketed dim's axes: follow with a psum.
+    Dims are matched by name. A dim in both the table and the ids is batched over element-wise
+    (``batch`` and ``len`` above: ``out[b, l] = table[b, l, ids[b, l]]``); a dim in only one of
+    them is crossed (``M``: ``out[b, l, m] = table[ids[b, l], m]``). The output holds every dim
+    of the ids and every dim of the table but the bracketed one, each once, in any order, and
+    laid out as in the inputs. The bracketed dim is in neither the ids nor the output.
+
+    Each device looks up the ids that fall in its block of the bracketed dim and gives zeros for
+    the rest (ids outside ``[0, V)`` give zeros everywhere), so the result is a partial sum over
+    the bracketed dim's mesh axes: follow with ``psum`` (or ``psum_scatter``) over them.
     """
-    text = spec.replace("[", " ").replace("]", " ") if isinstance(spec, str) else spec
-    if not isinstance(spec, str) or spec.count("[") != 1 or spec.count("]") != 1 or not spec.lstrip().startswith("["):
-        raise ShapeSpecError(spec, "shardtypes.ops.index_unreduced wants '[V/t] M, B L -> B L M': the table's first dim in brackets")
-    (table_spec, ids_spec), output = _arrow("index_unreduced", text, 2)
-    expected = [str(d) for d in ids_spec.dims] + [str(d) for d in table_spec.dims[1:]]
-    if [str(d) for d in output.dims] != expected:
-        raise ShapeSpecError(
-            spec, f"shardtypes.ops.index_unreduced: the output must be the ids' dims then the "
-            f"table's other dims: {' '.join(expected)!r}"
-        )
-    _check("index_unreduced", spec, "table", table_spec, table)
-    _check("index_unreduced", spec, "ids", ids_spec, ids)
-    rows = table.shape[0]
-    start: int | jax.Array = 0
-    for axis in _axes(table_spec)[0]:  # the block this device holds, major axis first
-        start = start * jax.lax.axis_size(axis) + jax.lax.axis_index(axis)
-    start = start * rows
-    local = ids - start
-    inside = (local >= 0) & (local < rows)
-    picked = jnp.take(table, jnp.clip(local, 0, rows - 1), axis=0)
-    inside = inside.reshape(inside.shape + (1,) * (table.ndim - 1))
-    result = jnp.where(inside, picked, jnp.zeros((), table.dtype))
-    _check("index_unreduced", spec, "result", output, result)
+    parsed = c.index_spec(spec)
+    block_axes = c.axes(parsed.table)[parsed.position]
+    sizes = c.manual("index_unreduced", spec, block_axes, "the bracketed dim")
+    c.check("index_unreduced", spec, "table", parsed.table, table)
+    c.check("index_unreduced", spec, "ids", parsed.ids, ids, integer)
+    result = c.lookup(parsed, table, ids, block_axes, sizes)
+    c.check("index_unreduced", spec, "result", parsed.output, result)
     return result
 
 
-def axis_size(name: str) -> int:
-    """The size of mesh axis ``name`` (``jax.lax.axis_size``)."""
-    return jax.lax.axis_size(name)
+def axis_index(name: str | Sequence[str]) -> Any:
+    """This device's index along mesh axis ``name`` (``jax.lax.axis_index``), inside a
+    ``shard_map`` where ``name`` is manual: ``axis_index('d')``. A tuple of axes gives the
+    index over them together, major axis first."""
+    names = c.axis_names("axis_index", name, "name", name)
+    c.manual("axis_index", name, names, "argument 'name'")
+    return jax.lax.axis_index(c.one_or_tuple(names))
 
+
+def axis_size(name: str | Sequence[str]) -> int:
+    """The size of mesh axis ``name`` (``jax.lax.axis_size``), inside a ``shard_map`` where it
+    is manual: ``axis_size('d')``. A tuple of axes gives the product of their sizes."""
+    names = c.axis_names("axis_size", name, "name", name)
+    return math.prod(c.manual("axis_size", name, names, "argument 'name'").values())
