@@ -78,6 +78,8 @@ def _pairs(text: str, what: str, convert) -> dict[str, Any]:
         name = name.strip()
         if not name.isidentifier():
             raise argparse.ArgumentTypeError(f"{what}: {name!r} is not a name")
+        if name in out:
+            raise argparse.ArgumentTypeError(f"{what}: {name!r} is given twice")
         try:
             out[name] = convert(value.strip())
         except (ValueError, SyntaxError) as e:
@@ -186,7 +188,8 @@ def _writing_stdout() -> Iterator[None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command with ``argv`` (default: ``sys.argv[1:]``) and returns its exit status;
-    bad usage raises SystemExit(2) (argparse), ``--help`` and ``--version`` SystemExit(0)."""
+    bad usage raises SystemExit(2) (argparse), ``--help`` and ``--version`` SystemExit(0), and a
+    target or size that ``plan``/``verify`` reject returns 2 with their message on stderr."""
     try:
         return _main(argv)
     except _StdoutClosed:
@@ -244,13 +247,20 @@ def _main(argv: Sequence[str] | None) -> int:
     elif args.mode:
         parser.error("--mode needs --rules")
     report: shardtypes.PlanReport | shardtypes.VerifyReport
-    with context:
-        if args.command == "plan":
-            report = shardtypes.plan(target, args.mesh, args.dims)
-            failed = not report.ok or (args.strict and bool(report.warnings))
-        else:
-            report = shardtypes.verify(target, args.mesh, args.dims, static=args.static)
-            failed = not report.ok
+    try:
+        with context:
+            if args.command == "plan":
+                report = shardtypes.plan(target, args.mesh, args.dims)
+                failed = not report.ok or (args.strict and bool(report.warnings))
+            else:
+                report = shardtypes.verify(target, args.mesh, args.dims, static=args.static)
+                failed = not report.ok
+    except (TypeError, ValueError) as e:
+        # What plan() and verify() reject before they start (a target that is not an annotation
+        # or a function, a bad size): bad usage, told in their words. Problems found in the
+        # model itself are in the report instead.
+        sys.stderr.write(f"shardtypes {args.command}: error: {args.target}: {e}\n")
+        return 2
     with _writing_stdout():
         print(_to_json(report) if args.json else report)
     return 1 if failed else 0

@@ -32,6 +32,7 @@ import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
 
 from ._config import _FORCED, config
+from ._dtypes import number
 from ._dims import _BASE, _IN_TRACE, _TABLE, Table, scope, tracing
 from ._hints import resolve_hints
 from ._typeguard import (
@@ -91,6 +92,11 @@ def typechecked(target: _Target | None = None, /) -> _Target | Callable[[_Target
 
 
 def _typechecked(target: Any, scope_vars: dict) -> Any:
+    if isinstance(target, type) and issubclass(target, number):
+        raise TypeError(
+            f"typechecked expects a function, method or class, got the annotation {target!r}: "
+            "annotate a function's parameters with it and decorate the function"
+        )
     if isinstance(target, type):
         return _typecheck_class(target, scope_vars)
     if isinstance(target, (staticmethod, classmethod)):

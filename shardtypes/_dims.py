@@ -177,6 +177,8 @@ def scope(f: F) -> F:
 
     Use it where a callee reuses a name (``batch``) to mean a different size than its caller.
     """
+    if not callable(f):
+        raise TypeError(f"scope expects a function to decorate, got {f!r}; for a block, write `with Scope():`")
     if inspect.isgeneratorfunction(f):
 
         @functools.wraps(f)

@@ -13,6 +13,7 @@ the mapped function.
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import inspect
 import sys
@@ -25,6 +26,7 @@ from ._check import COMPILE_TIME_CHECKS
 from ._decorator import _typechecked
 from ._dims import scope
 from ._hints import resolve_hints
+from ._mesh import no_mesh_error
 from ._trees import tree_info
 from ._typeguard import _has_member
 from ._rules import axis_rules, current_rules
@@ -77,10 +79,24 @@ def typed_shard_map(
     axes manual (the specs then keep only them); ``check_rep`` is the older name of
     ``check_vma``.
     """
+    for name, flag in (("check_vma", check_vma), ("check_rep", check_rep)):
+        if flag is not None and not isinstance(flag, bool):
+            raise TypeError(f"typed_shard_map: {name} must be True, False or None, got {flag!r}")
     if check_rep is not None:
         if check_vma is not None and check_vma != check_rep:
             raise TypeError("typed_shard_map: check_rep is the old name of check_vma; pass one of them")
         check_vma = check_rep
+    if mesh is not None and not isinstance(mesh, (Mesh, AbstractMesh)):
+        raise TypeError(f"typed_shard_map: mesh must be a Mesh or AbstractMesh (or None for the current "
+                        f"mesh), got {mesh!r}")
+    if axis_names is not None:
+        if isinstance(axis_names, str) or not isinstance(axis_names, collections.abc.Iterable):
+            raise TypeError(f"typed_shard_map: axis_names must be a collection of mesh axis names "
+                            f"(a set of str), got {axis_names!r}")
+        axis_names = frozenset(axis_names)
+        bad = sorted(repr(a) for a in axis_names if not isinstance(a, str))
+        if bad:
+            raise TypeError(f"typed_shard_map: axis_names must hold mesh axis names (str), got {', '.join(bad)}")
     if f is None:
         def decorate(f: Callable[_P, _R]) -> Callable[_P, _R]:
             return typed_shard_map(f, mesh=mesh, axis_names=axis_names, check_vma=check_vma)
@@ -238,10 +254,7 @@ class _TypedShardMap:
             if state.mesh is not None:
                 options["mesh"] = state.mesh
             elif jax.sharding.get_abstract_mesh().empty:
-                raise ValueError(
-                    f"typed_shard_map: calling {state.name} with no mesh; pass mesh=... or call it "
-                    "inside `with jax.set_mesh(mesh):`"
-                )
+                raise no_mesh_error(f"typed_shard_map: calling {state.name}")
             if state.axis_names is not None:
                 options["axis_names"] = set(state.axis_names)
             if state.check_vma is not None:

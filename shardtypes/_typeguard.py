@@ -563,6 +563,8 @@ def _check_dtype_argument(dtype: Any) -> type:
     if isinstance(dtype, type) and dtype in abstract:
         return abstract[dtype]
     try:
+        if dtype is None:  # np.dtype(None) is float64: a silent default, never what was meant
+            raise TypeError("None")
         return _class_for_dtype(np.dtype(dtype))
     except TypeError as e:
         raise TypeError(

@@ -7,9 +7,9 @@ error (or TypeError/ValueError with our message) naming the argument; never an A
 KeyError, ZeroDivisionError, UnicodeDecodeError, RecursionError or another library's error about
 our input. Our exceptions pickle and deep-copy (last tests of this file).
 
-Cases whose fix belongs to a module this catalogue's author does not own are kept, marked
-``xfail(strict=True)`` with the fix they need: when the fix lands they start passing, and the
-strict marker says to drop the mark.
+A case found before its fix is kept with ``xfail=`` naming the fix it needs (a strict xfail:
+when the fix lands it starts passing, and the strict marker says to drop the mark). None is
+pending now.
 """
 
 from __future__ import annotations
@@ -578,11 +578,9 @@ case("PlanReport", "rows-int", lambda: PlanReport({"d": 2}, (3,), (), ()), TypeE
 
 # --- checking ----------------------------------------------------------------------------------
 
-TYPECHECK = "needs fix in _typeguard"
 case("check", "dtype-name-str", lambda: check("f32", "a", X()), TypeError, "check(): dtype must be")
 case("check", "dtype-abstract-numpy", lambda: check(np.floating, "a b", jnp.zeros((2,), jnp.int32)), TypeCheckError, "check()")
-case("check", "dtype-None", lambda: check(None, "a b", X()), TypeError, "check(): dtype must be",
-     xfail=f"{TYPECHECK}: check(None, ...) reads None as np.dtype(None), float64; reject None")
+case("check", "dtype-None", lambda: check(None, "a b", X()), TypeError, "check(): dtype must be")
 case("check", "dtype-annotation", lambda: check(f32[b"a"], "a", X()), TypeError, "has a shape of its own")
 case("check", "spec-int", lambda: check(f32, 3, X()), TypeError, "check(): shape_spec must be")
 case("check", "spec-bad", lambda: check(f32, "a/", X()), ShapeSpecError, "empty mesh axis name")
@@ -590,8 +588,7 @@ case("check", "value-str", lambda: check(f32, "a b", "x"), TypeCheckError, "chec
 case("check", "value-wrong-rank", lambda: check(f32, "a", X()), TypeCheckError, "check(): value is not")
 case("typechecked", "int", lambda: typechecked(3), TypeError, "typechecked expects a function")
 case("typechecked", "str", lambda: typechecked("f"), TypeError, "typechecked expects a function")
-case("typechecked", "annotation", lambda: typechecked(ANN), TypeError, "typechecked expects a function",
-     xfail="needs fix in _decorator: typechecked(f32[b'...']) instruments the annotation class; reject annotation classes")
+case("typechecked", "annotation", lambda: typechecked(ANN), TypeError, "typechecked expects a function")
 case("register_with_typeguard", "argument", lambda: register_with_typeguard(3), TypeError, "register_with_typeguard()")
 case("Scope", "negative", lambda: Scope(a=-1), ValueError, "a size cannot be negative")
 case("Scope", "not-identifier", lambda: Scope(**{"a b": 3}), ValueError, "a dimension name is an identifier")
@@ -599,23 +596,18 @@ case("Scope", "underscore", lambda: Scope(_=3), ValueError, "a dimension name is
 case("Scope", "str-size", lambda: Scope(a="x"), TypeError, "Scope(a=...) must be an int size")
 case("Scope", "float-size", lambda: Scope(a=1.5), TypeError, "Scope(a=...) must be an int size")
 case("Scope", "tuple-with-str", lambda: Scope(a=(1, "x")), TypeError, "Scope(a=...) must be an int size")
-case("scope", "int", lambda: scope(3), TypeError, "scope", "function",
-     xfail="needs fix in _dims: scope(3) wraps a non-callable instead of raising TypeError naming f")
+case("scope", "int", lambda: scope(3), TypeError, "scope", "function")
 case("dims", "argument", lambda: dims(3), TypeError, "dims()")
 case("config", "checks-str", lambda: setattr(config, "checks", "yes"), TypeError, "shardtypes.config.checks must be True or False")
 case("config", "checks-int", lambda: setattr(config, "checks", 1), TypeError, "shardtypes.config.checks must be True or False")
 case("config", "auto-sharding-check", lambda: setattr(config, "auto_sharding_check", "never"), ValueError, "auto_sharding_check must be one of")
 case("config", "auto-sharding-check-None", lambda: setattr(config, "auto_sharding_check", None), ValueError, "auto_sharding_check must be one of")
 
-SHARD_MAP = "needs fix in _shard_map"
 case("typed_shard_map", "int", lambda: typed_shard_map(3), TypeError, "typed_shard_map expects a function")
 case("typed_shard_map", "check-rep-and-vma", lambda: typed_shard_map(step, check_rep=True, check_vma=False), TypeError, "check_rep is the old name of check_vma")
-case("typed_shard_map", "axis-names-int", lambda: typed_shard_map(step, axis_names=3), TypeError, "axis_names",
-     xfail=f"{SHARD_MAP}: frozenset(axis_names) raises Python's bare 'int object is not iterable'; name axis_names")
-case("typed_shard_map", "mesh-str", lambda: typed_shard_map(step, mesh="x"), TypeError, "typed_shard_map: mesh must be a Mesh",
-     xfail=f"{SHARD_MAP}: mesh='x' is accepted and fails at the first call; validate mesh when decorating")
-case("typed_shard_map", "check-vma-str", lambda: typed_shard_map(step, check_vma="yes"), TypeError, "check_vma must be",
-     xfail=f"{SHARD_MAP}: check_vma='yes' is accepted; require a bool or None")
+case("typed_shard_map", "axis-names-int", lambda: typed_shard_map(step, axis_names=3), TypeError, "axis_names")
+case("typed_shard_map", "mesh-str", lambda: typed_shard_map(step, mesh="x"), TypeError, "typed_shard_map: mesh must be a Mesh")
+case("typed_shard_map", "check-vma-str", lambda: typed_shard_map(step, check_vma="yes"), TypeError, "check_vma must be")
 
 # --- shardtypes.nnx ----------------------------------------------------------------------------
 
@@ -667,7 +659,6 @@ case("ops", "axis_size-unknown", lambda: in_shard_map(lambda x: ops.axis_size("z
 
 # --- the command (shardtypes plan | verify) ----------------------------------------------------
 
-CLI = "needs fix in __main__"
 case("cli", "no-command", lambda: cli(), CLIFailed, "exit status 2", "required")
 case("cli", "unknown-command", lambda: cli("bogus"), CLIFailed, "exit status 2", "invalid choice")
 case("cli", "no-target", lambda: cli("plan", "--mesh", "d=2"), CLIFailed, "exit status 2", "MODULE:OBJECT")
@@ -687,20 +678,13 @@ case("cli", "mode-without-rules", lambda: cli("plan", f"{HERE}:Layer", "--mesh",
 case("cli", "rules-not-rules", lambda: cli("plan", f"{HERE}:Layer", "--mesh", "d=2", "--rules", f"{HERE}:Layer"), CLIFailed, "exit status 2", "expected AxisRules")
 case("cli", "unknown-mode", lambda: cli("plan", f"{HERE}:Layer", "--mesh", "d=2", "--rules", f"{HERE}:RULES", "--mode", "prefill"), CLIFailed, "exit status 2", "'prefill'")
 case("cli", "static-bad", lambda: cli("verify", f"{HERE}:with_n", "--mesh", "d=2", "--static", "n=("), CLIFailed, "exit status 2", "bad value for n")
-case("cli", "plan-dims-negative", lambda: cli("plan", f"{HERE}:Layer", "--mesh", "d=2,t=2", "--dims", "embed=-8,hidden=8"), CLIFailed, "exit status 2", "embed", "-8",
-     xfail=f"{CLI}: plan() now raises ValueError for dims['embed'] = -8; the command must print it and exit 2 (it lets the traceback out)")
-case("cli", "plan-dims-typo", lambda: cli("plan", f"{HERE}:Layer", "--mesh", "d=2,t=2", "--dims", "embed=8,hiden=8"), CLIFailed, "exit status 2", "did you mean 'hidden'",
-     xfail=f"{CLI}: plan() now raises ValueError for the unused dims key; print it and exit 2")
-case("cli", "plan-not-an-annotation", lambda: cli("plan", f"{HERE}:NOT_AN_ANNOTATION", "--mesh", "d=2"), CLIFailed, "exit status 2", "has no layout",
-     xfail=f"{CLI}: plan(3) raises TypeError; print it and exit 2 instead of a traceback")
-case("cli", "verify-a-class", lambda: cli("verify", f"{HERE}:Layer", "--mesh", "d=2"), CLIFailed, "exit status 2", "fn must be a function",
-     xfail=f"{CLI}: verify(a class) raises TypeError; print it and exit 2 instead of a traceback")
-case("cli", "verify-dims-negative", lambda: cli("verify", f"{HERE}:step", "--mesh", "d=2,t=2", "--dims", "batch=-8"), CLIFailed, "exit status 2", "-8",
-     xfail=f"{CLI}: verify() now raises ValueError for dims['batch'] = -8; print it and exit 2")
-case("cli", "mesh-axis-twice", lambda: cli("plan", f"{HERE}:Layer", "--mesh", "d=2,d=4"), CLIFailed, "exit status 2", "'d'", "twice",
-     xfail=f"{CLI}: --mesh d=2,d=4 silently keeps d=4; a repeated name is bad usage")
-case("cli", "dims-name-twice", lambda: cli("plan", f"{HERE}:Layer", "--mesh", "d=2", "--dims", "embed=8,embed=16"), CLIFailed, "exit status 2", "'embed'", "twice",
-     xfail=f"{CLI}: --dims embed=8,embed=16 silently keeps 16; a repeated name is bad usage")
+case("cli", "plan-dims-negative", lambda: cli("plan", f"{HERE}:Layer", "--mesh", "d=2,t=2", "--dims", "embed=-8,hidden=8"), CLIFailed, "exit status 2", "embed", "-8")
+case("cli", "plan-dims-typo", lambda: cli("plan", f"{HERE}:Layer", "--mesh", "d=2,t=2", "--dims", "embed=8,hiden=8"), CLIFailed, "exit status 2", "did you mean 'hidden'")
+case("cli", "plan-not-an-annotation", lambda: cli("plan", f"{HERE}:NOT_AN_ANNOTATION", "--mesh", "d=2"), CLIFailed, "exit status 2", "has no layout")
+case("cli", "verify-a-class", lambda: cli("verify", f"{HERE}:Layer", "--mesh", "d=2"), CLIFailed, "exit status 2", "fn must be a function")
+case("cli", "verify-dims-negative", lambda: cli("verify", f"{HERE}:step", "--mesh", "d=2,t=2", "--dims", "batch=-8"), CLIFailed, "exit status 2", "-8")
+case("cli", "mesh-axis-twice", lambda: cli("plan", f"{HERE}:Layer", "--mesh", "d=2,d=4"), CLIFailed, "exit status 2", "'d'", "twice")
+case("cli", "dims-name-twice", lambda: cli("plan", f"{HERE}:Layer", "--mesh", "d=2", "--dims", "embed=8,embed=16"), CLIFailed, "exit status 2", "'embed'", "twice")
 
 
 # ---------------------------------------------------------------------------------------------

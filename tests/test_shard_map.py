@@ -249,13 +249,26 @@ def test_no_mesh_is_a_helpful_value_error(kind):
     xs, ws = put(mesh, X, "d"), put(mesh, W, None, "t")
     assert jax.sharding.get_abstract_mesh().empty
     message = (
-        "typed_shard_map: calling matmul with no mesh; pass mesh=... or call it inside "
-        "`with jax.set_mesh(mesh):`"
+        "typed_shard_map: calling matmul: no mesh; pass mesh=... or set one with "
+        "`with jax.set_mesh(mesh):`. If you opened JAX's legacy `with Mesh(...):` context"
     )
     with pytest.raises(ValueError, match=re.escape(message)):
         matmul(xs, ws)
     with pytest.raises(ValueError, match=re.escape(message)):
         jax.jit(matmul)(xs, ws)
+
+
+def test_legacy_mesh_context_is_named_as_the_likely_cause():
+    # seqax's main_contained opens `with Mesh(...)`: invisible to get_abstract_mesh().
+    import warnings
+
+    mesh = make_mesh("auto")
+    xs, ws = put(mesh, X, "d"), put(mesh, W, None, "t")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with jax.sharding.Mesh(mesh.devices, mesh.axis_names):
+            with pytest.raises(ValueError, match=re.escape("use `with jax.set_mesh(mesh):` instead")):
+                jax.jit(matmul)(xs, ws)
 
 
 # ---------------------------------------------------------------------------------------------
