@@ -35,6 +35,7 @@ from ._config import _FORCED, config
 from ._dtypes import number
 from ._dims import _BASE, _IN_TRACE, _TABLE, Table, scope, tracing
 from ._hints import resolve_hints
+from ._instrument import has_str_shapes, instrument_str_shapes, with_closure
 from ._typeguard import (
     ShardtypesWarning,
     check_argument_types_internal,
@@ -116,7 +117,7 @@ def _typechecked(target: Any, scope_vars: dict) -> Any:
         return scope(_typechecked(getattr(target, "__wrapped__"), scope_vars))
     needs, why_not = _needs_instrumentation(target)
     if needs:
-        instrumented, problem = _instrument(target)
+        instrumented, problem = _instrument(target, scope_vars)
         if problem is None:
             return _mark(_with_table(target, instrumented))
         _warn_unchecked_locals(target, problem)
@@ -201,10 +202,12 @@ def _annotates_locals(body: list) -> bool:
     return False
 
 
-def _instrument(target: Callable) -> tuple[Callable, str | None]:
+def _instrument(target: Callable, scope_vars: dict) -> tuple[Callable, str | None]:
     """typeguard's instrumentation of ``target``, or why there is none."""
     if not __debug__:
         return target, "Python runs with -O, which turns typeguard's instrumentation off"
+    if has_str_shapes(target, scope_vars):  # typeguard would read f32['batch embed'] as a forward reference
+        return instrument_str_shapes(target, scope_vars)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -219,7 +222,7 @@ def _instrument(target: Callable) -> tuple[Callable, str | None]:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     if instrumented is target or getattr(instrumented, "__code__", None) is target.__code__:
         return target, "; ".join(problems) or "typeguard left it unchanged"
-    return instrumented, None
+    return with_closure(instrumented.__code__, target, scope_vars)
 
 
 def _with_table(target: Callable, checked: Callable) -> Callable:

@@ -1,0 +1,151 @@
+"""shardtypes.typechecked instruments functions whose annotations write shapes as str: typeguard
+would read f32['batch'] as a forward reference (a NameError at the call) and f32['batch embed']
+as a syntax error, so the shapes are handed to it as bytes."""
+
+import warnings
+from typing import Iterator
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from typeguard import TypeCheckError
+
+from shardtypes import Array, ShardtypesWarning, Stacked, f32, i32, pytree_dataclass, typechecked
+
+
+@pytree_dataclass
+class Layer:
+    w: f32["embed hidden"]
+
+
+def ones(*shape, dtype=np.float32):
+    return np.ones(shape, dtype)
+
+
+def test_one_word_and_several_word_shapes_in_the_signature_and_locals():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ShardtypesWarning)  # instrumented: no fallback warning
+
+        @typechecked
+        def f(x: f32["batch"], m: f32["batch embed"]) -> f32["batch"]:
+            y: f32["batch"] = x * 2
+            z: f32["batch embed"] = m + y[:, None]
+            return z.sum(-1)
+
+    assert f(ones(2), ones(2, 3)).shape == (2,)
+    with pytest.raises(TypeCheckError, match=r"argument \"m\" .* is not f32\[b'batch embed'\]"):
+        f(ones(2), ones(3, 3))
+
+
+def test_a_wrong_local_is_caught_with_a_str_shape():
+    @typechecked
+    def f(x: f32["batch"]) -> f32["batch"]:
+        y: f32["batch embed"] = x * 2  # one dim, not two
+        return y
+
+    with pytest.raises(TypeCheckError, match=r"value assigned to y .* of .*f\(\) is not f32\[b'batch embed'\]: has 1 dim"):
+        f(ones(2))
+
+
+def test_sizes_bind_across_the_signature_and_str_locals():
+    @typechecked
+    def f(x: f32["batch embed"]) -> f32["batch"]:
+        y: f32["embed"] = x[0]
+        bad: f32["batch"] = y  # 'batch' is 2, y has 'embed' = 3
+        return bad
+
+    with pytest.raises(TypeCheckError, match="dimension 'batch' is 3 here"):
+        f(ones(2, 3))
+
+
+def test_stacked_axes_and_dtypes_by_attribute():
+    import shardtypes
+
+    @typechecked
+    def f(layers: Array["layers", Layer], ids: shardtypes.i32["n"]) -> shardtypes.f32["layers"]:
+        first: Stacked[Layer, "layers"] = layers
+        total: Array["layers", Layer] = first
+        count: shardtypes.i32["n"] = ids
+        assert count.shape == ids.shape
+        return total.w.sum((1, 2))
+
+    layers = Layer(w=ones(4, 2, 3))
+    assert f(layers, ones(5, dtype=np.int32)).shape == (4,)
+    with pytest.raises(TypeCheckError, match="i32"):
+        f(layers, ones(5))
+
+
+def test_generators_with_str_shapes_check_their_yields():
+    @typechecked
+    def gen(x: f32["batch"]) -> Iterator[f32["batch"]]:
+        yield x
+        yield jnp.ones(x.shape[0] + 1)
+
+    it = gen(ones(1))
+    assert next(it).shape == (1,)
+    with pytest.raises(TypeCheckError, match="dimension 'batch' is 2 here"):
+        next(it)
+
+
+def test_methods_and_defaults_keep_working():
+    class Model:
+        @typechecked
+        def apply(self, x: f32["batch"], scale: float = 2.0, *, shift: float = 0.0) -> f32["batch"]:
+            y: f32["batch"] = x * scale + shift
+            return y
+
+    m = Model()
+    assert float(m.apply(ones(2))[0]) == 2.0
+    assert float(m.apply(ones(2), shift=1.0)[0]) == 3.0
+    assert Model.apply.__name__ == "apply"
+
+
+def test_a_str_that_is_not_a_shape_is_left_to_typeguard():
+    @typechecked
+    def f(x: f32["batch"], n: "int") -> f32["batch"]:
+        k: "int" = n + 1
+        y: f32["batch"] = x * k
+        return y
+
+    assert f(ones(2), 1).shape == (2,)
+    with pytest.raises(TypeCheckError, match=r"argument \"n\" \(str\) is not an instance of int"):
+        f(ones(2), "1")
+
+
+def test_an_alias_assigned_in_an_enclosing_function_is_never_waved_through():
+    """typeguard drops annotations naming a variable assigned in an enclosing function, so its
+    instrumented function would check nothing: the signature is checked instead, with a warning
+    that the locals are not."""
+
+    def outer():
+        F = f32
+
+        @typechecked
+        def f(x: F["batch"]) -> F["batch"]:
+            y: F["batch"] = x
+            return y
+
+        return f
+
+    with pytest.warns(ShardtypesWarning, match="typeguard dropped its checks.*annotated local variables inside it, if any, are NOT checked"):
+        f = outer()
+    assert f(ones(2)).shape == (2,)
+    with pytest.raises(TypeCheckError, match=r"argument \"x\" .* is not f32\[b'batch'\]: has dtype int32"):
+        f(ones(2, dtype=np.int32))
+
+
+def test_annotations_naming_an_enclosing_functions_parameter_are_checked():
+    def outer(F):
+        @typechecked
+        def f(x: F["batch"]) -> F["batch"]:
+            y: F["batch"] = x
+            return y
+
+        return f
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ShardtypesWarning)
+        f = outer(f32)
+    assert f(ones(2)).shape == (2,)
+    with pytest.raises(TypeCheckError, match="has dtype int32"):
+        f(ones(2, dtype=np.int32))
