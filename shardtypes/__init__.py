@@ -218,4 +218,10 @@ __all__ = [
 
 register_with_typeguard()
 
+# The errors and warnings users see in tracebacks and catch by name carry their public home
+# (shardtypes.ShapeSpecError, not shardtypes._shape.ShapeSpecError); pickle finds them there.
+for _cls in (ShapeSpecError, AxisRulesError, ShardtypesWarning, FieldError):
+    _cls.__module__ = "shardtypes"
+del _cls
+
 __version__ = "0.1.0"
