@@ -198,7 +198,7 @@ def attention(nx: f32[jax.Array, b"batch/dp seq embed"], layer: Layer, rope: Rop
     k = apply_rope(ops.einsum_unreduced(project, nx, w_k), rope)
     v = ops.einsum_unreduced(project, nx, w_v)
 
-    scores = ops.einsum_unreduced(
+    scores: jax.Array = ops.einsum_unreduced(
         "batch/dp seq heads/tp head_dim, batch/dp kseq heads/tp head_dim -> batch/dp heads/tp seq kseq",
         q, k,
     ) / math.sqrt(dims()["head_dim"])

@@ -10,8 +10,9 @@ Two switches:
   jaxtyping).
 * ``config.auto_sharding_check``: how Auto mesh axes are checked under ``jax.jit``.
 
-Both are part of jit's cache key (through ``jax.make_user_context``): a jitted function traced
-with checks off is traced again once they are on, so jit's cache never keeps an unchecked trace.
+Both are part of jit's cache key (through ``jax.make_user_context``; on JAX before 0.10 a change
+empties jit's caches instead, see ``_compat``): a jitted function traced with checks off is traced
+again once they are on, so jit's cache never keeps an unchecked trace.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import contextvars
 import os
 from typing import Iterator
 
-import jax
+from ._compat import JitKey
 
 __all__ = ["config"]
 
@@ -46,9 +47,7 @@ def _checks_from_environment() -> bool:
 
 # What tracing depends on, as part of jit's cache key where this JAX can key on it:
 # (checks on, auto_sharding_check).
-_JIT_STATE = (
-    jax.make_user_context(default_value=(True, "compile")) if hasattr(jax, "make_user_context") else None
-)
+_JIT_STATE = JitKey(default=(True, "compile"))
 
 # Set while a tool that exists to check (``verify``) runs: checks are on for it whatever the switch.
 _FORCED: contextvars.ContextVar[bool] = contextvars.ContextVar("shardtypes.checks_forced", default=False)
@@ -107,8 +106,7 @@ class Config:
         self._publish()
 
     def _publish(self) -> None:
-        if _JIT_STATE is not None:
-            _JIT_STATE.set_global((self._checks, self._auto))
+        _JIT_STATE.set_global((self._checks, self._auto))
 
     def __repr__(self) -> str:
         return f"shardtypes.Config(checks={self._checks!r}, auto_sharding_check={self._auto!r})"
@@ -127,8 +125,10 @@ def forced_checks() -> Iterator[None]:
     """Checks on inside, whatever ``config.checks`` says (for ``verify``); jit traces again."""
     token = _FORCED.set(True)
     try:
-        if _JIT_STATE is not None and not config._checks:
-            with _JIT_STATE((True, config._auto)):
+        if not config._checks:
+            # A value no process-wide setting takes, so a forced trace is never shared with one
+            # made with checks off (on any JAX: see _compat).
+            with _JIT_STATE(("forced", config._auto)):
                 yield
         else:
             yield

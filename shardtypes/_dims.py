@@ -32,6 +32,8 @@ from typing import Any, Callable, Mapping, TypeVar, cast
 
 import jax
 
+from ._compat import JitKey
+
 __all__ = ["Scope", "scope", "dims", "Table"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -80,7 +82,7 @@ _IN_TRACE: contextvars.ContextVar[bool] = contextvars.ContextVar("shardtypes.in_
 _OPEN: contextvars.ContextVar[tuple] = contextvars.ContextVar("shardtypes.open_scopes", default=())
 
 # The bindings of the innermost Scope, as part of jit's cache key.
-_JIT_SCOPE = jax.make_user_context(default_value=None) if hasattr(jax, "make_user_context") else None
+_JIT_SCOPE = JitKey(default=None)
 
 
 def tracing() -> bool:
@@ -130,10 +132,8 @@ class Scope:
         table = Table(dict(self._bindings), {
             n: self._origin or f"Scope({n}={v!r})" for n, v in self._bindings.items()
         })
-        key = None
-        if _JIT_SCOPE is not None:
-            key = _JIT_SCOPE(tuple(sorted(self._bindings.items(), key=lambda item: item[0])))
-            key.__enter__()
+        key = _JIT_SCOPE(tuple(sorted(self._bindings.items(), key=lambda item: item[0])))
+        key.__enter__()
         marker = object()
         self._tokens.set((*self._tokens.get(), (_TABLE.set(table), _BASE.set(table), key, marker)))
         _OPEN.set((*_OPEN.get(), marker))

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence, TypeAlia
 
 import jax
 
+from ._compat import JitKey
 from ._shape import _IDENT, ShapeSpec, divides, size_equal
 
 __all__ = [
@@ -310,11 +311,11 @@ def axis_rules(rules: AxisRules | Iterable | None, mode: str | None = None) -> I
 
 # The rules are read while tracing, so jax.jit must not reuse a trace made under other rules:
 # a JAX user context makes them part of jit's cache key (where this JAX has one).
-_JIT_RULES = jax.make_user_context(default_value=None) if hasattr(jax, "make_user_context") else None
+_JIT_RULES = JitKey(default=None)
 
 
 def _jit_context(active: Active) -> contextlib.AbstractContextManager[object]:
-    return _JIT_RULES(active) if _JIT_RULES is not None else contextlib.nullcontext()
+    return _JIT_RULES(active)
 
 
 def current_rules() -> tuple[AxisRules, str | None] | None:

@@ -48,9 +48,12 @@ def test_equinox_example(flags):
     assert proc.returncode == 0, proc.stderr
     assert "layout: {'w_up': P('d', 't'), 'w_down': P('t', 'd')}" in proc.stdout
     assert "output: (8, 16) P('d'" in proc.stdout
-    assert ("caught: argument \"model\" (__main__.MLP) of apply(): model.w_up is not "
-            "f32[jax.Array, b'embed/d hidden/t']: sharding is P(None, None) but the annotation says "
-            "P('d', 't')") in proc.stdout
+    caught = proc.stdout.split("caught: ", 1)[1]
+    assert caught.startswith("argument \"model\" (__main__.MLP) of apply(): model.w_up is not "
+                             "f32[jax.Array, b'embed/d hidden/t']: ")
+    # How the unsharded weight is laid out depends on the JAX version (replicated over the mesh,
+    # or on one device); the message names the annotation's layout either way.
+    assert "P('d', 't')" in caught and "found float32[16,64]" in caught
 
 
 @pytest.mark.parametrize("flags", [[], ["--auto"]], ids=["explicit", "auto"])

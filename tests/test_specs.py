@@ -506,7 +506,7 @@ def test_property_shape_dtype_structs_divide(case):
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
     for struct, sharding, (shape, spec) in zip(structs, shardings, expected):
         assert struct.shape == shape and struct.dtype == jnp.float32
-        assert struct.sharding.spec == spec and sharding.spec == spec and sharding.mesh is mesh
+        assert struct.sharding.spec == spec and sharding.spec == spec and sharding.mesh == mesh
         for size, entry in zip(struct.shape, spec):
             axes = () if entry is None else ((entry,) if isinstance(entry, str) else entry)
             assert size % math.prod(sizes[a] for a in axes) == 0

@@ -1,0 +1,68 @@
+"""What differs between the JAX versions shardtypes supports, in one place.
+
+shardtypes supports JAX from ``OLDEST_JAX`` to the newest release; ``.ci/run`` runs the whole
+suite on both ends. Everything that depends on the version lives here, so the rest of the package
+is written against one API.
+
+Today one thing differs: a value that is part of ``jax.jit``'s cache key
+(``jax.make_user_context``). JAX 0.10 can set its process-wide value (``set_global``); older
+JAX can only set it inside a ``with`` block. There, a process-wide setting that tracing depends
+on (``shardtypes.config``) empties jit's caches when it changes (``jax.clear_caches``), so no
+trace made under the old setting is reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import jax
+
+__all__ = ["OLDEST_JAX", "JitKey", "jax_version"]
+
+OLDEST_JAX = "0.9.2"
+
+
+def jax_version() -> tuple[int, ...]:
+    """The running JAX's version as numbers, e.g. ``(0, 10, 2)``."""
+    parts = []
+    for part in jax.__version__.split(".")[:3]:
+        digits = "".join(c for c in part if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+class JitKey:
+    """A value that is part of jit's cache key: a jitted function traced under one value is traced
+    again under another.
+
+    ``key(value)`` is a context manager that holds ``value`` inside its block;
+    ``key.set_global(value)`` sets it for the whole process.
+    """
+
+    __slots__ = ("_context", "_global", "_default")
+
+    def __init__(self, default: Any) -> None:
+        self._context = jax.make_user_context(default_value=default)
+        self._default = default
+        self._global = default
+
+    def __call__(self, value: Any) -> contextlib.AbstractContextManager[Any]:
+        return self._context(value)
+
+    @property
+    def global_value(self) -> Any:
+        """The process-wide value last set (the default until ``set_global``)."""
+        return self._global
+
+    def set_global(self, value: Any) -> None:
+        """Sets the process-wide value. Where JAX cannot key on it, jit's caches are emptied
+        when it changes instead, so no trace made under the old value is reused."""
+        if value == self._global:
+            return
+        setter = getattr(self._context, "set_global", None)
+        if setter is not None:
+            setter(value)
+        else:
+            jax.clear_caches()
+        self._global = value
