@@ -14,7 +14,7 @@ import math
 import os
 import sys
 import types
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -65,7 +65,10 @@ def _caller() -> str:
     return f"in {frame.f_code.co_qualname}(), " if frame is not None else ""
 
 
-def own_table(op: Callable) -> Callable:
+_Op = TypeVar("_Op", bound=Callable[..., Any])
+
+
+def own_table(op: _Op) -> _Op:
     """Outside any dimension table (a hand-written shard_map), the operands and result of one op
     call share a table of their own."""
 
@@ -79,7 +82,7 @@ def own_table(op: Callable) -> Callable:
         finally:
             _TABLE.reset(token)
 
-    return wrapper
+    return cast(_Op, wrapper)
 
 
 # ---------------------------------------------------------------------------------------------

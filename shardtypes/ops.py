@@ -46,7 +46,7 @@ __all__ = [
 
 
 @c.own_table
-def all_gather(spec: str, x: Any) -> Any:
+def all_gather(spec: str, x: jax.Array) -> jax.Array:
     """Gathers the mesh axes that ``spec`` removes from a dim: ``'V/t M/d -> V/t M'``.
 
     The removed axes must be the trailing axes of that dim (``M/d/e -> M/d`` gathers ``e``).
@@ -67,7 +67,7 @@ def all_gather(spec: str, x: Any) -> Any:
 
 
 @c.own_table
-def psum_scatter(spec: str, x: Any) -> Any:
+def psum_scatter(spec: str, x: jax.Array) -> jax.Array:
     """Sums over the mesh axes that ``spec`` adds to one dim and leaves that dim scattered over
     them: ``'B/d L M -> B/d L M/t'``."""
     (before,), after = c.arrow("psum_scatter", spec, 1)
@@ -93,7 +93,7 @@ def psum_scatter(spec: str, x: Any) -> Any:
 
 
 @c.own_table
-def all_to_all(spec: str, x: Any) -> Any:
+def all_to_all(spec: str, x: jax.Array) -> jax.Array:
     """Moves mesh axes from one dim to another: ``'B/d L M -> B L M/d'``.
 
     The dim that loses axes is gathered over them and the dim that gains them is scattered over
@@ -137,7 +137,7 @@ def _move(spec, before, after, b_axes, a_axes, changed) -> tuple[int, int, tuple
 
 
 @c.own_table
-def psum(spec: str, x: Any, axes: str | Sequence[str]) -> Any:
+def psum(spec: str, x: jax.Array, axes: str | Sequence[str]) -> jax.Array:
     """Adds up ``x``'s partial sums over mesh axes ``axes`` (``jax.lax.psum``); the layout is
     ``spec`` before and after::
 
@@ -154,13 +154,13 @@ def psum(spec: str, x: Any, axes: str | Sequence[str]) -> Any:
 
 
 @c.own_table
-def pmean(spec: str, x: Any, axes: str | Sequence[str]) -> Any:
+def pmean(spec: str, x: jax.Array, axes: str | Sequence[str]) -> jax.Array:
     """The mean over mesh axes ``axes`` (``jax.lax.pmean``), like ``psum``:
     ``pmean('B/d L M', loss_parts, ('d', 't'))``."""
     return _reduce("pmean", jax.lax.pmean, spec, x, axes)
 
 
-def _reduce(op: str, collective, spec: str, x: Any, axes: Any) -> Any:
+def _reduce(op: str, collective, spec: str, x: jax.Array, axes: Any) -> jax.Array:
     shape = c.single(op, spec, f"{op}('B/d L M', x, 't')")
     names = c.axis_names(op, spec, "axes", axes)
     c.manual(op, spec, names, "argument 'axes'")
@@ -179,7 +179,7 @@ def _reduce(op: str, collective, spec: str, x: Any, axes: Any) -> Any:
 
 
 @c.own_table
-def ppermute(spec: str, x: Any, axis: str | Sequence[str], perm: Sequence[tuple[int, int]]) -> Any:
+def ppermute(spec: str, x: jax.Array, axis: str | Sequence[str], perm: Sequence[tuple[int, int]]) -> jax.Array:
     """Sends ``x`` from device ``src`` to device ``dst`` along mesh axis ``axis`` for each pair
     of ``perm`` (``jax.lax.ppermute``); devices no pair sends to get zeros. The layout is
     ``spec`` before and after::
@@ -223,7 +223,7 @@ def _perm(spec: str, perm: Any, n: int) -> list[tuple[int, int]]:
 
 
 @c.own_table
-def einsum_unreduced(spec: str, *operands: Any, **kwargs: Any) -> Any:
+def einsum_unreduced(spec: str, *operands: jax.Array, **kwargs: Any) -> jax.Array:
     """A local ``jnp.einsum`` written with dim names: ``'B/d L M, M F/t -> B/d L F/t'``.
 
     Contracted dims that are sharded leave partial sums ("unreduced"): follow with ``psum`` or
@@ -258,7 +258,7 @@ def einsum_unreduced(spec: str, *operands: Any, **kwargs: Any) -> Any:
 
 
 @c.own_table
-def index_unreduced(spec: str, table: Any, ids: Any) -> Any:
+def index_unreduced(spec: str, table: jax.Array, ids: jax.Array) -> jax.Array:
     """Entries of ``table`` picked by integer ``ids`` along the table's dim in brackets, which
     may be sharded: ``'batch/d len [V/t], batch/d len -> batch/d len'`` (seqax's loss: the
     log-probability of each target) or ``'[V/t] M, B/d L -> B/d L M'`` (embedding rows).
@@ -283,7 +283,7 @@ def index_unreduced(spec: str, table: Any, ids: Any) -> Any:
     return result
 
 
-def axis_index(name: str | Sequence[str]) -> Any:
+def axis_index(name: str | Sequence[str]) -> jax.Array:
     """This device's index along mesh axis ``name`` (``jax.lax.axis_index``), inside a
     ``shard_map`` where ``name`` is manual: ``axis_index('d')``. A tuple of axes gives the
     index over them together, major axis first."""
