@@ -103,9 +103,9 @@ from ._rules import (
     axis_rules as axis_rules,
     current_rules as current_rules,
     eformer_rules as eformer_rules,
-    explain as explain,
     t5x_rules as t5x_rules,
 )
+from ._explain import explain as explain
 from ._shape import DimSpec as DimSpec, ShapeSpec as ShapeSpec, ShapeSpecError as ShapeSpecError
 from ._shard_map import typed_shard_map as typed_shard_map
 from ._specs import (

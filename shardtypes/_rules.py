@@ -40,7 +40,6 @@ __all__ = [
     "AxisRulesError",
     "axis_rules",
     "current_rules",
-    "explain",
     "t5x_rules",
     "eformer_rules",
 ]
@@ -557,14 +556,3 @@ def eformer_rules(dp: str = "dp", fsdp: str = "fsdp", tp: str = "tp", sp: str = 
               ("length", None)]
     return AxisRules(train, modes={"prefill": prefill, "decode": decode},
                      auto_mode=("query", 1, "decode"), name="eformer")
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-def explain(annotation: Any, mesh: Any = None, dims: Mapping[str, Any] | None = None) -> str:
-    """Which rule each dim of each array in ``annotation`` took, and why others were passed over,
-    under the active rules (and ``mesh``/``dims`` when given, for axis and divisibility checks)."""
-    from ._specs import explain_tree  # derivation walks annotation trees; rules do not
-
-    return explain_tree(annotation, mesh, dims)

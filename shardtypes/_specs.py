@@ -31,7 +31,7 @@ from ._shape import (
     evaluate, unused_dims_error,
 )
 from ._check import axis_hint, plan_of
-from ._rules import AxisRulesError, choices as rules_choices, current_rules, layout as rules_layout
+from ._rules import AxisRulesError, current_rules, layout as rules_layout
 from ._model import ArrayNode, ClassNode, follow, model
 from ._trees import tree_info
 
@@ -612,45 +612,3 @@ def is_fully_sharded(spec: PartitionSpec, mesh: Any = None) -> bool:
     if unknown:
         raise ValueError(f"is_fully_sharded: {spec} names mesh axis {unknown[0]!r}, which is not in the mesh (axes: {every})")
     return set(used) >= set(names)
-
-
-
-def explain_tree(annotation: Any, mesh: Any = None, dims: Mapping[str, Any] | None = None) -> str:
-    """The text of ``explain``: for each array of the annotation tree, each dim's mesh axes and
-    the rule that put them there (or why none did)."""
-    if mesh is None:
-        try:
-            mesh = current_mesh(None, "explain")
-        except ValueError:
-            mesh = None
-    else:
-        mesh = mesh_arg(mesh, "explain")
-    if dims is not None:
-        dims = check_dims(dims, "explain")
-    mesh_sizes = dict(mesh.shape) if mesh is not None else None
-    active = current_rules()
-    lines = []
-    if active is None:
-        lines.append("no axis rules are active: the names after '/' are mesh axes")
-    else:
-        rules, mode = active
-        lines.append(f"under {rules!r}" + (f" in mode {mode!r}" if mode else ""))
-
-    def leaf(leaf: _Leaf) -> None:
-        spec = leaf.spec
-        known = [_dim_size(d, dims or {}, leaf, i, required=False) if not d.is_variadic else None
-                 for i, d in enumerate(spec.dims)]
-        ndim = len(spec.dims) - (spec.variadic_index is not None)
-        lines.append(f"{leaf.path or 'the annotation'}: {leaf.text}")
-        try:
-            story = rules_choices(spec, ndim, mesh_sizes, tuple(known) if spec.variadic_index is None else None)
-        except AxisRulesError as e:
-            lines.append(f"  error: {e}")
-            return
-        for choice in story:
-            axes = ", ".join(choice.axes) if choice.axes else "replicated"
-            notes = "; ".join(choice.notes)
-            lines.append(f"  dim {choice.index} {choice.dim!r}: {axes}" + (f"  ({notes})" if notes else ""))
-
-    _walk(annotation, leaf)
-    return "\n".join(lines)
