@@ -102,9 +102,8 @@ from ._rules import (
     AxisRulesError as AxisRulesError,
     axis_rules as axis_rules,
     current_rules as current_rules,
-    eformer_rules as eformer_rules,
-    t5x_rules as t5x_rules,
 )
+from ._rule_presets import eformer_rules as eformer_rules, t5x_rules as t5x_rules
 from ._explain import explain as explain
 from ._shape import DimSpec as DimSpec, ShapeSpec as ShapeSpec, ShapeSpecError as ShapeSpecError
 from ._shard_map import typed_shard_map as typed_shard_map

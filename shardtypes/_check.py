@@ -32,8 +32,10 @@ from jax.sharding import NamedSharding, PartitionSpec
 from ._config import config
 from ._dims import Table
 from ._dtypes import annotation_class, dtype_name, number, type_name
-from ._rules import _ACTIVE as _ACTIVE_RULES, AxisRulesError, layout as rules_layout
-from ._shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, entry_axes, evaluate, size_equal
+from ._rule_resolution import layout as rules_layout
+from ._rules import _ACTIVE as _ACTIVE_RULES, AxisRulesError
+from ._shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, entry_axes
+from ._sizes import evaluate, size_equal
 from typeguard import TypeCheckError
 
 __all__ = ["Plan", "check_value", "fast_check", "describe"]

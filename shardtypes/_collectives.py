@@ -23,7 +23,7 @@ from typeguard import TypeCheckError
 from ._check import Mismatch, check_value, describe
 from ._dims import _TABLE, Table
 from ._dtypes import anydtype
-from ._rules import layout as rules_layout
+from ._rule_resolution import layout as rules_layout
 from ._shape import FIXED, NAMED, DimSpec, ShapeSpec, ShapeSpecError
 
 __all__ = [

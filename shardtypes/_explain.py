@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ._mesh import current_mesh
-from ._rules import AxisRulesError, choices as rules_choices, current_rules
-from ._shape import check_dims
+from ._rule_resolution import choices as rules_choices
+from ._rules import AxisRulesError, current_rules
+from ._sizes import check_dims
 from ._specs import _dim_size, _Leaf, _walk, mesh_arg
 
 __all__ = ["explain"]

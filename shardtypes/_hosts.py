@@ -43,7 +43,8 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from ._config import forced_checks
 from ._dims import Scope
 from ._dtypes import annotation_class, number
-from ._shape import _IDENT, entry_axes
+from ._shape import entry_axes
+from ._sizes import _IDENT
 from ._specs import make_shardings, mesh_arg
 from ._check import plan_of
 from ._typeguard import check

@@ -26,12 +26,11 @@ from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from ._mesh import current_mesh, no_mesh_error
 from ._dtypes import annotation_class, is_annotation, number
-from ._shape import (
-    ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, axes_entry, check_dims, divides, entry_axes,
-    evaluate, unused_dims_error,
-)
+from ._shape import ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, axes_entry, entry_axes
+from ._sizes import check_dims, divides, evaluate, unused_dims_error
 from ._check import axis_hint, plan_of
-from ._rules import AxisRulesError, current_rules, layout as rules_layout
+from ._rule_resolution import layout as rules_layout
+from ._rules import AxisRulesError, current_rules
 from ._model import ArrayNode, ClassNode, follow, model
 from ._trees import tree_info
 
@@ -404,7 +403,7 @@ def check_dims_for(dims: Any, single: set[str], variadic: set[str], what: str, s
             )
     unused = [n for n in dims if n not in used]
     if not strict:
-        from ._shape import close_name
+        from ._sizes import close_name
 
         unused = [n for n in unused if close_name(n, used) is not None]
     if unused:

@@ -32,7 +32,7 @@ from ._dims import Scope
 from ._hints import resolve_hints
 from ._rules import AxisRulesError
 from ._shape import BROADCAST, ELLIPSIS, NAMED, VARIADIC, entry_axes
-from ._shape import _IDENT, check_dims
+from ._sizes import _IDENT, check_dims
 from ._specs import _dim_size, _Leaf, _partition_spec, _walk, check_dims_for, dims_used, structs
 from ._config import forced_checks
 from ._typeguard import COLLECTED

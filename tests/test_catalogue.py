@@ -87,7 +87,7 @@ from shardtypes import (
 )
 from shardtypes.__main__ import _StdoutClosed, main as cli_main
 from shardtypes._check import Mismatch
-from shardtypes._shape import _DimError
+from shardtypes._sizes import _DimError
 from shardtypes._typeguard import _ArrayError
 
 # ---------------------------------------------------------------------------------------------
