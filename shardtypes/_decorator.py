@@ -43,7 +43,7 @@ from ._typeguard import (
     check_with_plan,
     plan_for,
 )
-from ._check import _ARRAY_TYPES, fast_check
+from ._plans import _ARRAY_TYPES, fast_check
 from ._model import fast_tree, learn_layout, model, tree_node
 
 __all__ = ["typechecked"]

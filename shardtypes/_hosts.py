@@ -46,7 +46,7 @@ from ._dtypes import annotation_class, number
 from ._shape import entry_axes
 from ._sizes import _IDENT
 from ._specs import make_shardings, mesh_arg
-from ._check import plan_of
+from ._plans import plan_of
 from ._typeguard import check
 
 __all__ = ["default_mesh", "hybrid_mesh", "DataLayout", "data_layout", "make_global_array"]

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, ParamSpec, TypeVar, overload
 import jax
 from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 
-from ._check import COMPILE_TIME_CHECKS
+from ._compile_time import COMPILE_TIME_CHECKS
 from ._decorator import _typechecked
 from ._dims import scope
 from ._hints import resolve_hints

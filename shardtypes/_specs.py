@@ -28,7 +28,8 @@ from ._mesh import current_mesh, no_mesh_error
 from ._dtypes import annotation_class, is_annotation, number
 from ._shape import ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, axes_entry, entry_axes
 from ._sizes import check_dims, divides, evaluate, unused_dims_error
-from ._check import axis_hint, plan_of
+from ._describe import axis_hint
+from ._plans import plan_of
 from ._rule_resolution import layout as rules_layout
 from ._rules import AxisRulesError, current_rules
 from ._model import ArrayNode, ClassNode, follow, model

@@ -29,7 +29,9 @@ from typeguard import _functions as _tg_functions
 
 from . import _dims
 from ._config import _FORCED, config
-from ._check import _PLANS, Mismatch, Plan, annotation_text, check_value, describe, fast_check, malformed, plan_for, plan_of
+from ._check import check_value
+from ._describe import Mismatch, describe
+from ._plans import _PLANS, Plan, annotation_text, fast_check, malformed, plan_for, plan_of
 from ._dims import _TABLE, Table
 from ._hints import resolve_hints
 from ._model import ClassNode, model

@@ -86,7 +86,7 @@ from shardtypes import (
     verify,
 )
 from shardtypes.__main__ import _StdoutClosed, main as cli_main
-from shardtypes._check import Mismatch
+from shardtypes._describe import Mismatch
 from shardtypes._sizes import _DimError
 from shardtypes._typeguard import _ArrayError
 
