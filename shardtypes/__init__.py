@@ -127,12 +127,9 @@ from ._verify import (
 
 from . import nnx as nnx, ops as ops
 from ._decorator import typechecked as typechecked
-from ._typeguard import (
-    FieldError as FieldError,
-    ShardtypesWarning as ShardtypesWarning,
-    check as check,
-    register_with_typeguard as register_with_typeguard,
-)
+from ._check_entry import check as check
+from ._errors import FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
+from ._typeguard import register_with_typeguard as register_with_typeguard
 from typeguard import TypeCheckError as TypeCheckError
 
 __all__ = [

@@ -36,14 +36,10 @@ from ._dtypes import number
 from ._dims import _BASE, _IN_TRACE, _TABLE, Table, scope, tracing
 from ._hints import resolve_hints
 from ._instrument import has_str_shapes, instrument_str_shapes, with_closure
-from ._typeguard import (
-    ShardtypesWarning,
-    check_argument_types_internal,
-    check_return_type_internal,
-    check_with_plan,
-    plan_for,
-)
-from ._plans import _ARRAY_TYPES, fast_check
+from ._check_entry import check_with_plan
+from ._errors import ShardtypesWarning
+from ._typeguard_frames import check_argument_types_internal, check_return_type_internal
+from ._plans import _ARRAY_TYPES, fast_check, plan_for
 from ._model import fast_tree, learn_layout, model, tree_node
 
 __all__ = ["typechecked"]

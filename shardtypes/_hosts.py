@@ -47,7 +47,7 @@ from ._shape import entry_axes
 from ._sizes import _IDENT
 from ._specs import make_shardings, mesh_arg
 from ._plans import plan_of
-from ._typeguard import check
+from ._check_entry import check
 
 __all__ = ["default_mesh", "hybrid_mesh", "DataLayout", "data_layout", "make_global_array"]
 

@@ -28,7 +28,7 @@ from ._dims import scope
 from ._hints import resolve_hints
 from ._mesh import no_mesh_error
 from ._trees import tree_info
-from ._typeguard import _has_member
+from ._containers import _has_member
 from ._rules import axis_rules, current_rules
 from ._shape import axes_entry, entry_axes
 from ._specs import make_partition_specs

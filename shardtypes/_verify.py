@@ -35,7 +35,7 @@ from ._shape import BROADCAST, ELLIPSIS, NAMED, VARIADIC, entry_axes
 from ._sizes import _IDENT, check_dims
 from ._specs import _dim_size, _Leaf, _partition_spec, _walk, check_dims_for, dims_used, structs
 from ._config import forced_checks
-from ._typeguard import COLLECTED
+from ._errors import COLLECTED
 
 __all__ = ["verify", "plan", "VerifyReport", "Problem", "PlanReport", "PlanRow", "abstract_mesh"]
 

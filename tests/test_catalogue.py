@@ -88,7 +88,7 @@ from shardtypes import (
 from shardtypes.__main__ import _StdoutClosed, main as cli_main
 from shardtypes._describe import Mismatch
 from shardtypes._sizes import _DimError
-from shardtypes._typeguard import _ArrayError
+from shardtypes._errors import _ArrayError
 
 # ---------------------------------------------------------------------------------------------
 # What the cases work on.

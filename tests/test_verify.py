@@ -45,7 +45,7 @@ from shardtypes import (
     typed_shard_map,
     verify,
 )
-from shardtypes._typeguard import COLLECTED
+from shardtypes._errors import COLLECTED
 from shardtypes._verify import PlanRow, VerificationError, abstract_mesh
 
 from conftest import make_mesh
