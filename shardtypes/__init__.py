@@ -106,13 +106,13 @@ from ._rules import (
 from ._rule_presets import eformer_rules as eformer_rules, t5x_rules as t5x_rules
 from ._explain import explain as explain
 from ._shape import DimSpec as DimSpec, ShapeSpec as ShapeSpec, ShapeSpecError as ShapeSpecError
+from ._shard import shard as shard
 from ._shard_map import typed_shard_map as typed_shard_map
 from ._specs import (
     is_fully_sharded as is_fully_sharded,
     make_partition_specs as make_partition_specs,
     make_shape_dtype_structs as make_shape_dtype_structs,
     make_shardings as make_shardings,
-    shard as shard,
 )
 from ._trees import Array as Array, pytree_dataclass as pytree_dataclass
 from dataclasses import field as field

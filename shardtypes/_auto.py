@@ -36,7 +36,8 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
-from ._specs import mesh_arg, tree_guard
+from ._shard import tree_guard
+from ._specs import mesh_arg
 
 __all__ = [
     "auto_partition_spec",

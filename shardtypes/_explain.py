@@ -12,7 +12,8 @@ from ._mesh import current_mesh
 from ._rule_resolution import choices as rules_choices
 from ._rules import AxisRulesError, current_rules
 from ._sizes import check_dims
-from ._specs import _dim_size, _Leaf, _walk, mesh_arg
+from ._specs import _dim_size, mesh_arg
+from ._tree_walk import _Leaf, _walk
 
 __all__ = ["explain"]
 

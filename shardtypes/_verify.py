@@ -33,7 +33,8 @@ from ._hints import resolve_hints
 from ._rules import AxisRulesError
 from ._shape import BROADCAST, ELLIPSIS, NAMED, VARIADIC, entry_axes
 from ._sizes import _IDENT, check_dims
-from ._specs import _dim_size, _Leaf, _partition_spec, _walk, check_dims_for, dims_used, structs
+from ._specs import _dim_size, _partition_spec, check_dims_for, dims_used, structs
+from ._tree_walk import _Leaf, _walk
 from ._config import forced_checks
 from ._errors import COLLECTED
 
