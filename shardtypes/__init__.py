@@ -11,14 +11,7 @@ See ``shardtypes._shape`` for the annotation language.
 
 from typing import TYPE_CHECKING
 
-from ._auto import (
-    ShardingProblem as ShardingProblem,
-    auto_partition_spec as auto_partition_spec,
-    auto_partition_specs as auto_partition_specs,
-    convert_specs as convert_specs,
-    partition_specs_for_budget as partition_specs_for_budget,
-    validate_shardings as validate_shardings,
-)
+from ._auto import auto_partition_spec as auto_partition_spec, auto_partition_specs as auto_partition_specs
 from ._config import config as config
 from ._dims import Scope as Scope, dims as dims, scope as scope
 from ._dtypes import number as number
@@ -90,6 +83,11 @@ else:
         u64 as u64,
     )
     from ._trees import Stacked as Stacked
+from ._least_sharding import (
+    convert_specs as convert_specs,
+    partition_specs_for_budget as partition_specs_for_budget,
+)
+from ._validate_specs import ShardingProblem as ShardingProblem, validate_shardings as validate_shardings
 from ._hosts import (
     DataLayout as DataLayout,
     data_layout as data_layout,
