@@ -115,13 +115,8 @@ from ._specs import (
 from ._trees import Array as Array, pytree_dataclass as pytree_dataclass
 from dataclasses import field as field
 
-from ._verify import (
-    PlanReport as PlanReport,
-    Problem as Problem,
-    VerifyReport as VerifyReport,
-    plan as plan,
-    verify as verify,
-)
+from ._memory_plan import PlanReport as PlanReport, plan as plan
+from ._verify import Problem as Problem, VerifyReport as VerifyReport, verify as verify
 
 from . import nnx as nnx, ops as ops
 from ._decorator import typechecked as typechecked

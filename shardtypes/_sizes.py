@@ -199,6 +199,14 @@ def check_dims(dims: object, what: str, arg: str = "dims") -> dict[str, Any]:
     return out
 
 
+def _mapping_of_sizes(value: Any, what: str, arg: str) -> None:
+    """Checks a report's field ``arg`` (of ``what``): a mapping of axis or dim names to sizes."""
+    from collections.abc import Mapping
+
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise TypeError(f"{what}: {arg} must be a mapping of axis or dim names to sizes, got {value!r}")
+
+
 def unused_dims_error(unused: list[str], used: set[str], what: str, arg: str = "dims") -> ValueError:
     """The error for ``arg`` keys that no annotation uses, with the close names (typos)."""
     import difflib
