@@ -88,11 +88,10 @@ from ._least_sharding import (
     partition_specs_for_budget as partition_specs_for_budget,
 )
 from ._validate_specs import ShardingProblem as ShardingProblem, validate_shardings as validate_shardings
-from ._hosts import (
+from ._hosts import default_mesh as default_mesh, hybrid_mesh as hybrid_mesh
+from ._data_layout import (
     DataLayout as DataLayout,
     data_layout as data_layout,
-    default_mesh as default_mesh,
-    hybrid_mesh as hybrid_mesh,
     make_global_array as make_global_array,
 )
 from ._rules import (
