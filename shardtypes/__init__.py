@@ -11,14 +11,7 @@ See ``shardtypes._shape`` for the annotation language.
 
 from typing import TYPE_CHECKING
 
-from ._auto import (
-    ShardingProblem as ShardingProblem,
-    auto_partition_spec as auto_partition_spec,
-    auto_partition_specs as auto_partition_specs,
-    convert_specs as convert_specs,
-    partition_specs_for_budget as partition_specs_for_budget,
-    validate_shardings as validate_shardings,
-)
+from ._auto import auto_partition_spec as auto_partition_spec, auto_partition_specs as auto_partition_specs
 from ._config import config as config
 from ._dims import Scope as Scope, dims as dims, scope as scope
 from ._dtypes import number as number
@@ -90,11 +83,15 @@ else:
         u64 as u64,
     )
     from ._trees import Stacked as Stacked
-from ._hosts import (
+from ._least_sharding import (
+    convert_specs as convert_specs,
+    partition_specs_for_budget as partition_specs_for_budget,
+)
+from ._validate_specs import ShardingProblem as ShardingProblem, validate_shardings as validate_shardings
+from ._hosts import default_mesh as default_mesh, hybrid_mesh as hybrid_mesh
+from ._data_layout import (
     DataLayout as DataLayout,
     data_layout as data_layout,
-    default_mesh as default_mesh,
-    hybrid_mesh as hybrid_mesh,
     make_global_array as make_global_array,
 )
 from ._rules import (
@@ -102,38 +99,29 @@ from ._rules import (
     AxisRulesError as AxisRulesError,
     axis_rules as axis_rules,
     current_rules as current_rules,
-    eformer_rules as eformer_rules,
-    explain as explain,
-    t5x_rules as t5x_rules,
 )
+from ._rule_presets import eformer_rules as eformer_rules, t5x_rules as t5x_rules
+from ._explain import explain as explain
 from ._shape import DimSpec as DimSpec, ShapeSpec as ShapeSpec, ShapeSpecError as ShapeSpecError
+from ._shard import shard as shard
 from ._shard_map import typed_shard_map as typed_shard_map
 from ._specs import (
     is_fully_sharded as is_fully_sharded,
     make_partition_specs as make_partition_specs,
     make_shape_dtype_structs as make_shape_dtype_structs,
     make_shardings as make_shardings,
-    shard as shard,
 )
 from ._trees import Array as Array, pytree_dataclass as pytree_dataclass
 from dataclasses import field as field
 
-from ._verify import (
-    PlanReport as PlanReport,
-    Problem as Problem,
-    VerifyReport as VerifyReport,
-    plan as plan,
-    verify as verify,
-)
+from ._memory_plan import PlanReport as PlanReport, plan as plan
+from ._verify import Problem as Problem, VerifyReport as VerifyReport, verify as verify
 
 from . import nnx as nnx, ops as ops
 from ._decorator import typechecked as typechecked
-from ._typeguard import (
-    FieldError as FieldError,
-    ShardtypesWarning as ShardtypesWarning,
-    check as check,
-    register_with_typeguard as register_with_typeguard,
-)
+from ._check_entry import check as check
+from ._errors import FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
+from ._typeguard import register_with_typeguard as register_with_typeguard
 from typeguard import TypeCheckError as TypeCheckError
 
 __all__ = [

@@ -20,10 +20,11 @@ import jax
 import jax.numpy as jnp
 from typeguard import TypeCheckError
 
-from ._check import Mismatch, check_value, describe
+from ._check import check_value
+from ._describe import Mismatch, describe
 from ._dims import _TABLE, Table
 from ._dtypes import anydtype
-from ._rules import layout as rules_layout
+from ._rule_resolution import layout as rules_layout
 from ._shape import FIXED, NAMED, DimSpec, ShapeSpec, ShapeSpecError
 
 __all__ = [

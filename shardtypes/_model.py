@@ -23,7 +23,7 @@ from typing import Any, Union
 
 import jax
 
-from ._check import _ARRAY_TYPES, Plan, leaf_memo, plan_of
+from ._plans import _ARRAY_TYPES, Plan, leaf_memo, plan_of
 from ._rules import _ACTIVE as _ACTIVE_RULES
 from ._dtypes import annotation_class
 from ._hints import resolve_hints

@@ -20,30 +20,27 @@ Modes (train, prefill, decode, ...) are extra rule lists that take precedence fo
 mention, chosen with ``axis_rules(rules, mode='decode')`` or, per array, from the size of a dim
 (``AxisRules(..., auto_mode=('query', 1, 'decode'))``: an array whose ``query`` dim has size 1 is
 laid out with the decode rules).
+
+This module holds ``AxisRules`` and the active rules; ``_rule_resolution`` resolves an array
+through them, and ``_rule_presets`` has ready-made rule sets.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
-import functools
-import math
-from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence, TypeAlias
+from typing import Any, Iterable, Iterator, Mapping, TypeAlias
 
 import jax
 
 from ._compat import JitKey
-from ._shape import _IDENT, ShapeSpec, divides, size_equal
+from ._sizes import _IDENT
 
 __all__ = [
     "AxisRules",
     "AxisRulesError",
     "axis_rules",
     "current_rules",
-    "explain",
-    "t5x_rules",
-    "eformer_rules",
 ]
 
 _POLICIES = {
@@ -321,251 +318,3 @@ def _jit_context(active: Active) -> contextlib.AbstractContextManager[object]:
 def current_rules() -> tuple[AxisRules, str | None] | None:
     """The active (rules, mode), or None when annotations name mesh axes directly."""
     return _ACTIVE.get()
-
-
-# ---------------------------------------------------------------------------------------------
-# Resolution.
-
-
-@dataclasses.dataclass(frozen=True)
-class DimChoice:
-    """How one dim was placed: the logical names, the mesh axes they took, and why."""
-
-    index: int
-    dim: str
-    axes: tuple[str, ...]
-    notes: tuple[str, ...]
-
-
-def _direct(spec: ShapeSpec, ndim: int) -> tuple[tuple[str, ...], ...]:
-    """The axes as written (a variadic dim, never sharded, stands for its dims)."""
-    return tuple(dim.sharding for dim in _expanded_dims(spec, ndim))
-
-
-def layout(
-    spec: ShapeSpec,
-    ndim: int,
-    mesh_sizes: Mapping[str, int] | None = None,
-    shape: Sequence | None = None,
-    where: str = "",
-    active: Active | Literal[False] = False,
-) -> tuple[tuple[str, ...], ...]:
-    """The mesh axes of each of the ``ndim`` dims of an array annotated ``spec``: the names
-    after ``/`` themselves, or, with rules active, what the rules make of them."""
-    if active is False:
-        active = _ACTIVE.get()
-    if active is None or not spec.is_sharded:
-        return _direct(spec, ndim)
-    rules, mode = active
-    sizes_key = tuple(sorted(mesh_sizes.items())) if mesh_sizes is not None else None
-    shape_key = tuple(shape) if shape is not None else None
-    try:
-        return _resolve(rules, mode, spec, ndim, sizes_key, shape_key)[0]
-    except AxisRulesError as e:
-        raise AxisRulesError(f"{where}: {e}" if where else str(e)) from None
-    except TypeError:  # an unhashable size (some symbolic dims): resolve without the cache
-        return _resolve.__wrapped__(rules, mode, spec, ndim, sizes_key, shape_key)[0]
-
-
-def choices(spec: ShapeSpec, ndim: int, mesh_sizes: Mapping[str, int] | None = None, shape: Sequence[Any] | None = None,
-            active: Active | Literal[False] = False) -> tuple[DimChoice, ...]:
-    """The per-dim story behind ``layout`` (for ``explain``)."""
-    if active is False:
-        active = _ACTIVE.get()
-    if active is None:
-        layout_ = _direct(spec, ndim)
-        return tuple(DimChoice(i, str(d), layout_[i], ())
-                     for i, d in enumerate(_expanded_dims(spec, ndim)))
-    rules, mode = active
-    sizes_key = tuple(sorted(mesh_sizes.items())) if mesh_sizes is not None else None
-    return _resolve(rules, mode, spec, ndim, sizes_key, tuple(shape) if shape is not None else None)[1]
-
-
-def _expanded_dims(spec: ShapeSpec, ndim: int) -> list:
-    var = spec.variadic_index
-    out = []
-    for i, dim in enumerate(spec.dims):
-        if i == var:
-            out.extend([dim] * (ndim - len(spec.dims) + 1))
-        else:
-            out.append(dim)
-    return out
-
-
-@functools.lru_cache(maxsize=8192)
-def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
-             sizes_key: tuple | None, shape: tuple | None):
-    """Flax linen's resolution: the rules in order, each placing its mesh axes on the first dim
-    of this array that names its logical axis, is still unplaced, and whose axes are all free.
-    What that leaves unplaced is an error, or replicated where a policy says so."""
-    mesh = dict(sizes_key) if sizes_key is not None else None
-    mode_note = None
-    if mode is None and rules.auto_mode is not None:
-        dim_name, size, auto = rules.auto_mode
-        for dim, n in zip(_expanded_dims(spec, ndim), shape or ()):
-            if not dim.is_variadic and (dim.name == dim_name or dim_name in dim.sharding) and size_equal(n, size):
-                mode = auto
-                mode_note = f"mode {auto!r}, as dim {str(dim)!r} has size {size}"
-                break
-    ordered = rules.ordered(mode)
-    label = rules._label() + (f" (mode {mode!r})" if mode else "")
-    dims = _expanded_dims(spec, ndim)
-    var = spec.variadic_index
-    # One slot per (dim, logical name after '/'), in the dim's order of names.
-    slots = [(i, logical) for i, dim in enumerate(dims)
-             if not (var is not None and dim is spec.dims[var]) for logical in dim.sharding]
-    placed: dict[tuple, tuple] = {}
-    used: dict[str, int] = {}
-    notes: dict[int, list[str]] = {i: [] for i in range(len(dims))}
-    skipped: dict[tuple, list[str]] = {slot: [] for slot in slots}
-    seen_rule: dict[str, int] = {}
-
-    def refuse(slot: tuple, text: str, policy: str, message: str) -> None:
-        """A rule that cannot apply: an error by default, else passed over (noted)."""
-        if policy == "error":
-            raise AxisRulesError(f"dim {slot[0]} {text!r}: {message}")
-        skipped[slot].append(message)
-
-    def axes_of(i: int) -> list[str]:
-        return [a for (j, logical) in slots if j == i for a in placed.get((j, logical), ())]
-
-    for name, target in ordered:
-        seen_rule[name] = seen_rule.get(name, 0) + 1
-        nth = seen_rule[name]
-        for slot in slots:
-            i, logical = slot
-            if logical != name or slot in placed:
-                continue
-            text = str(dims[i])
-            if not target:
-                placed[slot] = ()
-                notes[i].append(f"{logical} -> None (replicated by its rule)")
-                break
-            unknown = [a for a in target if mesh is not None and a not in mesh]
-            if unknown:
-                refuse(slot, text, rules.on_unknown_axis,
-                       f"rule {logical!r} -> {_fmt_target(target)} names mesh axis {unknown[0]!r}, "
-                       f"which the mesh does not have (axes: {tuple(mesh or ())})")
-                continue
-            taken = [a for a in target if a in used]
-            if taken:
-                owner = used[taken[0]]
-                skipped[slot].append(f"rule {logical!r} -> {_fmt_target(target)}: mesh axis {taken[0]!r} "
-                                     f"is already used by dim {owner} {str(dims[owner])!r}")
-                continue
-            if mesh is not None and shape is not None and i < len(shape) and shape[i] is not None:
-                parts = math.prod(mesh[a] for a in (*axes_of(i), *target))
-                if not divides(shape[i], parts):
-                    refuse(slot, text, rules.on_indivisible,
-                           f"rule {logical!r} -> {_fmt_target(target)}: size {shape[i]} does not "
-                           f"divide over {parts} devices")
-                    continue
-            placed[slot] = target
-            for a in target:
-                used[a] = i
-            notes[i].extend(f"passed over {s}" for s in skipped[slot])
-            notes[i].append(f"{logical} -> {_fmt_target(target)}" + (f" (rule {nth} for {logical!r})" if nth > 1 else ""))
-            break  # a rule places its axes on one dim only
-
-    table = rules.table(mode)
-    for slot in slots:
-        if slot in placed:
-            continue
-        i, logical = slot
-        text = str(dims[i])
-        if logical not in table:
-            if rules.on_missing == "error":
-                raise AxisRulesError(
-                    f"dim {i} {text!r}: logical axis {logical!r} has no rule in {label} "
-                    f"(rules exist for {sorted(table)})"
-                )
-            notes[i].append(f"{logical}: no rule, replicated (on_missing='replicate')")
-            continue
-        reasons = skipped[slot]
-        conflict = any("already used" in r for r in reasons)
-        if conflict and rules.on_conflict == "error":
-            raise AxisRulesError(f"dim {i} {text!r}: no rule for {logical!r} applies: " + "; ".join(reasons))
-        notes[i].extend(f"passed over {r}" for r in reasons)
-        notes[i].append(f"{logical}: replicated (no rule applies)")
-
-    result: list[tuple[str, ...]] = []
-    story: list[DimChoice] = []
-    for i, dim in enumerate(dims):
-        axes = tuple(axes_of(i))
-        result.append(axes)
-        dim_notes = notes[i]
-        if mode_note and i == 0:
-            dim_notes.insert(0, mode_note)
-        story.append(DimChoice(i, str(dim), axes, tuple(dim_notes)))
-    return tuple(result), tuple(story)
-
-
-# ---------------------------------------------------------------------------------------------
-# Presets.
-
-
-def t5x_rules(activation_partitioning_dims: int = 1, parameter_partitioning_dims: int = 1,
-              additional_rules: Iterable[Rule] = ()) -> AxisRules:
-    """T5X's standard rules over mesh axes ``data`` and ``model`` (1-D or 2-D activation and
-    parameter partitioning), as ready AxisRules."""
-    for arg, value in (("activation_partitioning_dims", activation_partitioning_dims),
-                       ("parameter_partitioning_dims", parameter_partitioning_dims)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"t5x_rules: {arg} must be the int 1 or 2, got {value!r}")
-    extra = _rule_list(additional_rules, "t5x_rules: additional_rules")
-    base: list[Rule] = [("batch", "data"), ("vocab", "model")]
-    shape = (activation_partitioning_dims, parameter_partitioning_dims)
-    if shape == (1, 1):
-        rules = base + [("embed", None), ("mlp", "model"), ("heads", "model"), ("kv", None), ("joined_kv", "model")]
-    elif shape == (2, 1):
-        rules = base + [("mlp", "model"), ("heads", "model"), ("kv", None), ("joined_kv", "model"), ("embed", "model")]
-    elif shape == (1, 2):
-        rules = base + [("mlp", "model"), ("heads", "model"), ("kv", None), ("joined_kv", "model"), ("embed", "data")]
-    elif shape == (2, 2):
-        rules = base + [("mlp", "model"), ("heads", "model"), ("kv", None), ("joined_kv", "model"),
-                        ("embed", "model"), ("embed", "data")]
-    else:
-        raise ValueError(
-            f"t5x_rules: activation_partitioning_dims and parameter_partitioning_dims are 1 or 2, "
-            f"got {shape}"
-        )
-    rules += [("relpos_buckets", None), ("abspos_buckets", None), ("length", None), ("layers", None),
-              ("stack", None), ("mlp_activations", None)]
-    rules += [(n, None if not t else t[0] if len(t) == 1 else t) for n, t in extra]
-    # T5X (Flax) leaves a dim whose axes another dim took unsharded; the preset does the same.
-    return AxisRules(rules, name=f"t5x{shape[0]}x{shape[1]}", on_conflict="drop")
-
-
-def eformer_rules(dp: str = "dp", fsdp: str = "fsdp", tp: str = "tp", sp: str = "sp", ep: str = "ep") -> AxisRules:
-    """An eFormer-style rule set over mesh axes dp, fsdp, tp, sp, ep, with train, prefill and
-    decode modes (decode keeps the one-token query dim replicated and spreads the batch wider).
-    An array whose ``query`` dim has size 1 gets the decode rules."""
-    given = {"dp": dp, "fsdp": fsdp, "tp": tp, "sp": sp, "ep": ep}
-    for arg, axis in given.items():
-        if not isinstance(axis, str) or not _IDENT.match(axis):
-            raise TypeError(f"eformer_rules: {arg} must be a mesh axis name (an identifier), got {axis!r}")
-    for axis in set(given.values()):
-        args = [arg for arg, a in given.items() if a == axis]
-        if len(args) > 1:
-            raise ValueError(f"eformer_rules: {' and '.join(args)} name mesh axis {axis!r} twice; give each its own axis")
-    train: list[Rule] = [
-        ("batch", (dp, fsdp)), ("length", sp), ("query", sp), ("kv_length", sp), ("embed", fsdp),
-        ("heads", tp), ("kv_heads", tp), ("head_dim", None), ("mlp", tp), ("vocab", tp),
-        ("expert", ep), ("layers", None),
-    ]
-    prefill: list[Rule] = [("query", sp), ("kv_length", sp)]
-    decode: list[Rule] = [("batch", (dp, fsdp, sp)), ("batch", (dp, fsdp)), ("query", None), ("kv_length", None),
-              ("length", None)]
-    return AxisRules(train, modes={"prefill": prefill, "decode": decode},
-                     auto_mode=("query", 1, "decode"), name="eformer")
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-def explain(annotation: Any, mesh: Any = None, dims: Mapping[str, Any] | None = None) -> str:
-    """Which rule each dim of each array in ``annotation`` took, and why others were passed over,
-    under the active rules (and ``mesh``/``dims`` when given, for axis and divisibility checks)."""
-    from ._specs import explain_tree  # derivation walks annotation trees; rules do not
-
-    return explain_tree(annotation, mesh, dims)

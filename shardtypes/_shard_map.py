@@ -22,13 +22,13 @@ from typing import Any, Callable, Iterable, ParamSpec, TypeVar, overload
 import jax
 from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 
-from ._check import COMPILE_TIME_CHECKS
+from ._compile_time import COMPILE_TIME_CHECKS
 from ._decorator import _typechecked
 from ._dims import scope
 from ._hints import resolve_hints
 from ._mesh import no_mesh_error
 from ._trees import tree_info
-from ._typeguard import _has_member
+from ._containers import _has_member
 from ._rules import axis_rules, current_rules
 from ._shape import axes_entry, entry_axes
 from ._specs import make_partition_specs

@@ -1,7 +1,7 @@
-"""Deriving layouts from annotations: PartitionSpecs, NamedShardings, ShapeDtypeStructs, and
-laying values out (``shard``).
+"""Deriving layouts from annotations: PartitionSpecs, NamedShardings and ShapeDtypeStructs (laying
+values out, ``shard``, is ``_shard``'s).
 
-Every function here walks an *annotation tree*: an array annotation (``f32[b'b/d e']``), a pytree
+Every function here walks an *annotation tree* (with ``_tree_walk``): an array annotation (``f32[b'b/d e']``), a pytree
 dataclass class (including ``Array[axes, cls]``), ``tuple[...]``, ``Optional[X]``, a NamedTuple
 class, or plain Python tuples, lists and dicts whose leaves are annotations. The result has the
 shape of the value the annotation describes:
@@ -12,205 +12,27 @@ Layer(w_up=P('d', 't'), w_down=P('t', 'd'))
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import math
-import types
-import typing
-from typing import Any, Callable, Iterator, Mapping, Union
+from typing import Any, Mapping
 
 import jax
-import jax.core
-import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from ._mesh import current_mesh, no_mesh_error
-from ._dtypes import annotation_class, is_annotation, number
-from ._shape import (
-    ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, axes_entry, check_dims, divides, entry_axes,
-    evaluate, unused_dims_error,
-)
-from ._check import axis_hint, plan_of
-from ._rules import AxisRulesError, choices as rules_choices, current_rules, layout as rules_layout
-from ._model import ArrayNode, ClassNode, follow, model
-from ._trees import tree_info
+from ._shape import ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, axes_entry, entry_axes
+from ._sizes import check_dims, divides, evaluate, unused_dims_error
+from ._describe import axis_hint
+from ._rule_resolution import layout as rules_layout
+from ._rules import AxisRulesError, current_rules
+from ._tree_walk import _brief, _Leaf, _walk
 
 __all__ = [
     "make_partition_specs",
     "make_shardings",
     "make_shape_dtype_structs",
-    "shard",
     "is_fully_sharded",
     "current_mesh",
 ]
-
-
-class _Leaf(typing.NamedTuple):
-    path: str
-    dtype_cls: type[number]
-    spec: ShapeSpec
-    text: str
-    annotation: Any
-    optional: bool = False  # reached through Optional[...]: a value may leave it None
-
-
-def _leaf_of(annotation: type[number], path: str, optional: bool = False) -> _Leaf:
-    plan = plan_of(annotation)
-    return _Leaf(path, plan.dtype_cls, plan.spec, plan.text, annotation, optional)
-
-
-# An annotation tree deeper than this is an error (a tree built by mistake, or a cycle).
-_MAX_DEPTH = 64
-
-
-def _brief(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _walk(
-    annotation: Any,
-    leaf: Callable[[_Leaf], Any],
-    path: str | None = None,
-    fast: Callable[[Any], Any] | None = None,
-    *,
-    _stack: tuple = (),
-    _optional: bool = False,
-) -> Any:
-    """Maps ``leaf`` over the array annotations of an annotation tree, keeping its shape.
-    ``path`` names where a leaf sits, from the root's name (``Layer.w_up``, ``[0]['x']``).
-    ``fast(annotation)``, if given, is tried first and may answer from a cache (None: no answer).
-    A tree that contains itself, or is nested more than ``_MAX_DEPTH`` deep, is a ValueError.
-    """
-    if path is None:
-        path = _root_name(annotation)
-    if fast is not None and is_annotation(annotation):
-        hit = fast(annotation)
-        if hit is not None:
-            return hit
-    where = path or "the annotation"
-    if isinstance(annotation, str):
-        raise TypeError(
-            f"{_brief(where)} is the string {_brief(repr(annotation))}: pass the annotation itself (with "
-            "PEP 563, resolve it with typing.get_type_hints first)"
-        )
-    array = annotation_class(annotation)
-    if array is not None:
-        return leaf(_leaf_of(array, path, _optional))
-    if any(a is annotation for a in _stack):
-        raise ValueError(
-            f"{_brief(where)} contains itself (a {type(annotation).__name__} that holds itself): an "
-            "annotation tree must be finite"
-        )
-    if len(_stack) >= _MAX_DEPTH:
-        raise ValueError(f"{_brief(where)}: the annotation tree is nested more than {_MAX_DEPTH} levels deep")
-    stack = (*_stack, annotation)
-
-    def walk(a: Any, at: str, optional: bool = _optional) -> Any:
-        return _walk(a, leaf, at, fast, _stack=stack, _optional=optional)
-
-    origin = typing.get_origin(annotation)
-    info = tree_info(annotation)
-    if info is not None:
-        field_types = info.field_types
-        static = info.static_fields
-        values = {}
-        for f in annotation.__dataclass_fields__.values():
-            if f.name in static:
-                if f.default is not dataclasses.MISSING:
-                    values[f.name] = f.default
-                elif f.default_factory is not dataclasses.MISSING:
-                    values[f.name] = f.default_factory()
-                else:
-                    values[f.name] = None
-            else:
-                values[f.name] = walk(field_types[f.name], f"{path}.{f.name}")
-        return annotation(**values)
-    if origin is Union:
-        members = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(members) == 1:
-            return walk(members[0], path, True)
-        raise TypeError(f"{where}: a Union of several types {annotation!r} has no single layout")
-    if origin is tuple:
-        args = typing.get_args(annotation)
-        if len(args) == 2 and args[1] is Ellipsis:
-            raise TypeError(f"{where}: {annotation!r} has no fixed length, so no layout tree")
-        return tuple(walk(a, f"{path}[{i}]") for i, a in enumerate(args))
-    built = _model_class_or_instance(annotation, walk, path)
-    if built is not _NOT_A_MODEL:
-        return built
-    fields = getattr(annotation, "_fields", None) if isinstance(annotation, type) and issubclass(annotation, tuple) else None
-    if fields is not None:  # a NamedTuple
-        hints = typing.get_type_hints(annotation)
-        return annotation(*(walk(hints[n], f"{path}.{n}") for n in fields))
-    if isinstance(annotation, (tuple, list)):
-        return type(annotation)(walk(a, f"{path}[{i}]") for i, a in enumerate(annotation))
-    if isinstance(annotation, dict):
-        return {k: walk(a, f"{path}[{k!r}]") for k, a in annotation.items()}
-    raise TypeError(
-        f"{_brief(where)} is {_brief(repr(annotation))}, which has no layout: use array annotations (f32[b'...']), "
-        "pytree dataclasses, tuple[...], Optional[...], NamedTuples, or tuples, lists and dicts "
-        "of them"
-    )
-
-
-_NOT_A_MODEL = object()
-
-
-def _model_class_or_instance(annotation: Any, walk: Callable[[Any, str], Any], path: str) -> Any:
-    """A dataclass of a model library (an ``eqx.Module``, a ``flax.struct.dataclass``, a
-    ``register_dataclass`` class, a plain dataclass) given as its class, built from its field
-    annotations without running its ``__init__``; or an instance of one, or of a NamedTuple, real
-    or abstract (``jax.eval_shape``, ``eqx.filter_eval_shape``), mapped leaf by leaf through the
-    annotations on its classes. ``_NOT_A_MODEL`` for anything else."""
-    if isinstance(annotation, type):
-        if not dataclasses.is_dataclass(annotation):
-            return _NOT_A_MODEL
-        node = model(annotation)
-        if not isinstance(node, ClassNode) or not node.has_arrays:
-            return _NOT_A_MODEL
-        built = object.__new__(annotation)
-        hints = typing.get_type_hints(annotation)
-        for f in dataclasses.fields(annotation):
-            if f.name in node.fields:
-                value = walk(hints[f.name], f"{path}.{f.name}")
-            elif f.default is not dataclasses.MISSING:
-                value = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                value = f.default_factory()
-            else:
-                value = None
-            object.__setattr__(built, f.name, value)
-        return built
-    cls = type(annotation)
-    if not (dataclasses.is_dataclass(cls) or (issubclass(cls, tuple) and hasattr(cls, "_fields"))):
-        return _NOT_A_MODEL
-    node = model(cls)
-    if not isinstance(node, ClassNode) or not node.has_arrays:
-        return _NOT_A_MODEL
-    root = path or cls.__qualname__
-
-    def one(key_path: tuple, _: Any) -> Any:
-        where = f"{root}{jax.tree_util.keystr(key_path)}"
-        target = follow(node, key_path)
-        if not isinstance(target, ArrayNode):
-            raise TypeError(
-                f"{where} has no shardtypes annotation on {cls.__qualname__}, so no layout; "
-                "annotate the field (w: f32[b'embed/d hidden/t'])"
-            )
-        return walk(target.annotation, where)
-
-    return jax.tree_util.tree_map_with_path(one, annotation)
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-def _root_name(annotation: Any) -> str:
-    if tree_info(annotation) is not None:
-        return repr(annotation).replace("shardtypes.", "") if type(annotation) is not type else annotation.__qualname__
-    if isinstance(annotation, type) and issubclass(annotation, tuple) and hasattr(annotation, "_fields"):
-        return annotation.__qualname__
-    return ""
 
 
 def make_partition_specs(annotation: Any) -> Any:
@@ -324,39 +146,6 @@ def _evaluate(dim, sizes: Mapping[str, Any], leaf: _Leaf, index: int) -> Any:
     return value
 
 
-_MAX_TREE_DEPTH = 256
-
-
-def _too_deep(what: str, arg: str) -> ValueError:
-    return ValueError(
-        f"{what}: {arg} is nested too deeply (more than {_MAX_TREE_DEPTH} levels), or contains itself"
-    )
-
-
-@contextlib.contextmanager
-def tree_guard(what: str, arg: str, *trees: Any) -> Iterator[None]:
-    """Around JAX's pytree functions on a user's trees: one nested too deeply, or that contains
-    itself, is a ValueError naming the argument. Lists, tuples and dicts in ``trees`` are measured
-    first, without recursion: JAX's C++ flatten would run out of Python stack, in a callback such
-    as ``is_leaf`` even, where the interpreter cannot recover; what is left raises a SystemError
-    from C++, turned into the same ValueError."""
-    for tree in trees:
-        stack = [(tree, 0)]
-        while stack:
-            node, depth = stack.pop()
-            if isinstance(node, (list, tuple, dict)):
-                if depth >= _MAX_TREE_DEPTH:
-                    raise _too_deep(what, arg)
-                stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
-    try:
-        yield
-    except (RecursionError, SystemError) as e:
-        if isinstance(e, RecursionError) or isinstance(e.__cause__, RecursionError) or isinstance(
-                e.__context__, RecursionError):
-            raise _too_deep(what, arg) from None
-        raise
-
-
 def mesh_arg(mesh: Any, what: str) -> Mesh | AbstractMesh:
     """``mesh`` if it is a mesh, the current mesh if it is None; anything else is a TypeError
     naming the argument."""
@@ -404,7 +193,7 @@ def check_dims_for(dims: Any, single: set[str], variadic: set[str], what: str, s
             )
     unused = [n for n in dims if n not in used]
     if not strict:
-        from ._shape import close_name
+        from ._sizes import close_name
 
         unused = [n for n in unused if close_name(n, used) is not None]
     if unused:
@@ -503,86 +292,6 @@ def structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None) -> Any:
     return _walk(annotation, leaf)
 
 
-def shard(value: Any, annotation: Any, mesh: Any = None) -> Any:
-    """Lays ``value`` (an array or a tree) out as ``annotation`` says.
-
-    Eagerly this is ``jax.device_put``; under jit, ``jax.sharding.reshard`` on Explicit mesh axes
-    and ``jax.lax.with_sharding_constraint`` on Auto ones.
-    """
-    mesh = mesh_arg(mesh, "shard")
-    shardings = make_shardings(annotation, mesh)
-    # None in the value is an Optional left empty: a leaf here, so it lines up with the
-    # annotation's leaf, and it stays None.
-    with tree_guard("shard", "value", value):
-        value_leaves, value_def = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda x: x is None)
-    sharding_leaves = jax.tree_util.tree_flatten_with_path(shardings)[0]
-    value_keys = [jax.tree_util.keystr(p) for p, _ in value_leaves]
-    sharding_keys = [jax.tree_util.keystr(p) for p, _ in sharding_leaves]
-    if value_keys != sharding_keys:
-        raise ValueError(
-            "shard: the value's leaves do not match the annotation's: value has "
-            f"{value_keys[:6]}{'...' if len(value_keys) > 6 else ''}, annotation has "
-            f"{sharding_keys[:6]}{'...' if len(sharding_keys) > 6 else ''}"
-        )
-    infos = jax.tree.leaves(_walk(annotation, _ShardLeaf))  # aligned with shardings
-    placed: list[Any] = []
-    for (path, x), (_, sharding), info in zip(value_leaves, sharding_leaves, infos):
-        at = f"value{jax.tree_util.keystr(path)}"
-        if x is None:
-            if not info.leaf.optional:
-                raise TypeError(f"shard: {at} is None, but its annotation {info.leaf.text} is not Optional[...]")
-            placed.append(None)
-            continue
-        if not (hasattr(x, "shape") and hasattr(x, "dtype")) and not isinstance(x, (int, float, complex, np.generic)):
-            raise TypeError(
-                f"shard: {at} is {type(x).__name__} {_brief(repr(x), 60)}, not an array (its annotation "
-                f"is {info.leaf.text})"
-            )
-        spec = info.leaf.spec
-        ndim, fixed = len(np.shape(x)), len(spec.dims) - (spec.variadic_index is not None)
-        if ndim < fixed or (spec.variadic_index is None and ndim != fixed):
-            raise ValueError(
-                f"shard: {at} has rank {ndim}, but its annotation {info.leaf.text} has {fixed} dims"
-                + (" and a variadic one" if spec.variadic_index is not None else "")
-            )
-        placed.append(_place(x, sharding, f"{jax.tree_util.keystr(path) or 'the value'} ({info.leaf.text})"))
-    return jax.tree_util.tree_unflatten(value_def, placed)
-
-
-class _ShardLeaf:
-    """A leaf of the annotation tree for ``shard`` (an object, so a tree of them keeps the
-    annotation's leaves one for one)."""
-
-    __slots__ = ("leaf",)
-
-    def __init__(self, leaf: _Leaf):
-        self.leaf = leaf
-
-
-
-def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
-    sizes = dict(sharding.mesh.shape)
-    shape = getattr(x, "shape", ())
-    for i, entry in enumerate(sharding.spec):
-        axes = entry_axes(entry)
-        parts = math.prod(sizes[a] for a in axes)
-        if i < len(shape) and parts > 1 and not divides(shape[i], parts):
-            raise ValueError(
-                f"shard: {path}: dim {i} has size {shape[i]}, which does not divide "
-                f"over mesh axes {axes} ({parts} devices) as {sharding.spec} asks"
-            )
-    if not isinstance(x, jax.core.Tracer):
-        return jax.device_put(x, sharding)
-    mesh = sharding.mesh
-    types = dict(zip(mesh.axis_names, mesh.axis_types))
-    used = [a for entry in sharding.spec for a in entry_axes(entry)]
-    explicit = any(types.get(a) == jax.sharding.AxisType.Explicit for a in used)
-    all_explicit = all(t == jax.sharding.AxisType.Explicit for t in types.values())
-    if explicit or (all_explicit and not used):
-        return jax.sharding.reshard(x, sharding.spec)
-    return jax.lax.with_sharding_constraint(x, sharding)
-
-
 def is_fully_sharded(spec: PartitionSpec, mesh: Any = None) -> bool:
     """Whether ``spec`` uses every axis of ``mesh`` (default: the current mesh; inside shard_map,
     its manual axes)."""
@@ -612,45 +321,3 @@ def is_fully_sharded(spec: PartitionSpec, mesh: Any = None) -> bool:
     if unknown:
         raise ValueError(f"is_fully_sharded: {spec} names mesh axis {unknown[0]!r}, which is not in the mesh (axes: {every})")
     return set(used) >= set(names)
-
-
-
-def explain_tree(annotation: Any, mesh: Any = None, dims: Mapping[str, Any] | None = None) -> str:
-    """The text of ``explain``: for each array of the annotation tree, each dim's mesh axes and
-    the rule that put them there (or why none did)."""
-    if mesh is None:
-        try:
-            mesh = current_mesh(None, "explain")
-        except ValueError:
-            mesh = None
-    else:
-        mesh = mesh_arg(mesh, "explain")
-    if dims is not None:
-        dims = check_dims(dims, "explain")
-    mesh_sizes = dict(mesh.shape) if mesh is not None else None
-    active = current_rules()
-    lines = []
-    if active is None:
-        lines.append("no axis rules are active: the names after '/' are mesh axes")
-    else:
-        rules, mode = active
-        lines.append(f"under {rules!r}" + (f" in mode {mode!r}" if mode else ""))
-
-    def leaf(leaf: _Leaf) -> None:
-        spec = leaf.spec
-        known = [_dim_size(d, dims or {}, leaf, i, required=False) if not d.is_variadic else None
-                 for i, d in enumerate(spec.dims)]
-        ndim = len(spec.dims) - (spec.variadic_index is not None)
-        lines.append(f"{leaf.path or 'the annotation'}: {leaf.text}")
-        try:
-            story = rules_choices(spec, ndim, mesh_sizes, tuple(known) if spec.variadic_index is None else None)
-        except AxisRulesError as e:
-            lines.append(f"  error: {e}")
-            return
-        for choice in story:
-            axes = ", ".join(choice.axes) if choice.axes else "replicated"
-            notes = "; ".join(choice.notes)
-            lines.append(f"  dim {choice.index} {choice.dim!r}: {axes}" + (f"  ({notes})" if notes else ""))
-
-    _walk(annotation, leaf)
-    return "\n".join(lines)

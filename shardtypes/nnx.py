@@ -91,7 +91,7 @@ def check(model: Any, *filters: Any) -> None:
     """Checks every selected variable of ``model`` against its annotation (dtype, shape,
     sharding), all in one dimension table, so ``embed`` means one size across the model.
     Raises TypeCheckError naming the variable's path (``MLP.blocks[0].w``)."""
-    from ._typeguard import check_named
+    from ._check_entry import check_named
 
     nnx = _nnx()
     anns = annotations(model, *filters)

@@ -42,8 +42,16 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import shardtypes  # noqa: E402
-from shardtypes import AxisRules, axis_rules, typechecked, u32  # noqa: E402
-from shardtypes._hosts import data_layout, default_mesh, hybrid_mesh, make_global_array  # noqa: E402
+from shardtypes import (  # noqa: E402
+    AxisRules,
+    axis_rules,
+    data_layout,
+    default_mesh,
+    hybrid_mesh,
+    make_global_array,
+    typechecked,
+    u32,
+)
 
 
 def global_data(shape):

@@ -13,14 +13,9 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec as P
 
-from shardtypes._auto import (
-    ShardingProblem,
-    auto_partition_spec,
-    auto_partition_specs,
-    convert_specs,
-    partition_specs_for_budget,
-    validate_shardings,
-)
+from shardtypes._auto import auto_partition_spec, auto_partition_specs
+from shardtypes._least_sharding import convert_specs, partition_specs_for_budget
+from shardtypes._validate_specs import ShardingProblem, validate_shardings
 
 from conftest import make_mesh
 

@@ -86,9 +86,9 @@ from shardtypes import (
     verify,
 )
 from shardtypes.__main__ import _StdoutClosed, main as cli_main
-from shardtypes._check import Mismatch
-from shardtypes._shape import _DimError
-from shardtypes._typeguard import _ArrayError
+from shardtypes._describe import Mismatch
+from shardtypes._sizes import _DimError
+from shardtypes._errors import _ArrayError
 
 # ---------------------------------------------------------------------------------------------
 # What the cases work on.

@@ -1,5 +1,5 @@
-"""Meshes and hosts (shardtypes._hosts): default_mesh, hybrid_mesh, data_layout and
-make_global_array (issue 4, item 6).
+"""Meshes and hosts (shardtypes._hosts and shardtypes._data_layout): default_mesh, hybrid_mesh,
+data_layout and make_global_array (issue 4, item 6).
 
 Single-process tests run on the 8 simulated CPU devices of conftest. Layouts of several processes
 are tested twice: with a made-up process for each device (``_layout``, the same code
@@ -23,15 +23,22 @@ import pytest
 from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec as P
 from typeguard import TypeCheckError
 
-from shardtypes import AxisRules, Scope, axis_rules, dims, f32, integer, typechecked, u32
-from shardtypes._hosts import (
+from shardtypes import (
+    AxisRules,
     DataLayout,
-    _layout,
+    Scope,
+    axis_rules,
     data_layout,
     default_mesh,
+    dims,
+    f32,
     hybrid_mesh,
+    integer,
     make_global_array,
+    typechecked,
+    u32,
 )
+from shardtypes._data_layout import _layout
 
 from conftest import make_mesh
 

@@ -1,8 +1,9 @@
-"""Static verification and plan reports (shardtypes._verify; issue 5, items 1, 2 and 4).
+"""Static verification and plan reports (shardtypes._verify and shardtypes._memory_plan; issue 5,
+items 1, 2 and 4).
 
 ``verify`` evaluates a checked function with ``jax.eval_shape`` on an abstract mesh, with inputs
 built from its annotations, and reports every problem it meets (the collect mode of
-``shardtypes._typeguard``); ``plan`` lays an annotation tree out on a mesh and reports the
+``shardtypes._errors``); ``plan`` lays an annotation tree out on a mesh and reports the
 memory each device holds. Neither touches a device: the meshes here are far larger than the 8
 simulated CPU devices.
 
@@ -45,8 +46,10 @@ from shardtypes import (
     typed_shard_map,
     verify,
 )
-from shardtypes._typeguard import COLLECTED
-from shardtypes._verify import PlanRow, VerificationError, abstract_mesh
+from shardtypes._errors import COLLECTED
+from shardtypes._memory_plan import PlanRow
+from shardtypes._mesh import abstract_mesh
+from shardtypes._verify import VerificationError
 
 from conftest import make_mesh
 
