@@ -33,6 +33,7 @@ from typing import Any, Callable, Mapping, TypeVar, cast
 import jax
 
 from ._compat import JitKey
+from ._sizes import is_size
 
 __all__ = ["Scope", "scope", "dims", "Table"]
 
@@ -111,7 +112,7 @@ class Scope:
                     "as in Scope(batch=8)"
                 )
             sizes = size if isinstance(size, tuple) else (size,)
-            if not all(_is_size(s) for s in sizes):
+            if not all(is_size(s) for s in sizes):
                 raise TypeError(
                     f"Scope({name}=...) must be an int size (or a tuple of them for a '*{name}' "
                     f"dim), got {size!r}"
@@ -152,17 +153,6 @@ class Scope:
         _TABLE.reset(table)
         if key is not None:
             key.__exit__(*exc_info)
-
-
-def _is_size(size: Any) -> bool:
-    """An int (numpy ints too), or a symbolic dim from ``jax.export.symbolic_shape``."""
-    if isinstance(size, bool):
-        return False
-    try:
-        operator.index(size)
-        return True
-    except TypeError:
-        return type(size).__module__.startswith("jax")
 
 
 def _as_size(size: Any) -> Any:
