@@ -8,11 +8,17 @@ cost of checking alone; the targets are judged on this one) and ``return x + y``
 whose dispatch dominates and is noisy):
 
   bare                 no checks
+  floor                reads each array's shape, dtype and sharding, and nothing else
   typeguard            plain typeguard.typechecked with jax.Array annotations (type only)
   shardtypes           shardtypes.typechecked (dtype, shape, dimension table AND sharding)
+  shardtypes static    the same in the static spelling f32[jax.Array, b'b/d e']
+  isinstance           isinstance(v, f32[b'b/d e']) on x, y and the result, in one Scope
+  beartype             @shardtypes.scope over @beartype, with shardtypes annotations
   jaxtyping+beartype   Float[Array, 'b e'] under jaxtyped(typechecker=beartype) (shape only)
 
-It prints µs per call, the cost above bare, and the ratios. Machines
+It prints µs per call, the cost above bare, and the ratios. The static spelling may cost no more
+than the one-argument form (ratio <= 1); isinstance and @beartype are compared with
+jaxtyping+beartype, which checks shapes only. Machines
 are noisy: only the ratios within one run mean anything. Under jax.jit it also compares the
 compiled program of the checked function with the bare one and the cost of a cached call.
 
@@ -98,13 +104,36 @@ def make_versions(body):
     def with_shardtypes(x: f32[b"b/d e"], y: f32[b"b/d e"]) -> f32[b"b/d e"]:
         return body(x, y)
 
+    @shardtypes.typechecked
+    def with_static(x: f32[jax.Array, b"b/d e"], y: f32[jax.Array, b"b/d e"]) -> f32[jax.Array, b"b/d e"]:
+        return body(x, y)
+
+    annotation = f32[b"b/d e"]
+
+    def with_isinstance(x, y):
+        with shardtypes.Scope():  # one table for the call: names bind across x, y and the result
+            if not (isinstance(x, annotation) and isinstance(y, annotation)):
+                raise TypeError("argument is not f32[b'b/d e']")
+            result = body(x, y)
+            if not isinstance(result, annotation):
+                raise TypeError("result is not f32[b'b/d e']")
+            return result
+
     versions = {"bare": bare, "floor": with_floor, "typeguard": with_typeguard,
-                "shardtypes": with_shardtypes}
+                "shardtypes": with_shardtypes, "shardtypes static": with_static,
+                "isinstance": with_isinstance}
     try:
         from beartype import beartype
         from jaxtyping import Array, Float, jaxtyped
     except ImportError:
         return versions
+
+    @shardtypes.scope  # outermost: beartype's isinstance checks share one dimension table
+    @beartype
+    def with_beartype(x: f32[b"b/d e"], y: f32[b"b/d e"]) -> f32[b"b/d e"]:
+        return body(x, y)
+
+    versions["beartype"] = with_beartype
 
     @jaxtyped(typechecker=beartype)
     def with_jaxtyping(x: Float[Array, "b e"], y: Float[Array, "b e"]) -> Float[Array, "b e"]:
@@ -149,9 +178,13 @@ def main() -> None:
           "   (target <= 2)")
     print(f"  shardtypes / typeguard          = {over['shardtypes'] / over['typeguard']:.2f}"
           "   (target <= 1.5)")
+    print(f"  static spelling / one-argument  = {over['shardtypes static'] / over['shardtypes']:.2f}"
+          "   (target <= 1: the same check)")
     if "jaxtyping+beartype" in over:
-        print(f"  shardtypes / jaxtyping+beartype = "
-              f"{over['shardtypes'] / over['jaxtyping+beartype']:.2f}   (target < 1)")
+        peer = over["jaxtyping+beartype"]
+        print(f"  shardtypes / jaxtyping+beartype = {over['shardtypes'] / peer:.2f}   (target < 1)")
+        print(f"  isinstance / jaxtyping+beartype = {over['isinstance'] / peer:.2f}")
+        print(f"  beartype / jaxtyping+beartype   = {over['beartype'] / peer:.2f}")
 
     tree_ratio = tree_call(mesh, args.number // 20 or 1, args.repeat)
     print(f"  tree call: shardtypes / floor   = {tree_ratio:.2f}   (target <= 2)")

@@ -79,7 +79,9 @@ _BASE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes
 # True inside the outermost traced checked call of a call tree (nested ones share its table).
 _IN_TRACE: contextvars.ContextVar[bool] = contextvars.ContextVar("shardtypes.in_trace", default=False)
 
-# The Scopes open in this context, innermost last (to refuse an exit out of order).
+# The Scopes open in this context, innermost last, each with what its exit restores:
+# (scope, table token, base token, jit key context). One variable for all Scopes, so a Scope
+# leaves nothing behind in the context once it exits; an exit out of order is refused.
 _OPEN: contextvars.ContextVar[tuple] = contextvars.ContextVar("shardtypes.open_scopes", default=())
 
 # The bindings of the innermost Scope, as part of jit's cache key.
@@ -124,9 +126,6 @@ class Scope:
             n: tuple(_as_size(s) for s in v) if isinstance(v, tuple) else _as_size(v)
             for n, v in bindings.items()
         }
-        # The tokens to restore, per context: one Scope object may be entered by several threads
-        # or asyncio tasks at once, each in its own context.
-        self._tokens: contextvars.ContextVar[tuple] = contextvars.ContextVar("shardtypes.scope_tokens", default=())
         self._origin: str | None = None  # who bound these, for messages (default: Scope(n=v))
 
     def __enter__(self) -> "Scope":
@@ -135,24 +134,22 @@ class Scope:
         })
         key = _JIT_SCOPE(tuple(sorted(self._bindings.items(), key=lambda item: item[0])))
         key.__enter__()
-        marker = object()
-        self._tokens.set((*self._tokens.get(), (_TABLE.set(table), _BASE.set(table), key, marker)))
-        _OPEN.set((*_OPEN.get(), marker))
+        # Kept per context: one Scope object may be entered by several threads or asyncio tasks
+        # at once, each in its own context.
+        _OPEN.set((*_OPEN.get(), (self, _TABLE.set(table), _BASE.set(table), key)))
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        *rest, (table, base, key, marker) = self._tokens.get()
         open_scopes = _OPEN.get()
-        if not open_scopes or open_scopes[-1] is not marker:
+        if not open_scopes or open_scopes[-1][0] is not self:
             raise RuntimeError(
                 "shardtypes.Scope exited out of order: exit the innermost Scope first (use `with`)"
             )
+        _, table, base, key = open_scopes[-1]
         _OPEN.set(open_scopes[:-1])
-        self._tokens.set(tuple(rest))
         _BASE.reset(base)
         _TABLE.reset(table)
-        if key is not None:
-            key.__exit__(*exc_info)
+        key.__exit__(*exc_info)
 
 
 def _as_size(size: Any) -> Any:

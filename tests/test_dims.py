@@ -757,6 +757,34 @@ def test_scope_exited_out_of_order_is_an_error():
     assert dict(dims()) == {}
 
 
+def test_a_scope_leaves_nothing_behind_in_the_context():
+    """Scopes (and @scope calls) leave the context as they found it: a long loop of them must not
+    grow it (it did, one variable per Scope, slowing every later Scope)."""
+    import contextvars
+
+    @scope
+    def step():
+        return dict(dims())
+
+    with Scope():   # every variable shardtypes uses is in the context now
+        step()
+    before = len(contextvars.copy_context())
+    for i in range(200):
+        with Scope(i=i):
+            assert dims()["i"] == i
+        step()
+    assert len(contextvars.copy_context()) == before
+
+
+def test_one_scope_object_entered_twice_exits_in_order():
+    s = Scope(a=1)
+    with s:
+        with s:
+            assert dims()["a"] == 1
+        assert dims()["a"] == 1
+    assert dict(dims()) == {}
+
+
 # ---------------------------------------------------------------------------------------------
 # Generators keep their call's table across resumptions.
 
