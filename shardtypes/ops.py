@@ -68,8 +68,9 @@ def all_gather(spec: str, x: jax.Array) -> jax.Array:
 
 @c.own_table
 def psum_scatter(spec: str, x: jax.Array) -> jax.Array:
-    """Sums over the mesh axes that ``spec`` adds to one dim and leaves that dim scattered over
-    them: ``'B/d L M -> B/d L M/t'``."""
+    """Sums over the mesh axes that ``spec`` adds to dims and leaves each such dim scattered over
+    the axes it gains: ``'B/d L M -> B/d L M/t'``, or several dims at once, ``'A B -> A/d B/t'``
+    (summed over ``d`` and ``t``)."""
     (before,), after = c.arrow("psum_scatter", spec, 1)
     c.same_dims("psum_scatter", spec, before, after)
     b_axes, a_axes = c.axes(before), c.axes(after)
@@ -79,15 +80,19 @@ def psum_scatter(spec: str, x: jax.Array) -> jax.Array:
         c.check("psum_scatter", spec, "operand", before, x)
         c.check("psum_scatter", spec, "result", after, x)
         return x
-    if len(changed) != 1:
-        raise ShapeSpecError(spec, "shardtypes.ops.psum_scatter: exactly one dim must gain mesh axes")
-    (i,) = changed
-    b, a = before.dims[i], after.dims[i]
-    added = c.trailing_extra("psum_scatter", spec, i, b, a, fewer=b_axes[i], more=a_axes[i], verb="gain")
-    sizes = c.manual("psum_scatter", spec, added, "the spec")
+    if not changed:
+        raise ShapeSpecError(spec, "shardtypes.ops.psum_scatter: at least one dim must gain mesh axes")
+    scatters = []
+    for i in changed:
+        b, a = before.dims[i], after.dims[i]
+        added = c.trailing_extra("psum_scatter", spec, i, b, a, fewer=b_axes[i], more=a_axes[i], verb="gain")
+        scatters.append((i, added, c.manual("psum_scatter", spec, added, "the spec")))
     c.check("psum_scatter", spec, "operand", before, x)
-    c.splits("psum_scatter", spec, after, i, x, sizes)
-    x = jax.lax.psum_scatter(x, c.one_or_tuple(added), scatter_dimension=i, tiled=True)
+    for i, _, sizes in scatters:
+        c.splits("psum_scatter", spec, after, i, x, sizes)
+    # One psum_scatter per dim: each sums over its own axes, so together they sum over all of them.
+    for i, added, _ in scatters:
+        x = jax.lax.psum_scatter(x, c.one_or_tuple(added), scatter_dimension=i, tiled=True)
     c.check("psum_scatter", spec, "result", after, x)
     return x
 

@@ -131,6 +131,13 @@ def scatter_two_axes(x: f32[b"L M"]) -> f32[b"L M/d/t"]:
 
 
 @kernel
+def scatter_two_dims(x: f32[b"A C"]) -> f32[b"A/d C/t"]:
+    # Device (d=i, t=j) contributes (1 + i + 10 j) * x: the sum over both axes is 88 * x.
+    weight = 1 + jax.lax.axis_index("d") + 10 * jax.lax.axis_index("t")
+    return ops.psum_scatter("A C -> A/d C/t", x * weight.astype(x.dtype))
+
+
+@kernel
 def matmul_scatter(x: f32[b"B/d L M/t"], w: f32[b"M/t F"]) -> f32[b"B/d L F/t"]:
     partial = ops.einsum_unreduced("B/d L M/t, M/t F -> B/d L F", x, w)
     return ops.psum_scatter("B/d L F -> B/d L F/t", partial)
@@ -152,6 +159,17 @@ def test_psum_scatter_over_two_axes(mesh):
         out = scatter_two_axes(put(mesh, x))
     close(out, 8 * x)
     assert_layout(out, mesh, None, ("d", "t"))
+
+
+def test_psum_scatter_over_two_dims_sums_over_every_axis(mesh):
+    """seqax's 'A B -> A/d B/t': each dim scattered over the axes it gains, summed over all."""
+    x = MAT[:, :8]
+    with jax.set_mesh(mesh):
+        out = scatter_two_dims(put(mesh, x))
+    d, t = mesh.shape["d"], mesh.shape["t"]
+    total = sum(1 + i + 10 * j for i in range(d) for j in range(t))
+    close(out, total * x)
+    assert_layout(out, mesh, "d", "t")
 
 
 def test_psum_scatter_reduces_unreduced_einsum(mesh):
@@ -601,11 +619,11 @@ MALFORMED = {
     ),
     "psum_scatter-no-change": (
         lambda x, w, table, ids, y: ops.psum_scatter("B/d M -> B/d M", x),
-        "shardtypes.ops.psum_scatter: exactly one dim must gain mesh axes",
+        "shardtypes.ops.psum_scatter: at least one dim must gain mesh axes",
     ),
-    "psum_scatter-two-changes": (
-        lambda x, w, table, ids, y: ops.psum_scatter("B M -> B/d M/t", jnp.zeros((8, 4))),
-        "shardtypes.ops.psum_scatter: exactly one dim must gain mesh axes",
+    "psum_scatter-two-changes-one-removes": (
+        lambda x, w, table, ids, y: ops.psum_scatter("B/d M -> B M/t", x),
+        "shardtypes.ops.psum_scatter: dim 0 goes from 'B/d' to 'B'; psum_scatter can only gain ",
     ),
     "psum_scatter-removes-axis": (
         lambda x, w, table, ids, y: ops.psum_scatter("B/d M -> B M", x),
