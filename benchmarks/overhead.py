@@ -3,24 +3,32 @@
     python benchmarks/overhead.py [--auto] [--number N] [--repeat R]
 
 The function is ``f(x: f32[b'b/d e'], y: f32[b'b/d e']) -> f32[b'b/d e']`` on arrays sharded over an
-8-device simulated CPU mesh, decorated four ways, with two bodies: ``return x`` (so the time is the
-cost of checking alone; the targets are judged on this one) and ``return x + y`` (an eager op,
+8-device simulated CPU mesh, decorated each way below, with two bodies: ``return x`` (so the time is
+the cost of checking alone; the targets are judged on this one) and ``return x + y`` (an eager op,
 whose dispatch dominates and is noisy):
 
   bare                 no checks
-  floor                reads each array's shape, dtype and sharding, and nothing else
+  floor                reads each array's shape, dtype and sharding, and checks nothing (below)
   typeguard            plain typeguard.typechecked with jax.Array annotations (type only)
-  shardtypes           shardtypes.typechecked (dtype, shape, dimension table AND sharding)
-  shardtypes static    the same in the static spelling f32[jax.Array, b'b/d e']
-  isinstance           isinstance(v, f32[b'b/d e']) on x, y and the result, in one Scope
-  beartype             @shardtypes.scope over @beartype, with shardtypes annotations
+  shardtypes           shardtypes.typechecked on f32[b'b/d e'] (dtype, shape, dimension table
+                       AND sharding)
+  shardtypes (static)  the same on the static spelling f32[jax.Array, b'b/d e'] (what pyright and
+                       mypy read as jax.Array); it may not cost more than the one-argument form
+  isinstance           no decorator: the body asserts isinstance(v, f32[b'b/d e']) for x, y and
+                       the result inside `with shardtypes.Scope():` (so 'b' and 'e' bind across
+                       them)
+  shardtypes+beartype  @beartype on the f32[b'b/d e'] annotations, under @shardtypes.scope (each
+                       call one dimension table, so names bind across arguments, as documented)
   jaxtyping+beartype   Float[Array, 'b e'] under jaxtyped(typechecker=beartype) (shape only)
 
-It prints µs per call, the cost above bare, and the ratios. The static spelling may cost no more
-than the one-argument form (ratio <= 1); isinstance and @beartype are compared with
-jaxtyping+beartype, which checks shapes only. Machines
-are noisy: only the ratios within one run mean anything. Under jax.jit it also compares the
-compiled program of the checked function with the bare one and the cost of a cached call.
+Before timing, each version that compares sizes across arguments is shown to reject a ``y`` whose
+'e' differs from ``x``'s, so all of them do the work they are timed for.
+
+It prints µs per call, the cost above bare, and the ratios of the costs above bare: shardtypes
+against floor, typeguard and jaxtyping+beartype; the static spelling against the one-argument form
+(target <= 1); isinstance and shardtypes+beartype against jaxtyping+beartype. Machines are noisy:
+only the ratios within one run mean anything. Under jax.jit it also compares the compiled program
+of the checked function with the bare one and the cost of a cached call.
 
 The floor of any eager check is reading each array's shape, dtype and sharding: ``floor`` is a
 decorator that does only that, for every argument leaf and the result. Checking may cost at most
@@ -51,6 +59,15 @@ from _common import measure as _measure, program_text  # noqa: E402
 
 
 from make_shardings import N_LAYERS, Layer  # noqa: E402
+
+# The peers (pip install -e '.[bench]'). Imported here, not in make_versions: the annotations are
+# strings (`from __future__ import annotations`), and jaxtyping resolves them in the module's
+# globals only, silently reading one it cannot resolve as Any (which checks nothing).
+try:
+    from beartype import beartype
+    from jaxtyping import Array, Float, jaxtyped
+except ImportError:
+    beartype = None
 
 
 @shardtypes.pytree_dataclass
@@ -105,42 +122,58 @@ def make_versions(body):
         return body(x, y)
 
     @shardtypes.typechecked
-    def with_static(x: f32[jax.Array, b"b/d e"], y: f32[jax.Array, b"b/d e"]) -> f32[jax.Array, b"b/d e"]:
+    def with_static(
+        x: f32[jax.Array, b"b/d e"], y: f32[jax.Array, b"b/d e"]
+    ) -> f32[jax.Array, b"b/d e"]:
         return body(x, y)
 
-    annotation = f32[b"b/d e"]
-
     def with_isinstance(x, y):
-        with shardtypes.Scope():  # one table for the call: names bind across x, y and the result
-            if not (isinstance(x, annotation) and isinstance(y, annotation)):
-                raise TypeError("argument is not f32[b'b/d e']")
+        with shardtypes.Scope():
+            if not isinstance(x, f32[b"b/d e"]):
+                raise TypeError("x is not f32[b'b/d e']")
+            if not isinstance(y, f32[b"b/d e"]):
+                raise TypeError("y is not f32[b'b/d e']")
             result = body(x, y)
-            if not isinstance(result, annotation):
-                raise TypeError("result is not f32[b'b/d e']")
+            if not isinstance(result, f32[b"b/d e"]):
+                raise TypeError("the result is not f32[b'b/d e']")
             return result
 
     versions = {"bare": bare, "floor": with_floor, "typeguard": with_typeguard,
-                "shardtypes": with_shardtypes, "shardtypes static": with_static,
+                "shardtypes": with_shardtypes, "shardtypes (static)": with_static,
                 "isinstance": with_isinstance}
-    try:
-        from beartype import beartype
-        from jaxtyping import Array, Float, jaxtyped
-    except ImportError:
+    if beartype is None:
         return versions
 
-    @shardtypes.scope  # outermost: beartype's isinstance checks share one dimension table
+    @shardtypes.scope
     @beartype
     def with_beartype(x: f32[b"b/d e"], y: f32[b"b/d e"]) -> f32[b"b/d e"]:
         return body(x, y)
-
-    versions["beartype"] = with_beartype
 
     @jaxtyped(typechecker=beartype)
     def with_jaxtyping(x: Float[Array, "b e"], y: Float[Array, "b e"]) -> Float[Array, "b e"]:
         return body(x, y)
 
+    versions["shardtypes+beartype"] = with_beartype
     versions["jaxtyping+beartype"] = with_jaxtyping
     return versions
+
+
+# The versions that compare sizes across arguments (the others check types at most).
+CROSS_CHECKED = ("shardtypes", "shardtypes (static)", "isinstance", "shardtypes+beartype",
+                 "jaxtyping+beartype")
+
+
+def check_rejects(fns: dict, x, wrong_y) -> None:
+    """Each version in CROSS_CHECKED refuses ``wrong_y`` (its 'e' differs from ``x``'s)."""
+    for name in CROSS_CHECKED:
+        if name not in fns:
+            continue
+        try:
+            fns[name](x, wrong_y)
+        except Exception:  # typeguard's, beartype's, jaxtyping's or the body's TypeError
+            continue
+        raise AssertionError(f"{name} accepted y of another 'e' size than x: it checks less than "
+                             "it is timed for")
 
 
 def main() -> None:
@@ -155,6 +188,7 @@ def main() -> None:
     sharding = NamedSharding(mesh, P("d"))
     x = jax.device_put(jnp.ones((64, 128), jnp.float32), sharding)
     y = jax.device_put(jnp.ones((64, 128), jnp.float32), sharding)
+    wrong_y = jax.device_put(jnp.ones((64, 64), jnp.float32), sharding)
 
     print(f"f(x: f32[b'b/d e'], y: f32[b'b/d e']) -> f32[b'b/d e'] on float32[64,128] sharded "
           f"P('d') over 8 CPU devices, {kind.name} axes; best of {args.repeat} x {args.number}\n")
@@ -164,6 +198,7 @@ def main() -> None:
         fns = make_versions(body)
         for fn in fns.values():  # warm up, and prove every version accepts the call
             jax.block_until_ready(fn(x, y))
+        check_rejects(fns, x, wrong_y)
         times = measure(fns, (x, y), args.number, args.repeat)
         base = times["bare"]
         print(f"{title}\n  {'':20s} {'µs/call':>9s} {'above bare':>11s}")
@@ -173,21 +208,21 @@ def main() -> None:
             over = {name: max(t - base, 1e-3) for name, t in times.items()}
         print()
 
+    def ratio(a: str, b: str, target: str = "") -> None:
+        if a in over and b in over:
+            line = f"  {a + ' / ' + b:40s} = {over[a] / over[b]:.2f}"
+            print(line + (f"   (target {target})" if target else ""))
+
     print("ratios of checking cost (µs above bare, body `return x`):")
-    print(f"  shardtypes / floor              = {over['shardtypes'] / over['floor']:.2f}"
-          "   (target <= 2)")
-    print(f"  shardtypes / typeguard          = {over['shardtypes'] / over['typeguard']:.2f}"
-          "   (target <= 1.5)")
-    print(f"  static spelling / one-argument  = {over['shardtypes static'] / over['shardtypes']:.2f}"
-          "   (target <= 1: the same check)")
-    if "jaxtyping+beartype" in over:
-        peer = over["jaxtyping+beartype"]
-        print(f"  shardtypes / jaxtyping+beartype = {over['shardtypes'] / peer:.2f}   (target < 1)")
-        print(f"  isinstance / jaxtyping+beartype = {over['isinstance'] / peer:.2f}")
-        print(f"  beartype / jaxtyping+beartype   = {over['beartype'] / peer:.2f}")
+    ratio("shardtypes", "floor", "<= 2")
+    ratio("shardtypes", "typeguard", "<= 1.5")
+    ratio("shardtypes", "jaxtyping+beartype", "< 1")
+    ratio("shardtypes (static)", "shardtypes", "<= 1")
+    ratio("isinstance", "jaxtyping+beartype")
+    ratio("shardtypes+beartype", "jaxtyping+beartype")
 
     tree_ratio = tree_call(mesh, args.number // 20 or 1, args.repeat)
-    print(f"  tree call: shardtypes / floor   = {tree_ratio:.2f}   (target <= 2)")
+    print(f"  {'tree call: shardtypes / floor':40s} = {tree_ratio:.2f}   (target <= 2)")
 
     # Under jit, checks run once at trace time (and, on Auto axes, once at compile time).
     with jax.set_mesh(mesh):
