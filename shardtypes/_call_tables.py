@@ -13,7 +13,7 @@ from typing import Any, Callable
 from typeguard import TypeCheckError
 
 from ._config import _FORCED, config
-from ._dims import _BASE, _IN_TRACE, _TABLE, Table, tracing
+from ._dims import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
 from ._plans import _ARRAY_TYPES
 
 __all__: list[str] = []
@@ -80,12 +80,17 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
                 _TABLE.set(start)  # a failed call leaves the caller's table as it was
                 raise
         token = _TABLE.set(table)
-        trace_token = _IN_TRACE.set(True) if traced else None
+        if not traced:
+            try:
+                return checked(*args, **kwargs)
+            finally:
+                _TABLE.reset(token)
+        trace_token = _IN_TRACE.set(True)
         try:
-            return checked(*args, **kwargs)
+            with trace_key():
+                return checked(*args, **kwargs)
         finally:
-            if trace_token is not None:
-                _IN_TRACE.reset(trace_token)
+            _IN_TRACE.reset(trace_token)
             _TABLE.reset(token)
 
     return wrapper

@@ -17,20 +17,27 @@ cache key, and what it binds never outlives the trace:
 * the outermost traced checked call inside an eager call tree (``jax.jit(g)`` called from the
   body of an eager checked ``f``) starts from the innermost ``Scope``'s table, not from the eager
   call's bindings (which jit's key does not see), and its own bindings end with it (a cached
-  trace would not make them again). Checked calls nested in a trace share its table as usual.
+  trace would not make them again). Checked calls nested in a trace share its table as usual;
+* inside an outermost checked call that JAX stages out, jit's key holds a number of its own, so
+  a jitted checked function it calls is traced again for it (its checks see this call's table,
+  its bindings reach it) rather than reused from a trace made inside another call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import inspect
+import itertools
 import operator
 import re
 import types
 from typing import Any, Callable, Mapping, TypeVar, cast
 
 import jax
+import jax.core
+import numpy as np
 
 from ._compat import JitKey
 from ._sizes import is_size
@@ -78,6 +85,25 @@ _BASE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes
 
 # True inside the outermost traced checked call of a call tree (nested ones share its table).
 _IN_TRACE: contextvars.ContextVar[bool] = contextvars.ContextVar("shardtypes.in_trace", default=False)
+
+# A number of its own for each outermost checked call that JAX stages out (jit, scan, cond,
+# checkpoint, eval_shape), as part of jit's cache key inside it: a jitted checked function called
+# there is traced again for that call, so its checks see that call's table and its bindings
+# reach it, never taken from a trace made inside another call (see ``trace_key``).
+_JIT_TRACE = JitKey(default=None)
+_TRACES = itertools.count()
+_ZERO = np.float32(0)
+_NO_KEY = contextlib.nullcontext()
+
+
+def trace_key() -> contextlib.AbstractContextManager[Any]:
+    """The context an outermost traced checked call runs its body in: a fresh jit key where the
+    call is being staged out. Under an eager transformation (``jax.grad(f)(x)`` without jit)
+    none: the body runs on every call, and a fresh key would make every jitted function inside
+    it (jax.numpy's included) trace and compile again on every call."""
+    if isinstance(jax.device_put(_ZERO), jax.core.Tracer):  # a constant is a tracer only when staged
+        return _JIT_TRACE(next(_TRACES))
+    return _NO_KEY
 
 # The Scopes open in this context, innermost last, each with what its exit restores:
 # (scope, table token, base token, jit key context). One variable for all Scopes, so a Scope

@@ -19,7 +19,7 @@ from typeguard import TypeCheckError, TypeCheckMemo
 from ._call_tables import _EMPTY, _with_table
 from ._check_entry import check_with_plan
 from ._config import _FORCED, config
-from ._dims import _BASE, _IN_TRACE, _TABLE, Table, tracing
+from ._dims import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
 from ._hints import resolve_hints
 from ._model import fast_tree, learn_layout, model, tree_node
 from ._plans import _ARRAY_TYPES, fast_check, plan_for
@@ -184,7 +184,7 @@ class _SignatureChecker:
             if not cfg._checks and not forced():
                 return target(*args, **kwargs)
             table = start = get_table()
-            token = trace_token = None
+            token = trace_token = key = None
             if table is None:
                 table = _EMPTY
                 token = set_table(_EMPTY)
@@ -195,6 +195,9 @@ class _SignatureChecker:
                 table = get_base() or _EMPTY
                 token = set_table(table)
                 trace_token = set_in_trace(True)
+            if trace_token is not None:
+                key = trace_key()  # jitted checked calls inside are traced for this call (_dims)
+                key.__enter__()
             try:
                 positional = checker.positional
                 if positional is not None and not kwargs and len(args) == len(positional):
@@ -232,6 +235,8 @@ class _SignatureChecker:
                     set_table(start)
                 raise
             finally:
+                if key is not None:
+                    key.__exit__(None, None, None)
                 if token is not None:
                     reset_table(token)
                 if trace_token is not None:

@@ -731,6 +731,76 @@ def test_jitted_callee_starts_from_the_scope_not_the_eager_call():
             _caller_with_other_size(jnp.zeros(4))
 
 
+@jax.jit
+@typechecked
+def _jitted_inner(y: f32[b"n"]) -> f32[b"n"]:
+    return y * 2
+
+
+@jax.jit
+@typechecked
+def _outer_same(x: f32[b"n"]) -> f32[b"n"]:
+    return _jitted_inner(x)
+
+
+@jax.jit
+@typechecked
+def _outer_mismatch(x: f32[b"n"], y: f32[b"m"]) -> f32[b"m"]:
+    return _jitted_inner(y)  # 'n' is x's size here, and y is not that long
+
+
+def test_a_jitted_callee_in_a_trace_is_checked_against_that_trace_whatever_ran_before():
+    """A jitted checked function called inside a staged checked call is traced for that call:
+    a trace made inside another caller (same shapes, another table) is not reused, so the
+    verdict never depends on what ran before."""
+    message = r"dimension 'n' is 4 here .*bound to 3 by argument \"x\""
+    with pytest.raises(TypeCheckError, match=message):
+        _outer_mismatch(jnp.zeros(3), jnp.zeros(4))
+    assert _outer_same(jnp.zeros(4)).shape == (4,)   # _jitted_inner traced with a 4-long y
+    with pytest.raises(TypeCheckError, match=message):
+        _outer_mismatch(jnp.zeros(3), jnp.zeros(4))
+    assert _outer_same(jnp.zeros(4)).shape == (4,)
+
+
+def test_a_jitted_callee_binds_into_each_tracing_caller():
+    """What a jitted callee binds reaches every caller that traces it, not only the first."""
+
+    @jax.jit
+    @typechecked
+    def widen(x: f32[b"n"]) -> f32[b"wide"]:
+        return jnp.concatenate([x, x])
+
+    def caller():
+        @jax.jit
+        @typechecked
+        def uses_wide(x: f32[b"n"]) -> f32[b"wide+1"]:
+            return jnp.concatenate([widen(x), jnp.zeros(1)])
+        return uses_wide
+
+    for _ in range(3):  # a new caller each time, the callee's trace cached by shape
+        assert caller()(jnp.zeros(3)).shape == (7,)
+
+
+def test_an_eager_transformation_reuses_jitted_traces_inside():
+    """Under jax.grad without jit the checked body runs on every call; jitted functions inside
+    it (its own and jax.numpy's) keep their traces, or every call would compile again."""
+    traces = []
+
+    @jax.jit
+    @typechecked
+    def inner(y: f32[b"n"]) -> f32[b"n"]:
+        traces.append(1)
+        return jnp.sin(y)
+
+    @typechecked
+    def loss(x: f32[b"n"]) -> f32[b""]:
+        return jnp.sum(inner(x))
+
+    for _ in range(3):
+        jax.grad(loss)(jnp.ones(4))
+    assert len(traces) == 1
+
+
 def test_nested_checked_calls_inside_one_trace_share_the_table():
     @jax.jit
     @typechecked
