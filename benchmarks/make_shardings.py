@@ -111,7 +111,7 @@ def main() -> None:
 
     ours = make_shardings(STATE, mesh)
     n_leaves = len(jax.tree.leaves(ours))
-    from shardtypes import _specs
+    from shardtypes.layout import specs as _specs
 
     def cold():  # as on the first call for this mesh: nothing cached
         _specs._SHARDINGS.clear()

@@ -6,15 +6,16 @@
 ... def center(x: f32[jax.Array, b'batch/d channels']) -> f32[jax.Array, b'batch/d channels']:
 ...     return x - jnp.mean(x, axis=-1, keepdims=True)
 
-See ``shardtypes._shape`` for the annotation language.
+See ``shardtypes.language.shape`` for the annotation language, and docs/architecture.md for
+the layers of the package (one subpackage each).
 """
 
 from typing import TYPE_CHECKING
 
-from ._auto import auto_partition_spec as auto_partition_spec, auto_partition_specs as auto_partition_specs
-from ._config import config as config
-from ._dims import Scope as Scope, dims as dims, scope as scope
-from ._dtypes import number as number
+from .layout.auto import auto_partition_spec as auto_partition_spec, auto_partition_specs as auto_partition_specs
+from .context.settings import config as config
+from .context.tables import Scope as Scope, dims as dims, scope as scope
+from .model.annotations import number as number
 
 # Static checkers read the annotation names as typing.Annotated, so that the static spelling
 # f32[jax.Array, b'batch/d embed'] is a jax.Array to them (see _indirection); at run time they
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
         u64 as u64,
     )
 else:
-    from ._dtypes import (
+    from .model.annotations import (
         anydtype as anydtype,
         bf16 as bf16,
         bool_ as bool_,
@@ -82,47 +83,49 @@ else:
         u32 as u32,
         u64 as u64,
     )
-    from ._trees import Stacked as Stacked
-from ._least_sharding import (
+    from .model.trees import Stacked as Stacked
+from .layout.least_sharding import (
     convert_specs as convert_specs,
     partition_specs_for_budget as partition_specs_for_budget,
 )
-from ._validate_specs import ShardingProblem as ShardingProblem, validate_shardings as validate_shardings
-from ._hosts import default_mesh as default_mesh, hybrid_mesh as hybrid_mesh
-from ._data_layout import (
+from .layout.validate import ShardingProblem as ShardingProblem, validate_shardings as validate_shardings
+from .context.hosts import default_mesh as default_mesh, hybrid_mesh as hybrid_mesh
+from .layout.data_layout import (
     DataLayout as DataLayout,
     data_layout as data_layout,
     make_global_array as make_global_array,
 )
-from ._rules import (
+from .context.rules import (
     AxisRules as AxisRules,
     AxisRulesError as AxisRulesError,
     axis_rules as axis_rules,
     current_rules as current_rules,
 )
-from ._rule_presets import eformer_rules as eformer_rules, t5x_rules as t5x_rules
-from ._explain import explain as explain
-from ._shape import DimSpec as DimSpec, ShapeSpec as ShapeSpec, ShapeSpecError as ShapeSpecError
-from ._shard import shard as shard
-from ._shard_map import typed_shard_map as typed_shard_map
-from ._specs import (
+from .context.rule_presets import eformer_rules as eformer_rules, t5x_rules as t5x_rules
+from .layout.explanations import explain as explain
+from .language.shape import DimSpec as DimSpec, ShapeSpec as ShapeSpec, ShapeSpecError as ShapeSpecError
+from .layout.placement import shard as shard
+from .kernels.shard_map import typed_shard_map as typed_shard_map
+from .layout.specs import (
     is_fully_sharded as is_fully_sharded,
     make_partition_specs as make_partition_specs,
     make_shape_dtype_structs as make_shape_dtype_structs,
     make_shardings as make_shardings,
 )
-from ._trees import Array as Array, pytree_dataclass as pytree_dataclass
+from .model.trees import Array as Array, pytree_dataclass as pytree_dataclass
 from dataclasses import field as field
 
-from ._memory_plan import PlanReport as PlanReport, plan as plan
-from ._verify import Problem as Problem, VerifyReport as VerifyReport, verify as verify
+from .tools.memory_plan import PlanReport as PlanReport, plan as plan
+from .tools.verification import Problem as Problem, VerifyReport as VerifyReport, verify as verify
 
-from . import nnx as nnx, ops as ops
-from ._decorator import typechecked as typechecked
-from ._check_entry import check as check
-from ._errors import FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
-from ._typeguard import register_with_typeguard as register_with_typeguard
+from . import _legacy, nnx as nnx, ops as ops
+from .integrations.decorator import typechecked as typechecked
+from .checking.entry import check as check
+from .model.errors import FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
+from .integrations.typeguard_hook import register_with_typeguard as register_with_typeguard
 from typeguard import TypeCheckError as TypeCheckError
+
+from ._version import __version__ as __version__
 
 __all__ = [
     "Array",
@@ -205,6 +208,7 @@ __all__ = [
 ]
 
 register_with_typeguard()
+_legacy.install()  # pickles made before the layer packages name the old modules
 
 # The errors and warnings users see in tracebacks and catch by name carry their public home
 # (shardtypes.ShapeSpecError, not shardtypes._shape.ShapeSpecError); pickle finds them there.
@@ -212,4 +216,3 @@ for _cls in (ShapeSpecError, AxisRulesError, ShardtypesWarning, FieldError):
     _cls.__module__ = "shardtypes"
 del _cls
 
-__version__ = "0.1.0"

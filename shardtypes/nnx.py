@@ -24,120 +24,15 @@ variable's annotation is read on the class of the module that holds it. ``filter
 its path: nothing is laid out or passed unchecked by default.
 """
 
-import importlib
-import typing
-from typing import Any
-
-import jax
-from jax.sharding import NamedSharding
-
-from ._dims import Scope
-from ._hints import resolve_hints
-from ._mesh import current_mesh
-from ._specs import make_partition_specs
-from typeguard import TypeCheckError
+from .integrations.nnx import (
+    annotations as annotations,
+    check as check,
+    partition_specs as partition_specs,
+    shardings as shardings,
+)
 
 __all__ = ["annotations", "partition_specs", "shardings", "check"]
 
-
-def _nnx() -> Any:
-    # Imported by name: Flax is optional, and static checkers must not need it installed.
-    try:
-        return importlib.import_module("flax.nnx")
-    except ImportError as e:  # pragma: no cover - flax is an optional dependency
-        raise ImportError("shardtypes.nnx needs Flax: pip install 'shardtypes[flax]'") from e
-
-
-def annotations(model: Any, *filters: Any) -> Any:
-    """An ``nnx.State`` shaped like ``nnx.state(model, *filters)`` holding each variable's
-    shardtypes annotation (from ``w: nnx.Param[f32[...]]`` on its module's class)."""
-    nnx = _nnx()
-    if not isinstance(model, nnx.Module):
-        raise TypeError(f"shardtypes.nnx: model must be an nnx.Module, got {type(model).__qualname__}")
-    state = nnx.state(model, *filters)
-    found = {}
-    missing = []
-    for path, _ in jax.tree_util.tree_flatten_with_path(state)[0]:
-        annotation, where = _annotation_at(model, path, nnx)
-        if annotation is None:
-            missing.append(where)
-        found[path] = annotation
-    if missing:
-        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
-        raise TypeError(
-            f"shardtypes.nnx: no shardtypes annotation for {shown}; annotate them on their module's "
-            "class (w: nnx.Param[f32[b'embed/d hidden/t']]) or leave them out with a filter "
-            "(shardtypes.nnx.shardings(model, mesh, nnx.Param))"
-        )
-    return jax.tree_util.tree_map_with_path(lambda path, _: found[path], state)
-
-
-def partition_specs(model: Any, *filters: Any) -> Any:
-    """An ``nnx.State`` of the PartitionSpec of each variable (``nnx.get_partition_spec``'s
-    shape), derived from the annotations on the module classes."""
-    return jax.tree.map(make_partition_specs, annotations(model, *filters))
-
-
-def shardings(model: Any, mesh: Any = None, *filters: Any) -> Any:
-    """An ``nnx.State`` of NamedShardings over ``mesh`` (default: the current one), for
-    ``jax.device_put(nnx.state(model, *filters), ...)`` and ``nnx.update``."""
-    mesh = current_mesh(mesh, "shardtypes.nnx.shardings")
-    specs = partition_specs(model, *filters)
-    return jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
-                        is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
-
-
-def check(model: Any, *filters: Any) -> None:
-    """Checks every selected variable of ``model`` against its annotation (dtype, shape,
-    sharding), all in one dimension table, so ``embed`` means one size across the model.
-    Raises TypeCheckError naming the variable's path (``MLP.blocks[0].w``)."""
-    from ._check_entry import check_named
-
-    nnx = _nnx()
-    anns = annotations(model, *filters)
-    state = nnx.state(model, *filters)
-    flat_anns = dict(jax.tree_util.tree_flatten_with_path(anns)[0])
-    with Scope():
-        for path, value in jax.tree_util.tree_flatten_with_path(state)[0]:
-            _, where = _annotation_at(model, path, nnx)
-            check_named(value, flat_anns[path], where, "shardtypes.nnx.check")
-
-
-def _annotation_at(model: Any, path: tuple, nnx: Any) -> tuple[Any, str]:
-    """(the shardtypes annotation of the variable at ``path`` of ``nnx.state(model)``, or None;
-    the path written as attribute access, ``MLP.blocks[0].w``)."""
-    obj: Any = model
-    annotation: Any = None
-    where = type(model).__name__
-    for key in path:
-        if isinstance(obj, nnx.Variable):
-            break  # the remaining key reaches into the variable (its value)
-        name = getattr(key, "key", getattr(key, "name", getattr(key, "idx", None)))
-        if isinstance(obj, nnx.Module) and isinstance(name, str) and not isinstance(obj, (nnx.List, nnx.Dict)):
-            hints = resolve_hints(type(obj), "shardtypes.nnx")
-            annotation = hints.get(name)
-            where += f".{name}"
-            obj = getattr(obj, name)
-        else:
-            annotation = _item_annotation(annotation)
-            where += f"[{name!r}]" if isinstance(name, str) else f"[{name}]"
-            obj = obj[name]
-    if not isinstance(obj, nnx.Variable) or annotation is None:
-        return None, where
-    origin = typing.get_origin(annotation)
-    if isinstance(origin, type) and issubclass(origin, nnx.Variable):
-        if not isinstance(obj, origin):
-            raise TypeError(
-                f"shardtypes.nnx: {where} is an nnx.{type(obj).__name__} but its annotation says "
-                f"{origin.__name__}"
-            )
-        (annotation,) = typing.get_args(annotation)
-    return annotation, where
-
-
-def _item_annotation(annotation: Any) -> Any:
-    """The annotation of an item of a list/dict/nnx.List annotation, or None."""
-    args = typing.get_args(annotation)
-    if not args:
-        return None
-    return args[-1] if args[-1] is not Ellipsis else args[0]
+# Their public home, in reprs, the API reference and pickles.
+for _function in (*(globals()[name] for name in __all__),):
+    _function.__module__ = __name__

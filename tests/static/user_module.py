@@ -1,4 +1,4 @@
-"""A user's module in the static spelling, checked by pyright and mypy (tests/test_static.py).
+"""A user's module in the static spelling, checked by pyright and mypy (tests/package/test_static.py).
 
 Everything outside ``must_fail`` is what a user writes and must pass both checkers with no
 error. Each line inside ``must_fail`` must be an error: it carries the one suppression comment
@@ -6,7 +6,7 @@ per checker that silences it (``# type: ignore[code]`` for mypy, ``# pyright: ig
 pyright; the configuration makes each checker read only its own), and an unneeded suppression is
 itself an error, so a checker that stops seeing one of these errors fails the run.
 
-The module also runs (``run()``, called by tests/test_static.py), so the static spelling is
+The module also runs (``run()``, called by tests/package/test_static.py), so the static spelling is
 checked at run time too.
 """
 

@@ -1,0 +1,153 @@
+"""One dimension table per top-level call of a checked function: the wrapper that starts a call
+outside any table with a fresh one (and the outermost traced call of an eager call tree with the
+table of its base, see ``_dims``), for plain functions, coroutines and generators, whose steps each
+run in the call's own table.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any, Callable
+
+from typeguard import TypeCheckError
+
+from ..context.settings import _FORCED, config
+from ..context.tables import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
+from .fast_path import _ARRAY_TYPES
+
+__all__: list[str] = []
+
+
+_EMPTY = Table()  # tables are immutable, so every top-level call can start from this one
+
+
+def _with_table(target: Callable, checked: Callable) -> Callable:
+    """Wraps ``checked`` so that a call outside any table runs with a fresh one."""
+    if inspect.iscoroutinefunction(target):
+
+        @functools.wraps(target)
+        async def async_wrapper(*args, **kwargs):
+            if not config._checks and not _FORCED.get():
+                return await target(*args, **kwargs)
+            start = _TABLE.get()
+            if start is not None:
+                try:
+                    return await checked(*args, **kwargs)
+                except TypeCheckError:
+                    _TABLE.set(start)  # a failed call leaves the caller's table as it was
+                    raise
+            token = _TABLE.set(_EMPTY)
+            try:
+                return await checked(*args, **kwargs)
+            finally:
+                _TABLE.reset(token)
+
+        return async_wrapper
+
+    if inspect.isasyncgenfunction(target) or inspect.isgeneratorfunction(target):
+        # A generator's body runs after the call returns, a step at each resumption: each step
+        # runs in the call's own table (a snapshot of the caller's when the call was made), so
+        # its arguments, yields, sends and return value share one table, seen by dims() inside.
+        if inspect.isasyncgenfunction(target):
+
+            @functools.wraps(target)
+            def async_generator_wrapper(*args, **kwargs):
+                if not config._checks and not _FORCED.get():
+                    return target(*args, **kwargs)
+                return _async_generator_in_table(checked(*args, **kwargs), _TABLE.get() or _EMPTY)
+
+            return async_generator_wrapper
+
+        @functools.wraps(target)
+        def generator_wrapper(*args, **kwargs):
+            if not config._checks and not _FORCED.get():
+                return target(*args, **kwargs)
+            return _generator_in_table(checked(*args, **kwargs), _TABLE.get() or _EMPTY)
+
+        return generator_wrapper
+
+    @functools.wraps(target)
+    def wrapper(*args, **kwargs):
+        if not config._checks and not _FORCED.get():
+            return target(*args, **kwargs)
+        start = _TABLE.get()
+        table, traced = _call_table(start, args)
+        if table is None:
+            try:
+                return checked(*args, **kwargs)
+            except TypeCheckError:
+                _TABLE.set(start)  # a failed call leaves the caller's table as it was
+                raise
+        token = _TABLE.set(table)
+        if not traced:
+            try:
+                return checked(*args, **kwargs)
+            finally:
+                _TABLE.reset(token)
+        trace_token = _IN_TRACE.set(True)
+        try:
+            with trace_key():
+                return checked(*args, **kwargs)
+        finally:
+            _IN_TRACE.reset(trace_token)
+            _TABLE.reset(token)
+
+    return wrapper
+
+
+def _call_table(start: Table | None, args: tuple) -> tuple[Table | None, bool]:
+    """(the table a call starts with, or None to share its caller's; whether the call is the
+    outermost traced one of its call tree). A top-level call starts empty; the outermost traced
+    call inside an eager call tree starts from the innermost Scope's table, so that what it
+    compares with is part of jit's cache key and what it binds ends with it (see ``_dims``)."""
+    if start is None:
+        concrete = bool(args) and type(args[0]) in _ARRAY_TYPES
+        return _EMPTY, not concrete and tracing()
+    if _IN_TRACE.get() or not tracing():
+        return None, False
+    return _BASE.get() or _EMPTY, True
+
+
+def _generator_in_table(gen: Any, table: Table) -> Any:
+    """Runs each step of ``gen`` with ``table`` as the current one, keeping what it binds."""
+    method, arg = gen.send, None
+    while True:
+        token = _TABLE.set(table)
+        try:
+            item = method(arg)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            table = _TABLE.get() or table
+            _TABLE.reset(token)
+        try:
+            arg = yield item
+            method = gen.send
+        except GeneratorExit:
+            gen.close()
+            raise
+        except BaseException as e:
+            method, arg = gen.throw, e
+
+
+async def _async_generator_in_table(gen: Any, table: Table) -> Any:
+    """``_generator_in_table`` for an async generator."""
+    method, arg = gen.asend, None
+    while True:
+        token = _TABLE.set(table)
+        try:
+            item = await method(arg)
+        except StopAsyncIteration:
+            return
+        finally:
+            table = _TABLE.get() or table
+            _TABLE.reset(token)
+        try:
+            arg = yield item
+            method = gen.asend
+        except GeneratorExit:
+            await gen.aclose()
+            raise
+        except BaseException as e:
+            method, arg = gen.athrow, e

@@ -1,0 +1,109 @@
+"""The compile-time check: under ``jax.jit`` on Auto mesh axes XLA chooses the sharding, so the
+checker registers ``jax.debug.inspect_array_sharding`` on the value, which reports the sharding
+XLA chose while the program compiles (and costs nothing after). See
+``shardtypes.config.auto_sharding_check``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+from typing import Any, Callable
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+from typeguard import TypeCheckError
+
+from ..context.settings import config
+from ..model.describe import Layout, _fmt_layout, _fmt_shape, _layout_problem, _missing_axes_problem, _normalise
+from ..language.shape import ShapeSpec
+from .sharding import _drop_size_one, _missing_axes, _unnamed_sharding_problem
+
+__all__ = ["COMPILE_TIME_CHECKS"]
+
+
+# False while typed_shard_map checks its global result: out_specs come from the same annotation,
+# so shard_map lays it out as annotated (its arguments are checked at compile time, as elsewhere).
+COMPILE_TIME_CHECKS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "shardtypes.compile_time_checks", default=True
+)
+
+
+def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset, context,
+                           expected: Layout, sizes: dict) -> None:
+    """Registers a check of the sharding XLA chooses; runs during compilation, costs nothing after.
+    ``expected`` is resolved now, at trace time, under the axis rules active now; ``sizes`` are
+    the mesh's axis sizes now (for a sharding that names no mesh axes)."""
+    where = context()
+
+    def report(sharding, shape: tuple) -> None:
+        """``shape`` is the inspected array's: under vmap, its leading dims are vmap's."""
+        if config.auto_sharding_check == "off":  # read now: the setting may change after tracing
+            return
+        batch = len(shape) - ndim
+        if isinstance(sharding, NamedSharding):
+            mesh_sizes = dict(sharding.mesh.shape)
+            missing = _missing_axes(expected, sharding.mesh.axis_names)
+            want = tuple(tuple(a for a in axes if a not in manual)
+                         for axes in _drop_size_one(expected, mesh_sizes))
+            found = tuple(sharding.spec) + (None,) * (len(shape) - len(sharding.spec))
+            actual = _normalise(PartitionSpec(*found[batch:]), ndim, mesh_sizes)
+            problem: str | None
+            if missing:
+                problem = _missing_axes_problem(missing, sharding.mesh.axis_names, "the array's mesh")
+            else:
+                problem = None if actual == want else _layout_problem(actual, want)
+        else:
+            problem = _unnamed_block_problem(sharding, shape, batch, expected, sizes, spec, ndim)
+        if problem is not None:
+            raise TypeCheckError(
+                f"shardtypes (compile-time check): {where}: {problem} (the sharding compiled under "
+                "jax.jit on Auto mesh axes; lay the value out as annotated or constrain it with "
+                "jax.lax.with_sharding_constraint, or set shardtypes.config.auto_sharding_check = "
+                "'off')"
+            )
+
+    _inspect(value, report, 0)
+
+
+def _unnamed_block_problem(sharding: Any, shape: tuple, batch: int, expected: Layout, sizes: dict,
+                           spec: ShapeSpec, ndim: int) -> str | None:
+    """A sharding that names no mesh axes (GSPMDSharding, when nothing in the program was laid out
+    over a mesh): compared through the block each device holds, which the axis sizes fix."""
+    if not sizes or sharding.is_fully_replicated:
+        return _unnamed_sharding_problem(sharding, spec, ndim, expected=expected)
+    want = _drop_size_one(expected, sizes)
+    block = tuple(sharding.shard_shape(shape))[batch:]
+    wanted = tuple(size // math.prod(sizes[a] for a in axes) for size, axes in zip(shape[batch:], want))
+    if block == wanted:
+        return None
+    return (f"the array's blocks are {_fmt_shape(block)} but the annotation's layout "
+            f"{_fmt_layout(want)} gives blocks of {_fmt_shape(wanted)}")
+
+
+def _inspect(value: Any, report: Callable, batch: int) -> None:
+    """``report(sharding, shape)`` with the sharding XLA gives ``value`` (at compile time under
+    jit) and the inspected array's shape, whose first ``batch`` dims are vmap's.
+
+    * ``custom_vmap`` tells how many dims vmap adds (its rule sees the batched value with the
+      batch dim first); JAX's spec of the batched array drops trailing unsharded dims, so the
+      count cannot be read from the spec.
+    * ``stop_gradient``: the inspection is no part of any derivative (custom_vmap has none).
+    * ``device_put``: outside jit a transformation evaluates the inspection on the value it
+      traces, which for a numpy array or Python scalar has no sharding; under jit it lowers to
+      nothing, like the other two: the compiled program is the same.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def inspect(x):
+        jax.debug.inspect_array_sharding(
+            jax.device_put(x), callback=lambda sharding: report(sharding, tuple(x.shape)))
+        return x
+
+    @inspect.def_vmap
+    def _batched(axis_size, in_batched, x):
+        (batched,) = in_batched
+        _inspect(x, report, batch + 1 if batched else batch)
+        return x, batched
+
+    inspect(jax.lax.stop_gradient(value))

@@ -1,0 +1,159 @@
+"""The checks of one value that do not go through typeguard: ``check`` (the seed's low-level
+check), ``isinstance(x, f32[...])``, ``check_named`` (for ``shardtypes.nnx``) and the decorator's
+check of one argument, each where the caller names the value.
+
+>>> import jax.numpy as jnp
+>>> check(jnp.float32, 'batch embed', jnp.zeros((2, 3)))
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import typeguard
+from typeguard import TypeCheckError
+
+from .value import check_value
+from ..context.settings import _FORCED, config
+from ..model.describe import Mismatch
+from ..context.tables import _TABLE, Table
+from ..model.annotations import annotation_class, dtype_classes, install_instance_check, number
+from ..model.errors import _collect, _found, _qualified
+from ..model.plans import Plan, annotation_text, plan_for, plan_of
+from .fast_path import fast_check
+from ..language.shape import ShapeSpec
+
+__all__ = ["check", "check_named", "check_with_plan"]
+
+
+def check_with_plan(value: Any, plan: Plan, role: str, func: str, origin: str,
+                    tried_fast: bool = False) -> None:
+    """Checks one value where the caller knows its place (the decorator). Needs a table.
+    ``tried_fast``: the caller has just tried ``fast_check`` and it had no answer."""
+    table = _TABLE.get()
+    if table is None:
+        raise RuntimeError(f"shardtypes: checking {origin} needs a dimension table (a Scope)")
+    new = None if tried_fast else fast_check(value, plan, table.sizes)
+    if new is None:
+        try:
+            new = check_value(value, plan.dtype_cls, plan.spec, table,
+                              lambda: f"{origin}, annotated {plan.text}", plan.array_type)
+        except Mismatch as m:
+            error = TypeCheckError(
+                f"{role} ({_qualified(value)}) of {func}() is not {plan.text}: {m.problem}"
+                f"{_found(value, m)}"
+            )
+            if _collect(error):
+                return
+            raise error from None
+    if new:
+        _TABLE.set(table.bind(new, origin))
+
+
+@functools.lru_cache(maxsize=None)
+def _class_for_dtype(np_dtype: np.dtype) -> type:
+    for cls in dtype_classes.values():
+        if cls.dtype == np_dtype:
+            return cls
+    raise TypeError(f"check(): no shardtypes class for dtype {np_dtype}")
+
+
+def _check_dtype_argument(dtype: Any) -> type:
+    """check()'s ``dtype``: a shardtypes class, a numpy/JAX dtype or its name, or an abstract
+    numpy type (``np.floating`` means ``floating``)."""
+    annotation = annotation_class(dtype)
+    if annotation is not None:
+        raise TypeError(
+            f"check(): dtype is the annotation {dtype!r}, which has a shape of its own; pass the "
+            f"dtype class ({annotation.dtype_class.__name__}) and the shape separately"
+        )
+    if isinstance(dtype, type) and issubclass(dtype, number):
+        return dtype
+    from ..model.annotations import anydtype, floating, integer
+
+    abstract = {np.floating: floating, np.integer: integer, np.number: anydtype, np.generic: anydtype,
+                np.inexact: floating}
+    if isinstance(dtype, type) and dtype in abstract:
+        return abstract[dtype]
+    try:
+        if dtype is None:  # np.dtype(None) is float64: a silent default, never what was meant
+            raise TypeError("None")
+        return _class_for_dtype(np.dtype(dtype))
+    except TypeError as e:
+        raise TypeError(
+            f"check(): dtype must be a shardtypes dtype class (f32, floating, ...) or a numpy/JAX "
+            f"dtype (jnp.float32, 'float32'), got {dtype!r}"
+        ) from e
+
+
+def check(dtype: Any, shape_spec: ShapeSpec | str | bytes, value: Any) -> None:
+    """Checks one value against a dtype and shape spec (the seed's low-level check).
+
+    ``dtype`` is a shardtypes class (``f32``, ``floating``) or a numpy/JAX dtype. Uses the
+    current dimension table if there is one (inside a checked call or ``Scope``).
+
+    >>> check(jnp.float32, 'batch embed', jnp.zeros((2, 3)))
+    """
+    if not config._checks and not _FORCED.get():
+        return
+    dtype_cls = _check_dtype_argument(dtype)
+    if not isinstance(shape_spec, (ShapeSpec, str, bytes)):
+        raise TypeError(
+            f"check(): shape_spec must be a shape string ('batch embed') or a ShapeSpec, got "
+            f"{shape_spec!r}"
+        )
+    spec = shape_spec if isinstance(shape_spec, ShapeSpec) else ShapeSpec.parse(shape_spec)
+    table = _TABLE.get()
+    text = annotation_text(dtype_cls, str(spec).encode())
+    try:
+        new = check_value(value, dtype_cls, spec, table or Table(), lambda: f"check() of {text}")
+    except Mismatch as m:
+        raise TypeCheckError(f"check(): value is not {text}: {m.problem}{_found(value, m)}") from None
+    if new and table is not None:
+        _TABLE.set(table.bind(new, "check()"))
+
+
+def instance_check(annotation: type[number], value: object) -> bool:
+    """``isinstance(value, annotation)`` for an array annotation class: the full check (dtype,
+    rank, sizes, sharding; the array type of ``f32[jax.Array, b'...']``) as a bool. Inside a
+    checked call or ``Scope`` sizes are compared with the current table and new ones bound into
+    it, as ``check`` does; elsewhere each ``isinstance`` gets a fresh table. Runs whether or not
+    ``config.checks`` is on: it is a question, not a check that can be switched off."""
+    plan = plan_of(annotation)
+    table = _TABLE.get()
+    new = fast_check(value, plan, table.sizes if table is not None else {})
+    if new is None:
+        try:
+            new = check_value(value, plan.dtype_cls, plan.spec, table or Table(),
+                              lambda: f"isinstance() of {plan.text}", plan.array_type)
+        except Mismatch:
+            return False
+    if new and table is not None:
+        _TABLE.set(table.bind(new, f"isinstance() of {plan.text}"))
+    return True
+
+
+install_instance_check(instance_check)
+
+
+def check_named(value: Any, annotation: Any, where: str, who: str) -> None:
+    """Checks one value against an annotation in the current table, where the caller names the
+    value (``MLP.blocks[0].w`` for ``shardtypes.nnx.check``)."""
+    plan = plan_for(annotation)
+    table = _TABLE.get()
+    if table is None:
+        raise RuntimeError(f"{who}: check_named needs a dimension table (a Scope)")
+    if plan is None:
+        try:
+            typeguard.check_type(value, annotation, collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS)
+        except TypeCheckError as e:
+            raise TypeCheckError(f"{who}: {where}: {e}") from None
+        return
+    try:
+        new = check_value(value, plan.dtype_cls, plan.spec, table, lambda: f"{where} ({who})", plan.array_type)
+    except Mismatch as m:
+        raise TypeCheckError(f"{who}: {where} is not {plan.text}: {m.problem}{_found(value, m)}") from None
+    if new:
+        _TABLE.set(table.bind(new, where))

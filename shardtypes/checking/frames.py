@@ -1,0 +1,155 @@
+"""Where typeguard is checking a value, and in which dimension table, read from typeguard's frames.
+
+typeguard passes no argument name to its checkers, so the role of a value (``argument "x" of
+f()``, the return value, an assignment, ``check_type()``) is read from typeguard's own frame, only
+when a dim is first bound or a check fails. The table such a check uses is the current one inside
+a shardtypes call or ``Scope``, else one kept with the typeguard call (see ``_get_table``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import sys
+import types
+
+from typeguard import TypeCheckMemo
+from typeguard import _functions as _tg_functions
+
+from ..context import tables as _dims
+from ..context.tables import _TABLE, Table
+
+__all__ = ["check_argument_types_internal", "check_return_type_internal"]
+
+# typeguard renamed these in 4.5 (the old names became frame-reading helpers); the instrumented
+# code and our decorator call whichever this typeguard has.
+check_argument_types_internal = getattr(
+    _tg_functions, "check_argument_types_internal", _tg_functions.check_argument_types
+)
+check_return_type_internal = getattr(
+    _tg_functions, "check_return_type_internal", _tg_functions.check_return_type
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Where typeguard is checking a value, read from its frames.
+
+_ROLE_NAMES = {
+    "check_argument_types_internal": "argument",
+    "check_return_type_internal": "return",
+    "check_variable_assignment": "variable",
+    "check_yield_type_internal": "yield",
+    "check_send_type_internal": "send",
+    "check_type": "check_type",
+}
+if check_argument_types_internal.__name__ == "check_argument_types":  # typeguard < 4.5
+    _ROLE_NAMES.update(check_argument_types="argument", check_return_type="return")
+
+_CODES = {
+    getattr(_tg_functions, name).__code__: role
+    for name, role in _ROLE_NAMES.items()
+    if hasattr(_tg_functions, name)
+}
+
+
+def _typeguard_frame() -> types.FrameType | None:
+    frame: types.FrameType | None = sys._getframe(2)
+    for _ in range(32):
+        if frame is None or frame.f_code in _CODES:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _role() -> tuple[str, str | None, str]:
+    """(what is checked, in which function, which typeguard entry point), e.g.
+    ('argument "x"', 'center', 'argument') or ('check_type()', None, 'check_type')."""
+    frame = _typeguard_frame()
+    if frame is None:
+        return "a checked value", None, "unknown"
+    kind = _CODES[frame.f_code]
+    local = frame.f_locals
+    func = local.get("func_name")
+    if kind == "argument":
+        return f'argument "{local.get("argname")}"', func, kind
+    if kind == "return":
+        return "the return value", func, kind
+    if kind == "variable":
+        caller = frame.f_back
+        return f'the value assigned to {local.get("varname")}', caller and caller.f_code.co_qualname, kind
+    if kind == "yield":
+        return "a yielded value", func, kind
+    if kind == "send":
+        return "a sent value", func, kind
+    return "check_type()", None, kind
+
+
+def _origin_phrase() -> str:
+    role, func, kind = _role()
+    phrase = f"{role} of {func}()" if func else role
+    fields = _FIELD_PATH.get()
+    if fields:
+        path = "." + ".".join(fields)
+        if kind == "argument" and role.startswith('argument "'):
+            path = role[len('argument "'):-1] + path
+        phrase = f"{path} ({phrase})"
+    return phrase
+
+
+# The attribute path of the dataclass field being checked, for "bound by" phrases.
+_FIELD_PATH: contextvars.ContextVar[tuple] = contextvars.ContextVar("shardtypes.field_path", default=())
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables when typeguard calls us. Inside a shardtypes call or Scope: that table. Otherwise, for
+# checks made by a plain typeguard-instrumented function: a table kept with that call's frame
+# (see _dims.memo_table). Otherwise (check_type at top level): a fresh table per check.
+
+
+_CHECK_TYPE_TABLE = "_shardtypes_dimension_table"
+
+
+def _get_table(memo: TypeCheckMemo) -> tuple[Table, bool]:
+    table = _TABLE.get()
+    if table is not None:
+        return table, True
+    frame = _typeguard_frame()
+    kind = _CODES[frame.f_code] if frame is not None else None
+    if kind == "check_type":
+        # check_type makes a fresh configuration object per call; the call's table rides on it,
+        # so the items of one check_type([...]) share a table and separate calls never do.
+        return getattr(memo.config, _CHECK_TYPE_TABLE, None) or Table(), False
+    if kind is not None:
+        return _dims.memo_table(memo), False
+    return Table(), False
+
+
+def _set_table(memo: TypeCheckMemo, table: Table, scoped: bool) -> None:
+    if scoped:
+        _TABLE.set(table)
+        return
+    frame = _typeguard_frame()
+    kind = _CODES[frame.f_code] if frame is not None else None
+    if kind == "check_type":
+        try:
+            setattr(memo.config, _CHECK_TYPE_TABLE, table)
+        except (AttributeError, TypeError):  # a frozen or slotted config: one table per item
+            pass
+    elif kind is not None:
+        _dims.commit_memo_table(memo, table)
+
+
+def _snapshot(memo: TypeCheckMemo):
+    table = _TABLE.get()
+    if table is not None:
+        return lambda: _TABLE.set(table)
+    config_table = getattr(memo.config, _CHECK_TYPE_TABLE, None)
+    local_vars = memo.locals
+    frame_table = _dims.memo_table(memo)
+
+    def restore():
+        if getattr(memo.config, _CHECK_TYPE_TABLE, None) is not config_table:
+            setattr(memo.config, _CHECK_TYPE_TABLE, config_table)
+        if isinstance(local_vars, dict) and local_vars is not memo.globals:
+            _dims.commit_memo_table(memo, frame_table)
+
+    return restore

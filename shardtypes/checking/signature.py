@@ -1,0 +1,275 @@
+"""The signature checker: the wrapper ``typechecked`` puts on a function whose body annotates no
+locals. It reads the signature once, checks shardtypes annotations directly (inline, through the
+fast path, for the common call with every argument positional), trees through the annotation
+model's fast path, and hands every other annotation to typeguard's own argument checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import types
+from typing import Any, Callable
+
+import jax
+import typeguard
+from typeguard import TypeCheckError, TypeCheckMemo
+
+from .call_tables import _EMPTY, _with_table
+from .entry import check_with_plan
+from ..context.settings import _FORCED, config
+from ..context.tables import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
+from ..model.hints import resolve_hints
+from ..model.nodes import model
+from ..model.plans import plan_for
+from .fast_path import _ARRAY_TYPES, fast_check, fast_tree, learn_layout, tree_node
+from .frames import check_argument_types_internal, check_return_type_internal
+
+__all__: list[str] = []
+
+
+def _config() -> Any:
+    """typeguard's configuration as it is now, except that every item of a list or dict of
+    arrays is checked (typeguard checks only the first by default, which would let the second
+    layer of a list through unchecked)."""
+    return dataclasses.replace(
+        typeguard.config, collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS
+    )
+
+
+class _Param:
+    __slots__ = ("name", "kind", "annotation", "plan", "role", "origin", "first", "node", "leaf_origins")
+
+    def __init__(self, name, kind, annotation, plan, role, origin):
+        self.name = name
+        self.kind = kind
+        self.annotation = annotation
+        self.plan = plan
+        self.role = role
+        self.origin = origin
+        # A tree annotation (a dataclass, a list of them, ...): its model node, for the fast
+        # path of trees; and the origin phrase of each leaf that binds a name, made on demand.
+        node = model(annotation) if plan is None and annotation is not None else None
+        self.node = tree_node(node) if node is not None else None
+        self.leaf_origins: dict = {}
+        # (bindings, table) of the last call in which this parameter bound first into an empty
+        # table: the next such call with the same bindings object reuses the table (both are
+        # immutable), which saves building one on every top-level call.
+        self.first: tuple = (None, None)
+
+
+class _SignatureChecker:
+    """Checks arguments and return value of one function from its signature.
+
+    Annotations are resolved at the first call (so forward references and PEP 563 strings may
+    name things defined after the function), then kept.
+    """
+
+    def __init__(self, target: Callable, scope_vars: dict):
+        self.target = target
+        self.scope_vars: dict | None = scope_vars
+        self.signature = inspect.signature(target)
+        self.func_name = target.__qualname__
+        self.params: list[_Param] | None = None
+        # Parameters in order when every one is positional-or-keyword; None until resolved.
+        self.positional: list[_Param] | None = None
+        self.by_name: dict[str, _Param] = {}
+        self.returns: _Param | None = None
+
+    def _resolve(self) -> None:
+        hints = resolve_hints(self.target, "shardtypes.typechecked", self.scope_vars)
+        fn = self.func_name
+        params = []
+        for p in self.signature.parameters.values():
+            ann = hints.get(p.name)
+            if ann is not None and p.kind is inspect.Parameter.VAR_POSITIONAL:
+                ann = types.GenericAlias(tuple, (ann, ...))
+            elif ann is not None and p.kind is inspect.Parameter.VAR_KEYWORD:
+                ann = types.GenericAlias(dict, (str, ann))
+            plan = plan_for(ann)
+            role = f'argument "{p.name}"'
+            params.append(_Param(p.name, p.kind, ann, plan, role, f"{role} of {fn}()"))
+        simple = all(
+            p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            for p in params
+        )
+        # Published in this order, with `positional` and `params` last: a call in another thread
+        # that sees them resolved also sees the return annotation.
+        if "return" in hints:
+            ann = hints["return"]
+            self.returns = _Param("return", None, ann, plan_for(ann), "the return value",
+                                  f"the return value of {fn}()")
+        self.by_name = {p.name: p for p in params}
+        self.positional = params if simple else None
+        self.params = params
+        self.scope_vars = None  # resolved: stop holding the defining scope's objects
+
+    def wrap(self) -> Callable:
+        # Resolve now if the annotations can be (and drop the defining scope); forward
+        # references to names defined later are resolved at the first call instead.
+        try:
+            self._resolve()
+        except NameError:
+            pass
+        target = self.target
+        checker = self
+        func_name = self.func_name
+        get_table, set_table, reset_table = _TABLE.get, _TABLE.set, _TABLE.reset
+        cfg, forced = config, _FORCED.get
+        get_in_trace, set_in_trace, reset_in_trace = _IN_TRACE.get, _IN_TRACE.set, _IN_TRACE.reset
+        get_base, array_types = _BASE.get, _ARRAY_TYPES
+
+        def check_one(param: _Param, value: Any, table: Table, tried_fast: bool = False) -> Table:
+            """Checks one argument or return value; returns the table with its bindings.
+            ``tried_fast``: the inline fast path has just had no answer for this value."""
+            plan = param.plan
+            if plan is not None:
+                new = None if tried_fast else fast_check(value, plan, table[0])
+                if new:
+                    return table.bind(new, param.origin)
+                if new is not None:
+                    return table
+                set_table(table)  # the full check, which also explains a failure
+                check_with_plan(value, plan, param.role, func_name, param.origin, tried_fast=True)
+                return get_table() or _EMPTY
+            if param.annotation is None:
+                return table
+            node = param.node
+            if node is not None:
+                found = fast_tree(value, node, table[0])
+                if found is not None:
+                    new, first_leaf, treedef = found
+                    return _bind_leaves(param, treedef, value, table, new, first_leaf) if new else table
+            # Any other annotation: typeguard's own check, with typeguard's messages.
+            set_table(table)
+            if param.kind is None:
+                memo = TypeCheckMemo(target.__globals__, {}, config=_config())
+                _transactional(check_return_type_internal, func_name, value, param.annotation, memo)
+            else:
+                memo = TypeCheckMemo(target.__globals__, {param.name: value}, config=_config())
+                _transactional(check_argument_types_internal, func_name,
+                               {param.name: (value, param.annotation)}, memo)
+            if node is not None:
+                learn_layout(value, node)  # it passed: the next value of its structure is fast
+            return get_table() or _EMPTY
+
+        def check_arguments(args, kwargs, table: Table) -> Table:
+            if checker.params is None:
+                checker._resolve()
+            bound = checker.signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            by_name = checker.by_name
+            for name, value in bound.arguments.items():
+                table = check_one(by_name[name], value, table)
+            return table
+
+        if inspect.iscoroutinefunction(target):
+
+            async def async_checked(*args, **kwargs):
+                if not cfg._checks and not forced():
+                    return await target(*args, **kwargs)
+                set_table(check_arguments(args, kwargs, (get_table() or _EMPTY)))
+                result = await target(*args, **kwargs)
+                if checker.returns is not None:
+                    set_table(check_one(checker.returns, result, (get_table() or _EMPTY)))
+                return result
+
+            return _with_table(target, async_checked)
+
+        # The wrapper of every call, so its common case is inline: all arguments positional,
+        # each checked by the fast path, in order (messages name the argument that bound a dim
+        # first). Anything else goes through check_one / check_arguments.
+        @functools.wraps(target)
+        def checked(*args, **kwargs):
+            if not cfg._checks and not forced():
+                return target(*args, **kwargs)
+            table = start = get_table()
+            token = trace_token = key = None
+            if table is None:
+                table = _EMPTY
+                token = set_table(_EMPTY)
+                if not (args and type(args[0]) in array_types) and tracing():
+                    trace_token = set_in_trace(True)
+            elif not get_in_trace() and tracing():
+                # The outermost traced call in an eager call tree (see _dims).
+                table = get_base() or _EMPTY
+                token = set_table(table)
+                trace_token = set_in_trace(True)
+            if trace_token is not None:
+                key = trace_key()  # jitted checked calls inside are traced for this call (_dims)
+                key.__enter__()
+            try:
+                positional = checker.positional
+                if positional is not None and not kwargs and len(args) == len(positional):
+                    for param, value in zip(positional, args):
+                        plan = param.plan
+                        new = fast_check(value, plan, table[0]) if plan is not None else None
+                        if new:
+                            if table[0]:
+                                table = table.bind(new, param.origin)
+                            else:
+                                first_new, first_table = param.first
+                                if new is not first_new:
+                                    first_table = table.bind(new, param.origin)
+                                    param.first = (new, first_table)
+                                table = first_table
+                        elif new is None:
+                            table = check_one(param, value, table, tried_fast=plan is not None)
+                else:
+                    table = check_arguments(args, kwargs, table)
+                if table is not start:
+                    set_table(table)
+                result = target(*args, **kwargs)
+                ret = checker.returns
+                if ret is not None:
+                    table = get_table() or _EMPTY  # (set above: a Table, never None)
+                    plan = ret.plan
+                    new = fast_check(result, plan, table[0]) if plan is not None else None
+                    if new:
+                        set_table(table.bind(new, ret.origin))
+                    elif new is None:
+                        set_table(check_one(ret, result, table, tried_fast=plan is not None))
+                return result
+            except TypeCheckError:
+                if token is None:  # nested: a failed call leaves the caller's table as it was
+                    set_table(start)
+                raise
+            finally:
+                if key is not None:
+                    key.__exit__(None, None, None)
+                if token is not None:
+                    reset_table(token)
+                if trace_token is not None:
+                    reset_in_trace(trace_token)
+
+        return checked
+
+
+def _bind_leaves(param: _Param, treedef: Any, value: Any, table: Table, new: dict, first_leaf: dict) -> Table:
+    """``table`` with the names leaves of a tree argument bound first, each said to be bound by
+    its leaf (``state.weights.embed (argument "state" of f())``)."""
+    by_leaf: dict = {}
+    for name, leaf in first_leaf.items():
+        by_leaf.setdefault(leaf, {})[name] = new[name]
+    for leaf, names in by_leaf.items():
+        origin = param.leaf_origins.get((treedef, leaf))
+        if origin is None:
+            paths = jax.tree_util.tree_flatten_with_path(value)[0]
+            root = param.name if param.kind is not None else ""
+            origin = f"{root}{jax.tree_util.keystr(paths[leaf][0])} ({param.origin})"
+            if len(param.leaf_origins) > 256:
+                param.leaf_origins.clear()
+            param.leaf_origins[(treedef, leaf)] = origin
+        table = table.bind(names, origin)
+    return table
+
+
+def _transactional(fn: Callable, *args) -> Any:
+    """Runs one of typeguard's checks; if it fails, the table is left as it was before."""
+    before = _TABLE.get()
+    try:
+        return fn(*args)
+    except TypeCheckError:
+        _TABLE.set(before)
+        raise

@@ -1,0 +1,310 @@
+"""The checker: one value against one annotation, in whichever context it is seen.
+
+Contexts, and where the sharding comes from:
+
+* eager ``jax.Array``: ``x.sharding``, compared exactly (after normalising: padded to rank,
+  size-1 mesh axes dropped, ``UNCONSTRAINED`` read as unsharded);
+* under ``jax.jit``, Explicit axes: ``jax.typeof(x).sharding`` at trace time;
+* under ``jax.jit``, Auto axes: XLA decides the sharding, so it is read at compile time with
+  ``jax.debug.inspect_array_sharding`` (see ``shardtypes.config.auto_sharding_check``);
+* inside ``jax.shard_map``, Manual axes: the value is a local shard, so the global size of a dim is
+  its local size times the sizes of the Manual axes it is annotated with;
+* ``numpy.ndarray``: host data, never sharded; ``jax.ShapeDtypeStruct``: its ``sharding`` if any.
+
+The dimension table is only read here; new bindings are returned to the caller, which commits
+them once the whole value has passed.
+
+Here: the sizes against the table, and the check in each context. A concrete sharding is compared
+in ``_sharding_check``, the compile-time check is ``_compile_time``'s, messages are made in
+``_describe``, and ``_plans`` holds what is made once per annotation and the fast path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import jax
+import jax.core
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+
+from .compile_time import COMPILE_TIME_CHECKS, _check_at_compile_time
+from ..context.settings import config
+from ..model.describe import Mismatch, _fmt_layout, _fmt_shape, _fmt_size, _missing_axes_problem, _n_dims, _normalise, _type_of
+from ..context.tables import Table
+from ..model.annotations import dtype_name, number, type_name
+from .fast_path import _ARRAY_TYPES, _MISSING
+from ..context.rules import _ACTIVE as _ACTIVE_RULES
+from ..language.shape import BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec
+from .sharding import _expected_layout, _missing_axes, _named_sharding_problem, _unnamed_sharding_problem
+from ..language.sizes import evaluate, size_equal
+
+__all__ = ["check_value"]
+
+
+# The dtypes a Python scalar of each type may stand for (weak typing), the default first.
+_WEAK = {
+    bool: (np.dtype(bool),),
+    int: tuple(np.dtype(t) for t in ("int32", "int64", "int16", "int8", "uint32", "uint64", "uint16", "uint8")),
+    float: tuple(np.dtype(t) for t in ("float32", "float64", "float16")) + (np.dtype(jnp.bfloat16),),
+    complex: (np.dtype("complex64"), np.dtype("complex128")),
+}
+
+# ---------------------------------------------------------------------------------------------
+# Sizes.
+
+
+def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
+    """Checks ``shape`` (global sizes) against ``spec`` with ``table``; returns new bindings."""
+    dims = spec.dims
+    var = spec.variadic_index
+    ndim = len(shape)
+    var_sizes: tuple = ()
+    if var is None:
+        if ndim != len(dims):
+            raise Mismatch(f"has {_n_dims(ndim)} {_fmt_shape(shape)} but the annotation has {len(dims)}")
+        pairs = [(d, s, i) for i, (d, s) in enumerate(zip(dims, shape))]
+    else:
+        fixed = len(dims) - 1
+        if ndim < fixed:
+            raise Mismatch(
+                f"has {ndim} dims {_fmt_shape(shape)} but the annotation needs at least {fixed}"
+            )
+        tail = len(dims) - var - 1
+        pairs = [(d, s, i) for i, (d, s) in enumerate(zip(dims[:var], shape[:var]))]
+        pairs += [
+            (d, s, ndim - tail + i)
+            for i, (d, s) in enumerate(zip(dims[var + 1 :], shape[ndim - tail :] if tail else ()))
+        ]
+        var_sizes = tuple(shape[var : ndim - tail])
+
+    sizes = table.sizes
+    new: dict = {}
+
+    def lookup(name):
+        got = new.get(name, _MISSING)
+        return sizes.get(name, _MISSING) if got is _MISSING else got
+
+    def clash(name, size, bound, where):
+        origin = table.origins.get(name, "this value") if name not in new else "this value"
+        origin = str(origin)
+        raise Mismatch(
+            f"dimension {name!r} is {_fmt_size(size)} here ({where}) but was bound to "
+            f"{_fmt_size(bound)} by {origin}"
+        )
+
+    if var is not None and dims[var].kind == VARIADIC:
+        name = dims[var].name
+        bound = lookup(name)
+        if bound is _MISSING:
+            new[name] = var_sizes
+        elif not isinstance(bound, tuple):
+            raise Mismatch(f"'*{name}' stands for several dims but {name!r} is bound to one size, {bound}")
+        elif not _sizes_equal(bound, var_sizes):
+            clash(name, var_sizes, bound, f"dims {var}..{var + len(var_sizes) - 1}")
+
+    for dim, size, index in pairs:
+        kind = dim.kind
+        if kind == NAMED:
+            bound = lookup(dim.shape)
+            if bound is _MISSING:
+                new[dim.shape] = size
+            elif isinstance(bound, tuple):
+                raise Mismatch(f"{dim.shape!r} is bound to several dims {bound} by '*{dim.shape}'")
+            elif not size_equal(bound, size):
+                clash(dim.shape, size, bound, f"dim {index}")
+        elif kind == FIXED:
+            if not size_equal(dim.expr, size):
+                raise Mismatch(f"dim {str(dim)!r} is {_fmt_size(size)}, but the annotation fixes it to {dim.expr}")
+
+    for dim, size, _ in pairs:
+        if dim.kind == BROADCAST:
+            name = dim.name
+            bound = lookup(name)
+            if isinstance(bound, tuple):
+                raise Mismatch(f"{name!r} is bound to several dims {bound} by '*{name}'")
+            if size_equal(size, 1):
+                continue
+            if bound is _MISSING:
+                new[name] = size
+            elif not size_equal(bound, size):
+                raise Mismatch(
+                    f"dim {str(dim)!r} is {_fmt_size(size)}, but must be 1 or {name}={_fmt_size(bound)}"
+                    f" (bound by {table.origins.get(name, 'this value')})"
+                )
+
+    for dim, size, _ in pairs:
+        if dim.kind == EXPR and isinstance(dim.expr, tuple):
+            unbound = sorted(n for n in dim.names if lookup(n) is _MISSING)
+            if unbound:
+                raise Mismatch(
+                    f"dim {str(dim)!r} uses {', '.join(repr(n) for n in unbound)}, which no "
+                    "argument has bound yet; bind it in an earlier dim or with Scope(name=size)"
+                )
+            for n in sorted(dim.names):
+                if isinstance(lookup(n), tuple):
+                    raise Mismatch(f"{n!r} is bound to several dims {lookup(n)} by '*{n}'")
+            try:
+                want = evaluate(dim.expr, lookup)
+            except Exception as e:  # e.g. symbolic // symbolic
+                raise Mismatch(f"dim {str(dim)!r} cannot be evaluated: {e}") from None
+            if not size_equal(want, size):
+                values = ", ".join(f"{n}={_fmt_size(lookup(n))}" for n in sorted(dim.names))
+                raise Mismatch(f"dim {str(dim)!r} is {_fmt_size(size)}, but {dim.shape} = {_fmt_size(want)} ({values})")
+    return new
+
+
+def _sizes_equal(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(size_equal(x, y) for x, y in zip(a, b))
+
+
+# ---------------------------------------------------------------------------------------------
+# The check.
+
+
+def check_value(
+    value: Any,
+    dtype_cls: type[number],
+    spec: ShapeSpec,
+    table: Table,
+    context: Callable[[], str],
+    array_type: type | None = None,
+) -> dict:
+    """Checks ``value`` against ``dtype_cls[spec]`` (``dtype_cls[array_type, spec]`` when
+    ``array_type`` is given); returns the new bindings.
+
+    Raises ``Mismatch`` naming the problem. ``context()`` names where the value is (for the
+    compile-time check, which reports after this function has returned).
+    """
+    if array_type is not None and not isinstance(value, array_type):
+        raise Mismatch(f"the annotation wants a {type_name(array_type)}, not a {_type_of(value)}")
+    sharding: Any = None
+    dtype: Any
+    if isinstance(value, jax.core.Tracer):
+        aval = jax.typeof(value)
+        _check_dtype(aval.dtype, dtype_cls)
+        return _check_traced(value, aval, spec, table, context)
+    elif isinstance(value, jax.Array):
+        shape, dtype, sharding = value.shape, value.dtype, value.sharding
+        kind = "array"
+        _ARRAY_TYPES.add(type(value))
+    elif isinstance(value, (np.ndarray, np.generic)):
+        shape, dtype = value.shape, value.dtype
+        kind = "numpy"
+    elif isinstance(value, (bool, int, float, complex)):
+        # A Python scalar: host data of rank 0. JAX gives it a dtype when it meets it (a typed
+        # literal, as custom_vjp's forward pass sees outside jit, carries it); an untyped one is
+        # weakly typed and takes any dtype of its kind, as in JAX's type promotion.
+        shape = ()
+        dtype = getattr(value, "dtype", None)
+        if not isinstance(dtype, np.dtype):
+            kinds = _WEAK[next(t for t in (bool, int, float, complex) if isinstance(value, t))]
+            dtype = next((d for d in kinds if dtype_cls.accepts(d)), kinds[0])
+        kind = "numpy"
+    elif isinstance(value, jax.ShapeDtypeStruct):
+        shape, dtype, sharding = value.shape, value.dtype, value.sharding
+        kind = "struct"
+    else:
+        raise Mismatch(f"found a {_type_of(value)}, which is not an array")
+
+    _check_dtype(dtype, dtype_cls)
+    new = _match_sizes(tuple(shape), spec, table)
+    ndim = len(shape)
+    active = _ACTIVE_RULES.get()
+    shape = tuple(shape)
+    if kind == "array":
+        problem = (
+            _named_sharding_problem(sharding, spec, ndim, active, shape)
+            if isinstance(sharding, NamedSharding)
+            else _unnamed_sharding_problem(sharding, spec, ndim, active, shape)
+        )
+    elif kind == "numpy":
+        problem = None
+        expected = _expected_layout(spec, ndim, None, shape, active)
+        if any(expected):
+            layout = _fmt_layout(expected)
+            problem = (
+                f"is a numpy array (host data, never sharded) but the annotation shards it as "
+                f"{layout}; put it on the mesh with jax.device_put(x, NamedSharding(mesh, {layout}))"
+            )
+    else:  # ShapeDtypeStruct: a sharding of None means "unspecified" and is not checked.
+        if sharding is None:
+            problem = None
+        elif isinstance(sharding, NamedSharding):
+            problem = _named_sharding_problem(sharding, spec, ndim, active, shape)
+        else:
+            problem = _unnamed_sharding_problem(sharding, spec, ndim, active, shape)
+    if problem is not None:
+        raise Mismatch(problem)
+    return new
+
+
+def _check_dtype(dtype: Any, dtype_cls: type[number]) -> None:
+    if not dtype_cls.accepts(dtype):
+        raise Mismatch(f"has dtype {dtype_name(dtype)}, the annotation wants {dtype_cls.description}")
+
+
+def _check_rank(shape: tuple, spec: ShapeSpec) -> None:
+    ndim, n = len(shape), len(spec.dims)
+    if spec.variadic_index is None:
+        if ndim != n:
+            raise Mismatch(f"has {_n_dims(ndim)} {_fmt_shape(shape)} but the annotation has {n}")
+    elif ndim < n - 1:
+        raise Mismatch(f"has {ndim} dims {_fmt_shape(shape)} but the annotation needs at least {n - 1}")
+
+
+def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
+    shape = tuple(aval.shape)
+    _check_rank(shape, spec)  # before anything zips the shape with the annotation's dims
+    ndim = len(shape)
+    sharding = aval.sharding
+    mesh = sharding.mesh if isinstance(sharding, NamedSharding) else None
+    if mesh is None or mesh.empty:
+        mesh = jax.sharding.get_abstract_mesh()
+    AxisType = jax.sharding.AxisType
+    active = _ACTIVE_RULES.get()
+    if mesh.empty:
+        manual: frozenset = frozenset()
+        types: dict = {}
+        sizes: dict = {}
+        expected = _expected_layout(spec, ndim, None, None, active)
+    else:
+        types = dict(zip(mesh.axis_names, mesh.axis_types))
+        sizes = dict(mesh.shape)
+        manual = frozenset(a for a, t in types.items() if t == AxisType.Manual)
+        # Divisibility through the rules is judged on global sizes, which a local block in a
+        # shard_map only gives after scaling: leave it to the boundary checks there.
+        expected = _expected_layout(spec, ndim, sizes, None if manual else shape, active)
+        missing = _missing_axes(expected, mesh.axis_names)
+        if missing:
+            raise Mismatch(_missing_axes_problem(missing, mesh.axis_names, "the mesh"))
+
+    if manual:
+        # A local shard: scale each dim by the Manual axes it is annotated with.
+        shape = tuple(
+            size * math.prod(sizes[a] for a in axes if a in manual) if axes else size
+            for size, axes in zip(shape, expected)
+        )
+    new = _match_sizes(shape, spec, table)
+
+    if mesh.empty:
+        if config.auto_sharding_check == "compile" and COMPILE_TIME_CHECKS.get():
+            _check_at_compile_time(value, spec, ndim, frozenset(), context, expected, sizes)
+        return new
+    # Explicit axes are exact in the type; compare them now.
+    explicit = {a for a, t in types.items() if t == AxisType.Explicit and sizes[a] != 1}
+    actual = _normalise(sharding.spec, ndim, sizes) if isinstance(sharding, NamedSharding) else ((),) * ndim
+    actual_e = tuple(tuple(a for a in axes if a in explicit) for axes in actual)
+    expected_e = tuple(tuple(a for a in axes if a in explicit) for axes in expected)
+    if actual_e != expected_e:
+        raise Mismatch(
+            f"sharding over Explicit axes is {_fmt_layout(actual_e)} but the annotation says "
+            f"{_fmt_layout(expected_e)}"
+        )
+    auto = any(t == AxisType.Auto and sizes[a] != 1 for a, t in types.items())
+    if auto and config.auto_sharding_check == "compile" and COMPILE_TIME_CHECKS.get():
+        _check_at_compile_time(value, spec, ndim, manual, context, expected, sizes)
+    return new
+

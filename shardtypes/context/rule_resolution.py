@@ -1,0 +1,195 @@
+"""Resolving an array's logical axes through axis rules: ``layout`` (each dim's mesh axes) and
+``choices`` (the same with the story of each dim, for ``explain``).
+
+Flax linen's resolution, strict by default (see ``_rules`` for the policies that relax it):
+
+>>> rules = AxisRules([('batch', 'data'), ('embed', None)])
+>>> layout(ShapeSpec.parse('b/batch e/embed'), 2, active=(rules, None))
+(('data',), ())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Literal, Mapping, Sequence
+
+from .rules import _ACTIVE, Active, AxisRules, AxisRulesError, _fmt_target
+from ..language.shape import ShapeSpec
+from ..language.sizes import divides, size_equal
+
+__all__ = ["DimChoice", "layout", "choices"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DimChoice:
+    """How one dim was placed: the logical names, the mesh axes they took, and why."""
+
+    index: int
+    dim: str
+    axes: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def _direct(spec: ShapeSpec, ndim: int) -> tuple[tuple[str, ...], ...]:
+    """The axes as written (a variadic dim, never sharded, stands for its dims)."""
+    return tuple(dim.sharding for dim in _expanded_dims(spec, ndim))
+
+
+def layout(
+    spec: ShapeSpec,
+    ndim: int,
+    mesh_sizes: Mapping[str, int] | None = None,
+    shape: Sequence | None = None,
+    where: str = "",
+    active: Active | Literal[False] = False,
+) -> tuple[tuple[str, ...], ...]:
+    """The mesh axes of each of the ``ndim`` dims of an array annotated ``spec``: the names
+    after ``/`` themselves, or, with rules active, what the rules make of them."""
+    if active is False:
+        active = _ACTIVE.get()
+    if active is None or not spec.is_sharded:
+        return _direct(spec, ndim)
+    rules, mode = active
+    sizes_key = tuple(sorted(mesh_sizes.items())) if mesh_sizes is not None else None
+    shape_key = tuple(shape) if shape is not None else None
+    try:
+        return _resolve(rules, mode, spec, ndim, sizes_key, shape_key)[0]
+    except AxisRulesError as e:
+        raise AxisRulesError(f"{where}: {e}" if where else str(e)) from None
+    except TypeError:  # an unhashable size (some symbolic dims): resolve without the cache
+        return _resolve.__wrapped__(rules, mode, spec, ndim, sizes_key, shape_key)[0]
+
+
+def choices(spec: ShapeSpec, ndim: int, mesh_sizes: Mapping[str, int] | None = None, shape: Sequence[Any] | None = None,
+            active: Active | Literal[False] = False) -> tuple[DimChoice, ...]:
+    """The per-dim story behind ``layout`` (for ``explain``)."""
+    if active is False:
+        active = _ACTIVE.get()
+    if active is None:
+        layout_ = _direct(spec, ndim)
+        return tuple(DimChoice(i, str(d), layout_[i], ())
+                     for i, d in enumerate(_expanded_dims(spec, ndim)))
+    rules, mode = active
+    sizes_key = tuple(sorted(mesh_sizes.items())) if mesh_sizes is not None else None
+    return _resolve(rules, mode, spec, ndim, sizes_key, tuple(shape) if shape is not None else None)[1]
+
+
+def _expanded_dims(spec: ShapeSpec, ndim: int) -> list:
+    var = spec.variadic_index
+    out = []
+    for i, dim in enumerate(spec.dims):
+        if i == var:
+            out.extend([dim] * (ndim - len(spec.dims) + 1))
+        else:
+            out.append(dim)
+    return out
+
+
+@functools.lru_cache(maxsize=8192)
+def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
+             sizes_key: tuple | None, shape: tuple | None):
+    """Flax linen's resolution: the rules in order, each placing its mesh axes on the first dim
+    of this array that names its logical axis, is still unplaced, and whose axes are all free.
+    What that leaves unplaced is an error, or replicated where a policy says so."""
+    mesh = dict(sizes_key) if sizes_key is not None else None
+    mode_note = None
+    if mode is None and rules.auto_mode is not None:
+        dim_name, size, auto = rules.auto_mode
+        for dim, n in zip(_expanded_dims(spec, ndim), shape or ()):
+            if not dim.is_variadic and (dim.name == dim_name or dim_name in dim.sharding) and size_equal(n, size):
+                mode = auto
+                mode_note = f"mode {auto!r}, as dim {str(dim)!r} has size {size}"
+                break
+    ordered = rules.ordered(mode)
+    label = rules._label() + (f" (mode {mode!r})" if mode else "")
+    dims = _expanded_dims(spec, ndim)
+    var = spec.variadic_index
+    # One slot per (dim, logical name after '/'), in the dim's order of names.
+    slots = [(i, logical) for i, dim in enumerate(dims)
+             if not (var is not None and dim is spec.dims[var]) for logical in dim.sharding]
+    placed: dict[tuple, tuple] = {}
+    used: dict[str, int] = {}
+    notes: dict[int, list[str]] = {i: [] for i in range(len(dims))}
+    skipped: dict[tuple, list[str]] = {slot: [] for slot in slots}
+    seen_rule: dict[str, int] = {}
+
+    def refuse(slot: tuple, text: str, policy: str, message: str) -> None:
+        """A rule that cannot apply: an error by default, else passed over (noted)."""
+        if policy == "error":
+            raise AxisRulesError(f"dim {slot[0]} {text!r}: {message}")
+        skipped[slot].append(message)
+
+    def axes_of(i: int) -> list[str]:
+        return [a for (j, logical) in slots if j == i for a in placed.get((j, logical), ())]
+
+    for name, target in ordered:
+        seen_rule[name] = seen_rule.get(name, 0) + 1
+        nth = seen_rule[name]
+        for slot in slots:
+            i, logical = slot
+            if logical != name or slot in placed:
+                continue
+            text = str(dims[i])
+            if not target:
+                placed[slot] = ()
+                notes[i].append(f"{logical} -> None (replicated by its rule)")
+                break
+            unknown = [a for a in target if mesh is not None and a not in mesh]
+            if unknown:
+                refuse(slot, text, rules.on_unknown_axis,
+                       f"rule {logical!r} -> {_fmt_target(target)} names mesh axis {unknown[0]!r}, "
+                       f"which the mesh does not have (axes: {tuple(mesh or ())})")
+                continue
+            taken = [a for a in target if a in used]
+            if taken:
+                owner = used[taken[0]]
+                skipped[slot].append(f"rule {logical!r} -> {_fmt_target(target)}: mesh axis {taken[0]!r} "
+                                     f"is already used by dim {owner} {str(dims[owner])!r}")
+                continue
+            if mesh is not None and shape is not None and i < len(shape) and shape[i] is not None:
+                parts = math.prod(mesh[a] for a in (*axes_of(i), *target))
+                if not divides(shape[i], parts):
+                    refuse(slot, text, rules.on_indivisible,
+                           f"rule {logical!r} -> {_fmt_target(target)}: size {shape[i]} does not "
+                           f"divide over {parts} devices")
+                    continue
+            placed[slot] = target
+            for a in target:
+                used[a] = i
+            notes[i].extend(f"passed over {s}" for s in skipped[slot])
+            notes[i].append(f"{logical} -> {_fmt_target(target)}" + (f" (rule {nth} for {logical!r})" if nth > 1 else ""))
+            break  # a rule places its axes on one dim only
+
+    table = rules.table(mode)
+    for slot in slots:
+        if slot in placed:
+            continue
+        i, logical = slot
+        text = str(dims[i])
+        if logical not in table:
+            if rules.on_missing == "error":
+                raise AxisRulesError(
+                    f"dim {i} {text!r}: logical axis {logical!r} has no rule in {label} "
+                    f"(rules exist for {sorted(table)})"
+                )
+            notes[i].append(f"{logical}: no rule, replicated (on_missing='replicate')")
+            continue
+        reasons = skipped[slot]
+        conflict = any("already used" in r for r in reasons)
+        if conflict and rules.on_conflict == "error":
+            raise AxisRulesError(f"dim {i} {text!r}: no rule for {logical!r} applies: " + "; ".join(reasons))
+        notes[i].extend(f"passed over {r}" for r in reasons)
+        notes[i].append(f"{logical}: replicated (no rule applies)")
+
+    result: list[tuple[str, ...]] = []
+    story: list[DimChoice] = []
+    for i, dim in enumerate(dims):
+        axes = tuple(axes_of(i))
+        result.append(axes)
+        dim_notes = notes[i]
+        if mode_note and i == 0:
+            dim_notes.insert(0, mode_note)
+        story.append(DimChoice(i, str(dim), axes, tuple(dim_notes)))
+    return tuple(result), tuple(story)

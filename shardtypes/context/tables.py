@@ -1,0 +1,266 @@
+"""Dimension tables: which size each dimension name is bound to, and who bound it.
+
+A table is immutable; binding makes a new one and sets it in a ContextVar. That gives:
+
+* one table per call of a checked function, shared by nested checked calls (they run in the same
+  context and see each other's bindings, the seed's "one name, one size across the call tree");
+* ``Scope()`` / ``@scope`` start a fresh table and restore the old one on exit;
+* threads and asyncio tasks never see each other's bindings (each has its own context, and since a
+  table is never mutated in place, a task that inherited a table cannot change its parent's);
+* a failed check commits nothing (bindings are committed only once a whole value has passed).
+
+jit's cache must never change a verdict, so what a traced check compares with is part of jit's
+cache key, and what it binds never outlives the trace:
+
+* ``Scope(batch=8)`` enters a ``jax.make_user_context`` keyed on its bindings: a jitted function
+  traced outside it (or under other bindings) is traced again inside it;
+* the outermost traced checked call inside an eager call tree (``jax.jit(g)`` called from the
+  body of an eager checked ``f``) starts from the innermost ``Scope``'s table, not from the eager
+  call's bindings (which jit's key does not see), and its own bindings end with it (a cached
+  trace would not make them again). Checked calls nested in a trace share its table as usual;
+* inside an outermost checked call that JAX stages out, jit's key holds a number of its own, so
+  a jitted checked function it calls is traced again for it (its checks see this call's table,
+  its bindings reach it) rather than reused from a trace made inside another call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import inspect
+import itertools
+import operator
+import re
+import types
+from typing import Any, Callable, Mapping, TypeVar, cast
+
+import jax
+import jax.core
+import numpy as np
+
+from .compat import JitKey
+from ..language.sizes import is_size
+
+__all__ = ["Scope", "scope", "dims", "Table"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Table(tuple):
+    """An immutable dimension table: ``sizes`` maps names to sizes (an int, a symbolic dim, or a
+    tuple for ``*name``), ``origins`` maps names to who bound them (a str, or an object whose
+    ``str()`` says it). A tuple underneath, because one is made on every top-level call."""
+
+    __slots__ = ()
+
+    def __new__(cls, sizes: dict | None = None, origins: dict | None = None):
+        return tuple.__new__(cls, (sizes if sizes is not None else {}, origins if origins is not None else {}))
+
+    sizes = property(operator.itemgetter(0))
+    origins = property(operator.itemgetter(1))
+
+    def bind(self, new_sizes: dict, origin: object) -> "Table":
+        """A new table with ``new_sizes`` added, all bound by ``origin``."""
+        sizes, origins = self
+        if sizes:
+            origins = {**origins, **dict.fromkeys(new_sizes, origin)}
+            sizes = {**sizes, **new_sizes}
+        else:
+            sizes = new_sizes
+            origins = dict.fromkeys(new_sizes, origin)
+        return tuple.__new__(Table, (sizes, origins))
+
+    def __repr__(self) -> str:
+        return f"Table({self[0]!r})"
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+# The table of the current call tree, or None outside any checked call and any Scope.
+_TABLE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes.table", default=None)
+
+# The table the innermost Scope started with (what jit's cache key covers), or None.
+_BASE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes.scope_base", default=None)
+
+# True inside the outermost traced checked call of a call tree (nested ones share its table).
+_IN_TRACE: contextvars.ContextVar[bool] = contextvars.ContextVar("shardtypes.in_trace", default=False)
+
+# A number of its own for each outermost checked call that JAX stages out (jit, scan, cond,
+# checkpoint, eval_shape), as part of jit's cache key inside it: a jitted checked function called
+# there is traced again for that call, so its checks see that call's table and its bindings
+# reach it, never taken from a trace made inside another call (see ``trace_key``).
+_JIT_TRACE = JitKey(default=None)
+_TRACES = itertools.count()
+_ZERO = np.float32(0)
+_NO_KEY = contextlib.nullcontext()
+
+
+def trace_key() -> contextlib.AbstractContextManager[Any]:
+    """The context an outermost traced checked call runs its body in: a fresh jit key where the
+    call is being staged out. Under an eager transformation (``jax.grad(f)(x)`` without jit)
+    none: the body runs on every call, and a fresh key would make every jitted function inside
+    it (jax.numpy's included) trace and compile again on every call."""
+    if isinstance(jax.device_put(_ZERO), jax.core.Tracer):  # a constant is a tracer only when staged
+        return _JIT_TRACE(next(_TRACES))
+    return _NO_KEY
+
+# The Scopes open in this context, innermost last, each with what its exit restores:
+# (scope, table token, base token, jit key context). One variable for all Scopes, so a Scope
+# leaves nothing behind in the context once it exits; an exit out of order is refused.
+_OPEN: contextvars.ContextVar[tuple] = contextvars.ContextVar("shardtypes.open_scopes", default=())
+
+# The bindings of the innermost Scope, as part of jit's cache key.
+_JIT_SCOPE = JitKey(default=None)
+
+
+def tracing() -> bool:
+    """Whether JAX is tracing (jit, grad, vmap, ...) here. ``jax.sharding.get_mesh`` is the
+    public API that tells: it answers only outside any trace."""
+    try:
+        jax.sharding.get_mesh()
+    except ValueError:
+        return True
+    return False
+
+
+class Scope:
+    """Context manager that starts a fresh dimension table, optionally with sizes pre-bound.
+
+    >>> with Scope(batch=8):
+    ...     dims()['batch']
+    8
+    """
+
+    def __init__(self, **bindings: Any):
+        for name, size in bindings.items():
+            if not _NAME.match(name) or name == "_":
+                raise ValueError(
+                    f"Scope({name!r}=...): a dimension name is an identifier other than '_', "
+                    "as in Scope(batch=8)"
+                )
+            sizes = size if isinstance(size, tuple) else (size,)
+            if not all(is_size(s) for s in sizes):
+                raise TypeError(
+                    f"Scope({name}=...) must be an int size (or a tuple of them for a '*{name}' "
+                    f"dim), got {size!r}"
+                )
+            negative = [s for s in sizes if isinstance(_as_size(s), int) and _as_size(s) < 0]
+            if negative:
+                raise ValueError(f"Scope({name}=...): a size cannot be negative, got {size!r}")
+        self._bindings = {
+            n: tuple(_as_size(s) for s in v) if isinstance(v, tuple) else _as_size(v)
+            for n, v in bindings.items()
+        }
+        self._origin: str | None = None  # who bound these, for messages (default: Scope(n=v))
+
+    def __enter__(self) -> "Scope":
+        table = Table(dict(self._bindings), {
+            n: self._origin or f"Scope({n}={v!r})" for n, v in self._bindings.items()
+        })
+        key = _JIT_SCOPE(tuple(sorted(self._bindings.items(), key=lambda item: item[0])))
+        key.__enter__()
+        # Kept per context: one Scope object may be entered by several threads or asyncio tasks
+        # at once, each in its own context.
+        _OPEN.set((*_OPEN.get(), (self, _TABLE.set(table), _BASE.set(table), key)))
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        open_scopes = _OPEN.get()
+        if not open_scopes or open_scopes[-1][0] is not self:
+            raise RuntimeError(
+                "shardtypes.Scope exited out of order: exit the innermost Scope first (use `with`)"
+            )
+        _, table, base, key = open_scopes[-1]
+        _OPEN.set(open_scopes[:-1])
+        _BASE.reset(base)
+        _TABLE.reset(table)
+        key.__exit__(*exc_info)
+
+
+def _as_size(size: Any) -> Any:
+    try:
+        return operator.index(size)
+    except TypeError:
+        return size
+
+
+def scope(f: F) -> F:
+    """Decorator: each call of ``f`` runs with a fresh dimension table (see ``Scope``).
+
+    Use it where a callee reuses a name (``batch``) to mean a different size than its caller.
+    """
+    if not callable(f):
+        raise TypeError(f"scope expects a function to decorate, got {f!r}; for a block, write `with Scope():`")
+    if inspect.isgeneratorfunction(f):
+
+        @functools.wraps(f)
+        def generator_wrapper(*args, **kwargs):
+            with Scope():  # around the body's run, not just the call that makes the generator
+                return (yield from f(*args, **kwargs))
+
+        return cast(F, generator_wrapper)  # the wrapper takes and gives what f does
+
+    if inspect.isasyncgenfunction(f):
+
+        @functools.wraps(f)
+        async def async_generator_wrapper(*args, **kwargs):
+            with Scope():
+                async for item in f(*args, **kwargs):
+                    yield item
+
+        return cast(F, async_generator_wrapper)
+
+    if inspect.iscoroutinefunction(f):
+
+        @functools.wraps(f)
+        async def async_wrapper(*args, **kwargs):
+            with Scope():
+                return await f(*args, **kwargs)
+
+        setattr(async_wrapper, "__shardtypes_scope__", True)
+        return cast(F, async_wrapper)
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        with Scope():
+            return f(*args, **kwargs)
+
+    # Lets typechecked(scope(f)) and typed_shard_map(scope(f)) check inside the fresh table.
+    setattr(wrapper, "__shardtypes_scope__", True)
+    return cast(F, wrapper)
+
+
+def dims() -> Mapping[str, Any]:
+    """A read-only view of the current bindings (global sizes), e.g. ``dims()['batch']``.
+
+    Empty outside a checked call or ``Scope``.
+    """
+    table = _TABLE.get()
+    return types.MappingProxyType(table.sizes if table is not None else {})
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables for plain ``typeguard.typechecked`` functions and ``typeguard.check_type`` outside any
+# shardtypes call or Scope. There is no shardtypes wrapper to open a table per call, so the table
+# lives in the locals dict of the checked call's frame, which typeguard hands us as ``memo.locals``:
+# the arguments, annotated locals and return value of one call share it, and it dies with the frame
+# (holding arrays in a side table would keep them alive). At module level ``memo.locals`` is the
+# module's globals; there every check gets a fresh table, so nothing persists between checks.
+
+_MEMO_KEY = "__shardtypes_dimension_table__"
+
+
+def memo_table(memo: Any) -> Table:
+    local_vars = memo.locals
+    if isinstance(local_vars, dict) and local_vars is not memo.globals:
+        table = local_vars.get(_MEMO_KEY)
+        if isinstance(table, Table):
+            return table
+    return Table()
+
+
+def commit_memo_table(memo: Any, table: Table) -> None:
+    local_vars = memo.locals
+    if isinstance(local_vars, dict) and local_vars is not memo.globals:
+        local_vars[_MEMO_KEY] = table

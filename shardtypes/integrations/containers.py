@@ -1,0 +1,138 @@
+"""Checking values that hold shardtypes annotations inside: dataclasses of every model library
+field by field (the path of the field in errors), and unions and typeguard's containers (tuple,
+list, dict, ...) made all-or-nothing, so that a failed member or item leaves no bindings behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import typeguard
+from typeguard import TypeCheckError, TypeCheckMemo
+
+from ..model.errors import FieldError, _qualified
+from ..model.hints import resolve_hints
+from ..model.forms import type_text
+from ..model.trees import tree_info
+from ..checking.frames import _FIELD_PATH, _role, _snapshot
+
+__all__: list[str] = []
+
+
+def _all_or_nothing(checker):
+    """typeguard's checker for a container, made all-or-nothing: if any item fails, the items
+    that passed leave no bindings behind."""
+
+    def check(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
+        restore = _snapshot(memo)
+        try:
+            checker(value, origin, args, memo)
+        except TypeCheckError:
+            restore()
+            raise
+
+    return check
+
+
+def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
+    """A pytree dataclass: any stacking of the same base class, checked field by field against
+    the annotation's field types. Any other dataclass (an ``eqx.Module``, a
+    ``flax.struct.dataclass``, a ``register_dataclass`` class, a plain one): an instance of it,
+    checked field by field."""
+    info = tree_info(origin)
+    if info is None:
+        if not isinstance(value, origin):
+            _, func, kind = _role()
+            prefix = f"of {func}() " if func and kind != "check_type" else ""
+            raise TypeCheckError(f"{prefix}is not an instance of {origin.__module__}.{origin.__qualname__} "
+                                 f"(found {_qualified(value)})")
+        cls: type = type(value)
+        field_types = _dataclass_field_types(cls)
+        _check_fields(value, field_types, tuple(field_types), memo)
+        return
+    value_info = tree_info(type(value))
+    if value_info is None or not (
+        value_info.base is info.base
+        or (issubclass(value_info.base, info.base) and value_info.axes == info.axes)
+    ):
+        _, func, kind = _role()
+        prefix = f"of {func}() " if func and kind != "check_type" else ""
+        hint = ""
+        if value_info is None and isinstance(value, info.base):
+            hint = (f"; {type(value).__qualname__} subclasses {info.base.__qualname__} but is not "
+                    "registered as a pytree: decorate it with @pytree_dataclass too")
+        raise TypeCheckError(f"{prefix}is not an instance of {origin!r} (found {_qualified(value)}){hint}")
+    # The annotation's fields against its own types; a subclass's extra fields against its own.
+    field_types = info.field_types
+    names = info.field_names
+    if value_info.base is not info.base:
+        field_types = {**value_info.field_types, **field_types}
+        names = value_info.field_names
+    _check_fields(value, field_types, names, memo)
+
+
+@functools.lru_cache(maxsize=None)
+def _dataclass_field_types(cls: type) -> dict:
+    """Every field's annotation (static fields too) of a dataclass or NamedTuple."""
+    hints = resolve_hints(cls, "shardtypes")
+    names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else getattr(cls, "_fields")
+    return {name: hints.get(name, Any) for name in names}
+
+
+def _check_fields(value: Any, types: dict, names: tuple, memo: TypeCheckMemo) -> None:
+    restore = _snapshot(memo)
+    outer = _FIELD_PATH.get()
+    try:
+        for name in names:
+            _FIELD_PATH.set((*outer, name))
+            try:
+                typeguard.check_type_internal(getattr(value, name), types[name], memo)
+            except TypeCheckError as e:
+                restore()
+                raise _field_error(e, name) from None
+    finally:
+        _FIELD_PATH.set(outer)
+
+
+def _field_error(e: TypeCheckError, name: str) -> FieldError:
+    if isinstance(e, FieldError):
+        fields, core = [name, *e.fields], e.core
+    else:
+        fields, core = [name], _core_message(e)
+    role, func, kind = _role()
+    path = "." + ".".join(fields)
+    if kind == "argument" and role.startswith('argument "'):
+        root = role[len('argument "'):-1]
+        message = f"of {func}(): {root}{path} {core}"
+    elif func:
+        message = f"of {func}(): {path} {core}"
+    else:
+        message = f"{path} {core}"
+    return FieldError(message, fields, core)
+
+
+def _core_message(e: TypeCheckError) -> str:
+    """A leaf's complaint without the ``of f()`` prefix our checkers add (the field error says
+    the function once, at its start), keeping typeguard's own path (``item 1``)."""
+    text = str(e.args[0]) if e.args else ""
+    if text.startswith("of ") and "() " in text:
+        text = text[text.index("() ") + 3:]
+    path = getattr(e, "_path", None)
+    return f"{' of '.join(path)} {text}" if path else text
+
+
+def _check_union(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
+    """typing.Union with shardtypes members: like typeguard's, but a member that fails leaves
+    no bindings behind for the next member to trip on."""
+    restore = _snapshot(memo)
+    errors = []
+    for member in args:
+        try:
+            typeguard.check_type_internal(value, member, memo)
+            return
+        except TypeCheckError as e:
+            errors.append(f"{type_text(member)}: {e}")
+            restore()
+    raise TypeCheckError("did not match any element in the union:\n  " + "\n  ".join(errors))

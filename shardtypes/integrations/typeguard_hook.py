@@ -1,0 +1,137 @@
+"""Typeguard integration: ``register_with_typeguard`` puts a lookup first in typeguard's, which
+hands typeguard our checkers: for array annotations (the checker here), for dataclasses, unions
+and containers that hold them (``_containers``), and for ``Annotated`` metadata.
+
+Once registered, plain ``typeguard.typechecked`` and ``typeguard.check_type`` check shardtypes
+annotations; where the value sits and which dimension table it binds into are read from
+typeguard's frames (``_typeguard_frames``).
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any, Union
+
+import typeguard
+from typeguard import TypeCheckError, TypeCheckMemo
+from typeguard import _checkers as _tg_checkers
+
+from ..context.settings import _FORCED, config
+from ..checking.value import check_value
+from .containers import _all_or_nothing, _check_dataclass, _check_union
+from ..model.forms import holds_shardtypes, is_checked_class, safe_is_checked_class
+from ..model.describe import Mismatch
+from ..model.annotations import annotation_class, is_annotation, number
+from ..model.errors import COLLECTED, _ArrayError, _collect, _found
+from ..checking.fast_path import fast_check
+from ..model.plans import _PLANS, malformed, plan_of
+from ..model.trees import _INFO as _TREE_CLASSES
+from ..checking.frames import _FIELD_PATH, _get_table, _origin_phrase, _role, _set_table
+
+__all__ = ["register_with_typeguard"]
+
+
+def _check_annotation(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
+    plan = _PLANS.get(origin)
+    if plan is None:
+        annotation = annotation_class(origin)
+        if annotation is None or args:
+            raise malformed(origin, args)
+        plan = plan_of(annotation)
+    table, scoped = _get_table(memo)
+    new = fast_check(value, plan, table.sizes)
+    if new is None:
+        try:
+            new = check_value(value, plan.dtype_cls, plan.spec, table,
+                              lambda: f"{_origin_phrase()}, annotated {plan.text}", plan.array_type)
+        except Mismatch as m:
+            role, func, kind = _role()
+            core = f"is not {plan.text}: {m.problem}{_found(value, m)}"
+            if COLLECTED.get() is not None:
+                # No typeguard frame will add the argument to this message: say it all here.
+                fields = _FIELD_PATH.get()
+                where = role
+                if fields:
+                    root = role[len('argument "'):-1] if role.startswith('argument "') else ""
+                    where = f"{role} of {func}(): {root}.{'.'.join(fields)}" if func else f".{'.'.join(fields)}"
+                elif func:
+                    where = f"{role} of {func}()"
+                _collect(TypeCheckError(f"{where} {core}"))
+                return
+            prefix = f"of {func}() " if func and kind != "check_type" else ""
+            raise _ArrayError(f"{prefix}{core}") from None
+    if new:
+        _set_table(memo, table.bind(new, _origin_phrase()), scoped)
+
+
+def _lookup(origin, args, extras):
+    if extras:
+        ours = tuple(e for e in extras if _is_shardtypes_annotation(e))
+        if ours:
+            return _annotated_checker(origin, args, ours)
+    checker = _ours(origin, args)
+    if checker is not None and not config._checks and not _FORCED.get():
+        # Containers and unions go back to typeguard's own checkers, which then meet their
+        # shardtypes members here again.
+        return _no_check if checker in (_check_annotation, _check_dataclass) else None
+    return checker
+
+
+def _is_shardtypes_annotation(extra: Any) -> bool:
+    """Whether ``Annotated`` metadata is a shardtypes annotation (checked, not ignored)."""
+    if is_annotation(extra):
+        return True
+    return isinstance(extra, type) and (extra in _TREE_CLASSES or safe_is_checked_class(extra))
+
+
+def _annotated_checker(origin: Any, args: tuple, extras: tuple) -> Any:
+    """``Annotated[T, f32[b'...']]``: the value must be a ``T`` (typeguard's check) and pass
+    each shardtypes annotation in the metadata, as if it were the annotation itself."""
+
+    def check(value: Any, _origin: Any, _args: tuple, memo: TypeCheckMemo) -> None:
+        if origin is not Any and origin is not typing.Any:
+            typeguard.check_type_internal(value, origin[args] if args else origin, memo)
+        for extra in extras:
+            typeguard.check_type_internal(value, extra, memo)
+
+    return check
+
+
+def _no_check(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
+    """What typeguard runs for a shardtypes annotation while ``config.checks`` is off."""
+
+
+def _ours(origin: Any, args: tuple) -> Any:
+    """The checker for an annotation that is (or holds) a shardtypes one, else None."""
+    if isinstance(origin, type) and issubclass(origin, number):
+        return _check_annotation
+    if not args and isinstance(origin, type):
+        if origin in _TREE_CLASSES:
+            return _check_dataclass
+        try:
+            if is_checked_class(origin):
+                return _check_dataclass
+        except NameError:  # annotations that cannot be resolved: typeguard's isinstance
+            pass
+    if args and origin is not None and holds_shardtypes(args):
+        if origin is Union:
+            return _check_union
+        checker = _CONTAINER_CHECKERS.get(origin)
+        if checker is not None:
+            return _ALL_OR_NOTHING.setdefault(origin, _all_or_nothing(checker))
+    return None
+
+
+# typeguard's own checkers for containers (tuple, list, dict, Sequence, ...), which we wrap.
+_CONTAINER_CHECKERS = {
+    origin: checker
+    for origin, checker in _tg_checkers.origin_type_checkers.items()
+    if origin is not Union
+}
+_ALL_OR_NOTHING: dict = {}
+
+
+def register_with_typeguard() -> None:
+    """Teaches typeguard to check shardtypes annotations. Done on import; idempotent."""
+    if _lookup not in typeguard.checker_lookup_functions:
+        typeguard.checker_lookup_functions.insert(0, _lookup)

@@ -1,0 +1,15 @@
+"""Layer 7, kernels: ``typed_shard_map`` and the typed collectives of ``shardtypes.ops``.
+
+``jax.shard_map`` whose in_specs and out_specs come from the kernel's annotations, and
+collectives written as seqax's spec strings (``'embed/d hidden/t -> embed hidden/t'``), checked
+against the dimension table and the mesh.
+
+May import: every layer below (language, context, model, checking, layout, integrations).
+Offers the layers above: ``typed_shard_map``, ``is_fully_sharded`` and the ops.
+"""
+
+from .shard_map import typed_shard_map as typed_shard_map
+
+__all__ = [
+    "typed_shard_map",
+]

@@ -1,0 +1,279 @@
+"""The typed collectives: the implementation behind the public module ``shardtypes.ops``,
+whose docstring is the user's guide to them."""
+
+from __future__ import annotations
+
+import math
+import string
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from . import collectives as c
+from ..model.annotations import integer
+from ..language.shape import NAMED, ShapeSpecError
+
+__all__ = [
+    "all_gather", "psum_scatter", "all_to_all", "psum", "pmean", "ppermute",
+    "einsum_unreduced", "index_unreduced", "axis_index", "axis_size",
+]
+
+
+@c.own_table
+def all_gather(spec: str, x: jax.Array) -> jax.Array:
+    """Gathers the mesh axes that ``spec`` removes from a dim: ``'V/t M/d -> V/t M'``.
+
+    The removed axes must be the trailing axes of that dim (``M/d/e -> M/d`` gathers ``e``).
+    """
+    (before,), after = c.arrow("all_gather", spec, 1)
+    c.same_dims("all_gather", spec, before, after)
+    gathers = [
+        (i, c.trailing_extra("all_gather", spec, i, b, a, fewer=a_axes, more=b_axes, verb="remove"))
+        for i, (b, a, b_axes, a_axes) in enumerate(zip(before.dims, after.dims, c.axes(before), c.axes(after)))
+        if b_axes != a_axes
+    ]
+    c.manual("all_gather", spec, tuple(a for _, names in gathers for a in names), "the spec")
+    c.check("all_gather", spec, "operand", before, x)
+    for i, names in gathers:
+        x = jax.lax.all_gather(x, c.one_or_tuple(names), axis=i, tiled=True)
+    c.check("all_gather", spec, "result", after, x)
+    return x
+
+
+@c.own_table
+def psum_scatter(spec: str, x: jax.Array) -> jax.Array:
+    """Sums over the mesh axes that ``spec`` adds to dims and leaves each such dim scattered over
+    the axes it gains: ``'B/d L M -> B/d L M/t'``, or several dims at once, ``'A B -> A/d B/t'``
+    (summed over ``d`` and ``t``)."""
+    (before,), after = c.arrow("psum_scatter", spec, 1)
+    c.same_dims("psum_scatter", spec, before, after)
+    b_axes, a_axes = c.axes(before), c.axes(after)
+    changed = [i for i in range(len(before.dims)) if b_axes[i] != a_axes[i]]
+    if not changed and str(before) != str(after):
+        # Axis rules put no mesh axis on the logical one gained: nothing to sum or scatter over.
+        c.check("psum_scatter", spec, "operand", before, x)
+        c.check("psum_scatter", spec, "result", after, x)
+        return x
+    if not changed:
+        raise ShapeSpecError(spec, "shardtypes.ops.psum_scatter: at least one dim must gain mesh axes")
+    scatters = []
+    for i in changed:
+        b, a = before.dims[i], after.dims[i]
+        added = c.trailing_extra("psum_scatter", spec, i, b, a, fewer=b_axes[i], more=a_axes[i], verb="gain")
+        scatters.append((i, added, c.manual("psum_scatter", spec, added, "the spec")))
+    c.check("psum_scatter", spec, "operand", before, x)
+    for i, _, sizes in scatters:
+        c.splits("psum_scatter", spec, after, i, x, sizes)
+    # One psum_scatter per dim: each sums over its own axes, so together they sum over all of them.
+    for i, added, _ in scatters:
+        x = jax.lax.psum_scatter(x, c.one_or_tuple(added), scatter_dimension=i, tiled=True)
+    c.check("psum_scatter", spec, "result", after, x)
+    return x
+
+
+@c.own_table
+def all_to_all(spec: str, x: jax.Array) -> jax.Array:
+    """Moves mesh axes from one dim to another: ``'B/d L M -> B L M/d'``.
+
+    The dim that loses axes is gathered over them and the dim that gains them is scattered over
+    them, in one ``jax.lax.all_to_all``; no sum. The moved axes must be the trailing axes of the
+    dim that loses them and are appended, in the same order, to the one that gains them
+    (``'B/d/t M -> B/d M/t'`` moves ``t``; ``'B/d/t M -> B M/d/t'`` moves both).
+    """
+    (before,), after = c.arrow("all_to_all", spec, 1)
+    c.same_dims("all_to_all", spec, before, after)
+    b_axes, a_axes = c.axes(before), c.axes(after)
+    changed = [i for i in range(len(before.dims)) if b_axes[i] != a_axes[i]]
+    if not changed and str(before) != str(after):  # axis rules map the moved axis to nothing
+        c.check("all_to_all", spec, "operand", before, x)
+        c.check("all_to_all", spec, "result", after, x)
+        return x
+    src, dst, moved = _move(spec, before, after, b_axes, a_axes, changed)
+    sizes = c.manual("all_to_all", spec, moved, "the spec")
+    c.check("all_to_all", spec, "operand", before, x)
+    c.splits("all_to_all", spec, after, dst, x, sizes)
+    x = jax.lax.all_to_all(x, c.one_or_tuple(moved), split_axis=dst, concat_axis=src, tiled=True)
+    c.check("all_to_all", spec, "result", after, x)
+    return x
+
+
+def _move(spec, before, after, b_axes, a_axes, changed) -> tuple[int, int, tuple[str, ...]]:
+    """``(src, dst, axes)``: all_to_all moves ``axes`` from the end of dim src to dim dst."""
+    if len(changed) != 2:
+        raise ShapeSpecError(spec, "shardtypes.ops.all_to_all: exactly two dims must change: one "
+                                   f"gives mesh axes to the other (found {len(changed)} changed)")
+    i, j = changed
+    src, dst = (i, j) if len(b_axes[i]) > len(a_axes[i]) else (j, i)
+    lost = c.trailing_extra("all_to_all", spec, src, before.dims[src], after.dims[src],
+                            fewer=a_axes[src], more=b_axes[src], verb="move")
+    gained = c.trailing_extra("all_to_all", spec, dst, before.dims[dst], after.dims[dst],
+                              fewer=b_axes[dst], more=a_axes[dst], verb="move")
+    if lost != gained:
+        raise ShapeSpecError(spec, f"shardtypes.ops.all_to_all: dim {src} gives up {'/'.join(lost)} "
+                                   f"but dim {dst} gains {'/'.join(gained)}: the same mesh axes, in "
+                                   "the same order, must move")
+    return src, dst, lost
+
+
+@c.own_table
+def psum(spec: str, x: jax.Array, axes: str | Sequence[str]) -> jax.Array:
+    """Adds up ``x``'s partial sums over mesh axes ``axes`` (``jax.lax.psum``); the layout is
+    ``spec`` before and after::
+
+        h = einsum_unreduced('B/d L M/t, M/t F -> B/d L F', x, w)   # partial sums over t
+        h = psum('B/d L F', h, 't')
+
+    ``axes`` is a mesh axis name or a tuple of them (JAX's ``axis_name``); the layout cannot
+    say them, since a partial sum is laid out like the full one. No dim of ``spec`` may be split
+    over them: that would add different blocks together (gather it first, or use
+    ``psum_scatter`` to sum and split in one step). As in JAX, a value the same on every device
+    of ``axes`` is counted once per device (``psum('L M', ones, 't')`` is ``2 * ones`` if t is 2).
+    """
+    return _reduce("psum", jax.lax.psum, spec, x, axes)
+
+
+@c.own_table
+def pmean(spec: str, x: jax.Array, axes: str | Sequence[str]) -> jax.Array:
+    """The mean over mesh axes ``axes`` (``jax.lax.pmean``), like ``psum``:
+    ``pmean('B/d L M', loss_parts, ('d', 't'))``."""
+    return _reduce("pmean", jax.lax.pmean, spec, x, axes)
+
+
+def _reduce(op: str, collective, spec: str, x: jax.Array, axes: Any) -> jax.Array:
+    shape = c.single(op, spec, f"{op}('B/d L M', x, 't')")
+    names = c.axis_names(op, spec, "axes", axes)
+    c.manual(op, spec, names, "argument 'axes'")
+    for i, (dim, dim_axes) in enumerate(zip(shape.dims, c.axes(shape))):
+        split = [a for a in names if a in dim_axes]
+        if split:
+            raise ValueError(
+                f"{c.call(op, spec)}: argument 'axes' reduces over mesh axis {split[0]!r}, but dim "
+                f"{i} ({str(dim)!r}) is split over it, so the {op} would combine different blocks "
+                "of it; all_gather that dim first, or sum with psum_scatter"
+            )
+    c.check(op, spec, "operand", shape, x)
+    x = collective(x, c.one_or_tuple(names))
+    c.check(op, spec, "result", shape, x)
+    return x
+
+
+@c.own_table
+def ppermute(spec: str, x: jax.Array, axis: str | Sequence[str], perm: Sequence[tuple[int, int]]) -> jax.Array:
+    """Sends ``x`` from device ``src`` to device ``dst`` along mesh axis ``axis`` for each pair
+    of ``perm`` (``jax.lax.ppermute``); devices no pair sends to get zeros. The layout is
+    ``spec`` before and after::
+
+        nxt = ppermute('B/d L M', x, 'd', [(i, (i + 1) % 4) for i in range(4)])   # a ring
+
+    Device indices run over ``axis`` (over the tuple, major axis first, if ``axis`` is one);
+    each source and each destination appears at most once.
+    """
+    shape = c.single("ppermute", spec, "ppermute('B/d L M', x, 'd', [(0, 1), (1, 0)])")
+    names = c.axis_names("ppermute", spec, "axis", axis)
+    sizes = c.manual("ppermute", spec, names, "argument 'axis'")
+    pairs = _perm(spec, perm, math.prod(sizes.values()))
+    c.check("ppermute", spec, "operand", shape, x)
+    x = jax.lax.ppermute(x, c.one_or_tuple(names), pairs)
+    c.check("ppermute", spec, "result", shape, x)
+    return x
+
+
+def _perm(spec: str, perm: Any, n: int) -> list[tuple[int, int]]:
+    head = f"{c.call('ppermute', spec)}: argument 'perm'"
+
+    def index(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    try:
+        pairs = [tuple(p) for p in perm]
+    except TypeError:
+        pairs = None
+    if pairs is None or isinstance(perm, (str, bytes)) or not all(len(p) == 2 and all(map(index, p)) for p in pairs):
+        raise TypeError(f"{head} must be a list of (source, destination) pairs of ints, not {perm!r}")
+    for src, dst in pairs:
+        if not (0 <= src < n and 0 <= dst < n):
+            raise ValueError(f"{head}: pair ({src}, {dst}) is out of range: the axis has {n} devices")
+    for k, what in ((0, "source"), (1, "destination")):
+        seen = [p[k] for p in pairs]
+        twice = next((v for v in seen if seen.count(v) > 1), None)
+        if twice is not None:
+            raise ValueError(f"{head}: device {twice} is a {what} twice")
+    return [(src, dst) for src, dst in pairs]
+
+
+@c.own_table
+def einsum_unreduced(spec: str, *operands: jax.Array, **kwargs: Any) -> jax.Array:
+    """A local ``jnp.einsum`` written with dim names: ``'B/d L M, M F/t -> B/d L F/t'``.
+
+    Contracted dims that are sharded leave partial sums ("unreduced"): follow with ``psum`` or
+    ``psum_scatter``. Keyword arguments go to ``jnp.einsum`` (``preferred_element_type=...``).
+    """
+    inputs, output = c.arrow("einsum_unreduced", spec, len(operands))
+    letters: dict[str, str] = {}
+
+    def subscript(s) -> str:
+        out = []
+        for dim in s.dims:
+            if dim.kind != NAMED:
+                raise ShapeSpecError(spec, f"shardtypes.ops.einsum_unreduced: dim {str(dim)!r} must be a plain name")
+            if dim.shape not in letters:
+                if len(letters) == len(string.ascii_letters):
+                    raise ShapeSpecError(spec, "shardtypes.ops.einsum_unreduced: too many dim names")
+                letters[dim.shape] = string.ascii_letters[len(letters)]
+            out.append(letters[dim.shape])
+        return "".join(out)
+
+    in_subs = [subscript(s) for s in inputs]
+    out_sub = subscript(output)
+    given = {d.shape for s in inputs for d in s.dims}
+    stray = [d.shape for d in output.dims if d.shape not in given]
+    if stray:
+        raise ShapeSpecError(spec, f"shardtypes.ops.einsum_unreduced: output dim {stray[0]!r} is in no input")
+    for i, (s, x) in enumerate(zip(inputs, operands)):
+        c.check("einsum_unreduced", spec, f"operand {i}", s, x)
+    result = jnp.einsum(",".join(in_subs) + "->" + out_sub, *operands, **kwargs)
+    c.check("einsum_unreduced", spec, "result", output, result)
+    return result
+
+
+@c.own_table
+def index_unreduced(spec: str, table: jax.Array, ids: jax.Array) -> jax.Array:
+    """Entries of ``table`` picked by integer ``ids`` along the table's dim in brackets, which
+    may be sharded: ``'batch/d len [V/t], batch/d len -> batch/d len'`` (seqax's loss: the
+    log-probability of each target) or ``'[V/t] M, B/d L -> B/d L M'`` (embedding rows).
+
+    Dims are matched by name. A dim in both the table and the ids is batched over element-wise
+    (``batch`` and ``len`` above: ``out[b, l] = table[b, l, ids[b, l]]``); a dim in only one of
+    them is crossed (``M``: ``out[b, l, m] = table[ids[b, l], m]``). The output holds every dim
+    of the ids and every dim of the table but the bracketed one, each once, in any order, and
+    laid out as in the inputs. The bracketed dim is in neither the ids nor the output.
+
+    Each device looks up the ids that fall in its block of the bracketed dim and gives zeros for
+    the rest (ids outside ``[0, V)`` give zeros everywhere), so the result is a partial sum over
+    the bracketed dim's mesh axes: follow with ``psum`` (or ``psum_scatter``) over them.
+    """
+    parsed = c.index_spec(spec)
+    block_axes = c.axes(parsed.table)[parsed.position]
+    sizes = c.manual("index_unreduced", spec, block_axes, "the bracketed dim")
+    c.check("index_unreduced", spec, "table", parsed.table, table)
+    c.check("index_unreduced", spec, "ids", parsed.ids, ids, integer)
+    result = c.lookup(parsed, table, ids, block_axes, sizes)
+    c.check("index_unreduced", spec, "result", parsed.output, result)
+    return result
+
+
+def axis_index(name: str | Sequence[str]) -> jax.Array:
+    """This device's index along mesh axis ``name`` (``jax.lax.axis_index``), inside a
+    ``shard_map`` where ``name`` is manual: ``axis_index('d')``. A tuple of axes gives the
+    index over them together, major axis first."""
+    names = c.axis_names("axis_index", name, "name", name)
+    c.manual("axis_index", name, names, "argument 'name'")
+    return jax.lax.axis_index(c.one_or_tuple(names))
+
+
+def axis_size(name: str | Sequence[str]) -> int:
+    """The size of mesh axis ``name`` (``jax.lax.axis_size``), inside a ``shard_map`` where it
+    is manual: ``axis_size('d')``. A tuple of axes gives the product of their sizes."""
+    names = c.axis_names("axis_size", name, "name", name)
+    return math.prod(c.manual("axis_size", name, names, "argument 'name'").values())

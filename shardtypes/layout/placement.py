@@ -1,0 +1,134 @@
+"""Laying values out as annotated: ``shard`` (``jax.device_put`` eagerly; ``reshard`` on Explicit
+axes and ``with_sharding_constraint`` on Auto axes under jit), and ``tree_guard``, which turns a
+user's tree too deep for JAX's pytree functions into an error naming the argument.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Iterator
+
+import jax
+import jax.core
+import numpy as np
+from jax.sharding import NamedSharding
+
+from ..language.shape import entry_axes
+from ..language.sizes import divides
+from .specs import make_shardings, mesh_arg
+from ..model.walk import _brief, _Leaf, _walk
+
+__all__ = ["shard", "tree_guard"]
+
+
+_MAX_TREE_DEPTH = 256
+
+
+def _too_deep(what: str, arg: str) -> ValueError:
+    return ValueError(
+        f"{what}: {arg} is nested too deeply (more than {_MAX_TREE_DEPTH} levels), or contains itself"
+    )
+
+
+@contextlib.contextmanager
+def tree_guard(what: str, arg: str, *trees: Any) -> Iterator[None]:
+    """Around JAX's pytree functions on a user's trees: one nested too deeply, or that contains
+    itself, is a ValueError naming the argument. Lists, tuples and dicts in ``trees`` are measured
+    first, without recursion: JAX's C++ flatten would run out of Python stack, in a callback such
+    as ``is_leaf`` even, where the interpreter cannot recover; what is left raises a SystemError
+    from C++, turned into the same ValueError."""
+    for tree in trees:
+        stack = [(tree, 0)]
+        while stack:
+            node, depth = stack.pop()
+            if isinstance(node, (list, tuple, dict)):
+                if depth >= _MAX_TREE_DEPTH:
+                    raise _too_deep(what, arg)
+                stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    try:
+        yield
+    except (RecursionError, SystemError) as e:
+        if isinstance(e, RecursionError) or isinstance(e.__cause__, RecursionError) or isinstance(
+                e.__context__, RecursionError):
+            raise _too_deep(what, arg) from None
+        raise
+
+
+def shard(value: Any, annotation: Any, mesh: Any = None) -> Any:
+    """Lays ``value`` (an array or a tree) out as ``annotation`` says.
+
+    Eagerly this is ``jax.device_put``; under jit, ``jax.sharding.reshard`` on Explicit mesh axes
+    and ``jax.lax.with_sharding_constraint`` on Auto ones.
+    """
+    mesh = mesh_arg(mesh, "shard")
+    shardings = make_shardings(annotation, mesh)
+    # None in the value is an Optional left empty: a leaf here, so it lines up with the
+    # annotation's leaf, and it stays None.
+    with tree_guard("shard", "value", value):
+        value_leaves, value_def = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda x: x is None)
+    sharding_leaves = jax.tree_util.tree_flatten_with_path(shardings)[0]
+    value_keys = [jax.tree_util.keystr(p) for p, _ in value_leaves]
+    sharding_keys = [jax.tree_util.keystr(p) for p, _ in sharding_leaves]
+    if value_keys != sharding_keys:
+        raise ValueError(
+            "shard: the value's leaves do not match the annotation's: value has "
+            f"{value_keys[:6]}{'...' if len(value_keys) > 6 else ''}, annotation has "
+            f"{sharding_keys[:6]}{'...' if len(sharding_keys) > 6 else ''}"
+        )
+    infos = jax.tree.leaves(_walk(annotation, _ShardLeaf))  # aligned with shardings
+    placed: list[Any] = []
+    for (path, x), (_, sharding), info in zip(value_leaves, sharding_leaves, infos):
+        at = f"value{jax.tree_util.keystr(path)}"
+        if x is None:
+            if not info.leaf.optional:
+                raise TypeError(f"shard: {at} is None, but its annotation {info.leaf.text} is not Optional[...]")
+            placed.append(None)
+            continue
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")) and not isinstance(x, (int, float, complex, np.generic)):
+            raise TypeError(
+                f"shard: {at} is {type(x).__name__} {_brief(repr(x), 60)}, not an array (its annotation "
+                f"is {info.leaf.text})"
+            )
+        spec = info.leaf.spec
+        ndim, fixed = len(np.shape(x)), len(spec.dims) - (spec.variadic_index is not None)
+        if ndim < fixed or (spec.variadic_index is None and ndim != fixed):
+            raise ValueError(
+                f"shard: {at} has rank {ndim}, but its annotation {info.leaf.text} has {fixed} dims"
+                + (" and a variadic one" if spec.variadic_index is not None else "")
+            )
+        placed.append(_place(x, sharding, f"{jax.tree_util.keystr(path) or 'the value'} ({info.leaf.text})"))
+    return jax.tree_util.tree_unflatten(value_def, placed)
+
+
+class _ShardLeaf:
+    """A leaf of the annotation tree for ``shard`` (an object, so a tree of them keeps the
+    annotation's leaves one for one)."""
+
+    __slots__ = ("leaf",)
+
+    def __init__(self, leaf: _Leaf):
+        self.leaf = leaf
+
+
+def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
+    sizes = dict(sharding.mesh.shape)
+    shape = getattr(x, "shape", ())
+    for i, entry in enumerate(sharding.spec):
+        axes = entry_axes(entry)
+        parts = math.prod(sizes[a] for a in axes)
+        if i < len(shape) and parts > 1 and not divides(shape[i], parts):
+            raise ValueError(
+                f"shard: {path}: dim {i} has size {shape[i]}, which does not divide "
+                f"over mesh axes {axes} ({parts} devices) as {sharding.spec} asks"
+            )
+    if not isinstance(x, jax.core.Tracer):
+        return jax.device_put(x, sharding)
+    mesh = sharding.mesh
+    types = dict(zip(mesh.axis_names, mesh.axis_types))
+    used = [a for entry in sharding.spec for a in entry_axes(entry)]
+    explicit = any(types.get(a) == jax.sharding.AxisType.Explicit for a in used)
+    all_explicit = all(t == jax.sharding.AxisType.Explicit for t in types.values())
+    if explicit or (all_explicit and not used):
+        return jax.sharding.reshard(x, sharding.spec)
+    return jax.lax.with_sharding_constraint(x, sharding)

@@ -1,0 +1,323 @@
+"""Deriving layouts from annotations: PartitionSpecs, NamedShardings and ShapeDtypeStructs (laying
+values out, ``shard``, is ``_shard``'s).
+
+Every function here walks an *annotation tree* (with ``_tree_walk``): an array annotation (``f32[b'b/d e']``), a pytree
+dataclass class (including ``Array[axes, cls]``), ``tuple[...]``, ``Optional[X]``, a NamedTuple
+class, or plain Python tuples, lists and dicts whose leaves are annotations. The result has the
+shape of the value the annotation describes:
+
+>>> make_partition_specs(Layer)          # doctest: +SKIP
+Layer(w_up=P('d', 't'), w_down=P('t', 'd'))
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import jax
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
+
+from ..context.mesh import current_mesh, no_mesh_error
+from ..language.shape import ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, axes_entry, entry_axes
+from ..language.sizes import check_dims, divides, evaluate, unused_dims_error
+from ..model.describe import axis_hint
+from ..context.rule_resolution import layout as rules_layout
+from ..context.rules import AxisRulesError, current_rules
+from ..model.walk import _brief, _Leaf, _walk
+
+__all__ = [
+    "make_partition_specs",
+    "make_shardings",
+    "make_shape_dtype_structs",
+    "is_fully_sharded",
+    "current_mesh",
+]
+
+
+def make_partition_specs(annotation: Any) -> Any:
+    """The tree of ``PartitionSpec`` an annotation describes.
+
+    >>> make_partition_specs(f32[b'batch/d seq embed/t'])
+    P('d', None, 't')
+    """
+    return _walk(annotation, lambda leaf: _partition_spec(leaf))
+
+
+def _partition_spec(leaf: _Leaf, ndim: int | None = None, mesh_sizes: Mapping[str, int] | None = None,
+                    shape: tuple | None = None) -> PartitionSpec:
+    """The leaf's PartitionSpec: its mesh axes as written or, with axis rules active, resolved
+    through them (over ``mesh_sizes`` and ``shape`` where known)."""
+    where = leaf.path or "the annotation"
+    try:
+        if current_rules() is None:
+            return leaf.spec.partition_spec(ndim)
+        if ndim is None:
+            leaf.spec.partition_spec(None)  # a variadic before sharded dims needs a rank: say so
+            ndim = len(leaf.spec.dims) - (leaf.spec.variadic_index is not None)
+        axes = rules_layout(leaf.spec, ndim, mesh_sizes, shape)
+    except AxisRulesError as e:
+        raise AxisRulesError(f"{where} ({leaf.text}): {e}") from None
+    except ValueError as e:  # ShapeSpecError: a variadic dim before sharded ones
+        raise ValueError(f"{where} ({leaf.text}): {e}") from None
+    return PartitionSpec(*(axes_entry(a) for a in axes))
+
+
+def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = None,
+                   ndim: int | None = None) -> PartitionSpec:
+    """The leaf's PartitionSpec on ``mesh``, checked: every axis is in the mesh, and every dim
+    whose size ``sizes`` gives divides over its axes."""
+    mesh_sizes = dict(mesh.shape)
+    where = leaf.path or "the annotation"
+    known = [_dim_size(dim, sizes or {}, leaf, i, required=False) if not dim.is_variadic else None
+             for i, dim in enumerate(leaf.spec.dims)]
+    shape = tuple(known) if leaf.spec.variadic_index is None else None
+    spec = _partition_spec(leaf, ndim, mesh_sizes, shape)
+    var = leaf.spec.variadic_index
+    for i, entry in enumerate(spec):
+        axes = entry_axes(entry)
+        if var is not None and i >= var:
+            break  # positions after a variadic dim: their sizes are not known here
+        text = str(leaf.spec.dims[i]) if i < len(leaf.spec.dims) else ""
+        missing = [a for a in axes if a not in mesh_sizes]
+        if missing:
+            raise ValueError(
+                f"{where} ({leaf.text}): dim {i} {text!r} is sharded over mesh axis "
+                f"{missing[0]!r}, which the mesh does not have (axes: {tuple(mesh_sizes)})"
+                f"{axis_hint(missing, tuple(mesh_sizes))}"
+            )
+        size = known[i] if i < len(known) else None
+        if not axes or size is None:
+            continue
+        parts = math.prod(mesh_sizes[a] for a in axes)
+        if not divides(size, parts):
+            raise ValueError(
+                f"{where} ({leaf.text}): dim {i} {text!r} has size {size}, which does not "
+                f"divide over mesh axes {axes} of total size {parts}"
+            )
+    return spec
+
+
+def _dim_size(dim, sizes: Mapping[str, Any], leaf: _Leaf, index: int, required: bool) -> Any:
+    where = leaf.path or "the annotation"
+    kind = dim.kind
+    if kind == FIXED:
+        return dim.expr
+    if kind in (NAMED, BROADCAST):
+        name = dim.name
+        if name in sizes:
+            return sizes[name]
+    elif kind == EXPR:
+        missing = sorted(n for n in dim.names if n not in sizes)
+        if not missing:
+            return _evaluate(dim, sizes, leaf, index)
+        name = missing[0]
+    elif kind == ANY:
+        if required:
+            raise ValueError(f"{where} ({leaf.text}): dim {index} is '_' (any size), so it has no shape")
+        return None
+    else:  # ELLIPSIS / VARIADIC are handled by the caller
+        return None
+    if required:
+        raise ValueError(
+            f"{where} ({leaf.text}): dim {index} {str(dim)!r} needs the size of {name!r}; "
+            f"pass it in dims (given: {sorted(sizes)})"
+        )
+    return None
+
+
+def _evaluate(dim, sizes: Mapping[str, Any], leaf: _Leaf, index: int) -> Any:
+    """The size of an expression dim (``seq+1``, ``heads//kv``) with ``sizes``; a division by
+    zero or a negative result is a ValueError naming the dim and the sizes."""
+    where = f"{leaf.path or 'the annotation'} ({leaf.text}): dim {index} {str(dim)!r}"
+    given = ", ".join(f"{n}={sizes[n]}" for n in sorted(dim.names))
+    try:
+        value = evaluate(dim.expr, sizes.__getitem__)
+    except ZeroDivisionError:
+        raise ValueError(f"{where} has a division by zero with {given}") from None
+    except Exception as e:  # symbolic sizes that JAX cannot combine
+        raise ValueError(f"{where} cannot be computed with {given}: {type(e).__name__}: {e}") from None
+    try:
+        negative = bool(value < 0)
+    except Exception:  # a symbolic size: its sign is not known here
+        negative = False
+    if negative:
+        raise ValueError(f"{where} is {value} with {given}; a size cannot be negative")
+    return value
+
+
+def mesh_arg(mesh: Any, what: str) -> Mesh | AbstractMesh:
+    """``mesh`` if it is a mesh, the current mesh if it is None; anything else is a TypeError
+    naming the argument."""
+    if mesh is not None and not isinstance(mesh, (Mesh, AbstractMesh)):
+        raise TypeError(
+            f"{what}: mesh must be a Mesh or an AbstractMesh (or None, for the current mesh), got "
+            f"{type(mesh).__name__} {_brief(repr(mesh))}"
+        )
+    return current_mesh(mesh, what)
+
+
+def dims_used(annotation: Any) -> tuple[set[str], set[str]]:
+    """The dim names an annotation tree uses: (single dims, ``*name`` dims)."""
+    single: set[str] = set()
+    variadic: set[str] = set()
+
+    def leaf(leaf: _Leaf) -> None:
+        for dim in leaf.spec.dims:
+            if dim.kind == VARIADIC:
+                variadic.add(dim.shape[1:])
+            else:
+                single.update(dim.names)
+
+    _walk(annotation, leaf)
+    return single, variadic
+
+
+def check_dims_for(dims: Any, single: set[str], variadic: set[str], what: str, strict: bool = True) -> dict[str, Any]:
+    """``dims`` validated (``check_dims``) against the names the annotations use: a tuple is the
+    size of a ``*name`` dim and of nothing else; with ``strict``, a name no annotation uses is an
+    error, else only one close to a name they use is (a typo, as ``hiden``): one table of sizes
+    for a whole model may hold names a part of it does not use."""
+    dims = check_dims(dims, what)
+    used = single | variadic
+    for name, size in dims.items():
+        if name in variadic and not isinstance(size, tuple):
+            raise TypeError(
+                f"{what}: dims[{name!r}] must be a tuple of sizes, since '*{name}' stands for "
+                f"several dims, got {size!r}"
+            )
+        if name in single and name not in variadic and isinstance(size, tuple):
+            raise TypeError(
+                f"{what}: dims[{name!r}] is the tuple {size!r}, but {name!r} is one dim here; a "
+                f"tuple is the size of a '*{name}' dim"
+            )
+    unused = [n for n in dims if n not in used]
+    if not strict:
+        from ..language.sizes import close_name
+
+        unused = [n for n in unused if close_name(n, used) is not None]
+    if unused:
+        raise unused_dims_error(unused, used, what)
+    return dims
+
+
+def make_shardings(annotation: Any, mesh: Any = None) -> Any:
+    """The tree of ``NamedSharding`` an annotation describes, over ``mesh`` or the current mesh.
+
+    An axis the mesh lacks, or a fixed-size dim that its axes do not divide, is an error naming
+    the path.
+    """
+    mesh = mesh_arg(mesh, "make_shardings")
+    key = (mesh, current_rules())
+    cache = _SHARDINGS.get(key)
+    if cache is None:
+        if len(_SHARDINGS) > 64:
+            _SHARDINGS.clear()
+        cache = _SHARDINGS[key] = {}
+
+    def leaf(leaf: _Leaf) -> NamedSharding:
+        sharding = NamedSharding(mesh, _resolved_spec(leaf, mesh))
+        cache[leaf.annotation] = sharding
+        return sharding
+
+    return _walk(annotation, leaf, fast=cache.get)
+
+
+# (mesh, active rules) -> {array annotation -> NamedSharding}: a sharding is a function of these
+# alone, and parameter trees repeat a few annotations many times (every layer, every moment).
+_SHARDINGS: dict = {}
+
+
+
+def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None) -> Any:
+    """The tree of ``jax.ShapeDtypeStruct`` (with shardings) an annotation describes, with the
+    sizes of its named dims taken from ``dims``. For ``jax.eval_shape``, AOT lowering and memory
+    planning. ``mesh`` defaults to the current mesh; with no mesh at all the structs have no
+    sharding. A size that is not an int >= 0 (a tuple of them for a ``*name`` dim), and a key of
+    ``dims`` that no annotation uses but is close to one they do (a typo, as ``hiden``: the error
+    names the close name), are errors naming the key. Other keys are allowed, so one table of
+    sizes serves every part of a model.
+
+    >>> make_shape_dtype_structs(f32[b'batch/d embed'], {'batch': 8, 'embed': 16}, mesh)  # doctest: +SKIP
+    ShapeDtypeStruct(shape=(8, 16), dtype=float32, sharding=NamedSharding(..., P('d', None)))
+    """
+    what = "make_shape_dtype_structs"
+    dims = check_dims(dims, what)
+    if mesh is not None:
+        mesh_arg(mesh, what)  # a wrong type is an error whatever else is wrong
+    single, variadic = dims_used(annotation)
+    dims = check_dims_for(dims, single, variadic, what, strict=False)
+    return structs(annotation, dims, mesh)
+
+
+def structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None) -> Any:
+    """``make_shape_dtype_structs`` with ``dims`` taken as they are (validated by the caller,
+    and possibly holding sizes of names other annotations use)."""
+    try:
+        mesh = mesh_arg(mesh, "make_shape_dtype_structs")
+    except ValueError:
+        mesh = None
+
+    def leaf(leaf: _Leaf) -> jax.ShapeDtypeStruct:
+        where = leaf.path or "the annotation"
+        if leaf.dtype_cls.dtype is None:
+            raise ValueError(
+                f"{where} ({leaf.text}): {leaf.dtype_cls.__name__} is a category of dtypes; a "
+                "ShapeDtypeStruct needs one dtype (f32, bf16, ...)"
+            )
+        shape: list = []
+        for i, dim in enumerate(leaf.spec.dims):
+            if dim.kind == ELLIPSIS:
+                raise ValueError(f"{where} ({leaf.text}): dim {i} is '...', which has no shape")
+            if dim.kind == VARIADIC and dim.name is not None:
+                if dim.name not in dims:
+                    raise ValueError(
+                        f"{where} ({leaf.text}): dim {i} {str(dim)!r} needs dims[{dim.name!r}], a "
+                        "tuple of sizes"
+                    )
+                sizes = dims[dim.name]
+                if not isinstance(sizes, tuple):
+                    raise ValueError(
+                        f"{where} ({leaf.text}): dim {i} {str(dim)!r} stands for several dims, so "
+                        f"dims[{dim.name!r}] must be a tuple of sizes, not {sizes!r}"
+                    )
+                shape.extend(sizes)
+                continue
+            shape.append(_dim_size(dim, dims, leaf, i, required=True))
+        sharding = None
+        if mesh is not None:
+            sharding = NamedSharding(mesh, _resolved_spec(leaf, mesh, dims, len(shape)))
+        return jax.ShapeDtypeStruct(tuple(shape), leaf.dtype_cls.dtype, sharding=sharding)
+
+    return _walk(annotation, leaf)
+
+
+def is_fully_sharded(spec: PartitionSpec, mesh: Any = None) -> bool:
+    """Whether ``spec`` uses every axis of ``mesh`` (default: the current mesh; inside shard_map,
+    its manual axes)."""
+    if not isinstance(spec, PartitionSpec):
+        raise TypeError(f"is_fully_sharded: spec must be a PartitionSpec, as P('d', 't'), got {spec!r}")
+    if mesh is None:
+        abstract = jax.sharding.get_abstract_mesh()
+        if abstract.empty:
+            raise no_mesh_error("is_fully_sharded")
+        manual = abstract.manual_axes
+        names = tuple(manual) if manual else abstract.axis_names
+        every = tuple(abstract.axis_names)
+    else:
+        mesh = mesh_arg(mesh, "is_fully_sharded")
+        names = every = tuple(mesh.axis_names)
+    used: list[str] = []
+    for entry in spec:
+        if entry is None or entry is PartitionSpec.UNCONSTRAINED:
+            continue
+        if isinstance(entry, str):
+            used.append(entry)
+        elif isinstance(entry, tuple):
+            used.extend(entry)
+        else:
+            raise ValueError(f"is_fully_sharded: unexpected entry {entry!r} in {spec}")
+    unknown = [a for a in used if a not in every]
+    if unknown:
+        raise ValueError(f"is_fully_sharded: {spec} names mesh axis {unknown[0]!r}, which is not in the mesh (axes: {every})")
+    return set(used) >= set(names)

@@ -1,0 +1,93 @@
+"""Layer 3, the annotation model: the one place that takes an annotation apart.
+
+The annotation classes (``f32[b'batch/d embed']``, the static spelling ``f32[jax.Array, ...]``,
+the categories ``floating``, ``integer``, ``anydtype``), trees (``pytree_dataclass``,
+``Array[axes, cls]``, ``Stacked``), and ``model(annotation)``: the node tree every other layer
+walks (array annotations with their ``Plan``, dataclass-likes of every model library, tuples,
+lists, dicts, NamedTuples, unions, ``Annotated``). ``typing.get_origin``/``get_args`` appear
+nowhere else in the package. The errors a check raises (``FieldError``, the array error) and the
+descriptions of values in messages live here too, so every layer above can raise them.
+
+May import: ``shardtypes.language``, ``shardtypes.context``.
+Offers the layers above: ``model``, the node classes, ``walk`` (a function over the array
+annotations of an annotation tree), ``plan_of``/``plan_for``, ``tree_info``, the annotation
+classes, ``describe``/``Mismatch`` and the error classes.
+"""
+
+from .annotations import (
+    annotation_class as annotation_class,
+    dtype_names as dtype_names,
+    is_annotation as is_annotation,
+    is_dtype_class as is_dtype_class,
+    number as number,
+    subscript as subscript,
+    type_name as type_name,
+)
+from .describe import (
+    Mismatch as Mismatch,
+    axis_hint as axis_hint,
+    describe as describe,
+)
+from .errors import (
+    COLLECTED as COLLECTED,
+    FieldError as FieldError,
+    ShardtypesWarning as ShardtypesWarning,
+)
+from .hints import resolve_hints as resolve_hints
+from .nodes import (
+    ArrayNode as ArrayNode,
+    ClassNode as ClassNode,
+    DictNode as DictNode,
+    Node as Node,
+    OtherNode as OtherNode,
+    SeqNode as SeqNode,
+    UnionNode as UnionNode,
+    follow as follow,
+    model as model,
+)
+from .plans import (
+    Plan as Plan,
+    plan_for as plan_for,
+    plan_of as plan_of,
+)
+from .trees import (
+    Array as Array,
+    Stacked as Stacked,
+    pytree_dataclass as pytree_dataclass,
+    stack_annotation as stack_annotation,
+    tree_info as tree_info,
+)
+
+__all__ = [
+    "Array",
+    "ArrayNode",
+    "COLLECTED",
+    "ClassNode",
+    "DictNode",
+    "FieldError",
+    "Mismatch",
+    "Node",
+    "OtherNode",
+    "Plan",
+    "SeqNode",
+    "ShardtypesWarning",
+    "Stacked",
+    "UnionNode",
+    "annotation_class",
+    "axis_hint",
+    "describe",
+    "dtype_names",
+    "follow",
+    "is_annotation",
+    "is_dtype_class",
+    "model",
+    "number",
+    "plan_for",
+    "plan_of",
+    "pytree_dataclass",
+    "resolve_hints",
+    "stack_annotation",
+    "subscript",
+    "tree_info",
+    "type_name",
+]

@@ -1,0 +1,93 @@
+"""The errors and warnings of checks, and how their messages name what was found.
+
+``FieldError`` (a dataclass field failed, with the field path), ``ShardtypesWarning`` (a check
+that cannot run as asked), and the messages' pieces: a value's public class name (``jax.Array``,
+never JAX's internal classes) and ``(found float32[8,16] sharded P('d', None))``. While
+``shardtypes.verify`` runs a function, failed checks are collected (``COLLECTED``) instead of
+raised.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+from typing import Any
+
+import jax
+import jax.core
+from typeguard import TypeCheckError
+
+from .describe import Mismatch, describe
+
+__all__ = ["ShardtypesWarning", "FieldError", "COLLECTED"]
+
+
+class ShardtypesWarning(UserWarning):
+    """A check shardtypes was asked for cannot run as asked (for example, no source to instrument)."""
+
+
+def _qualified(value: Any) -> str:
+    if isinstance(value, jax.core.Tracer):
+        return "traced jax.Array"
+    if isinstance(value, jax.Array):
+        return "jax.Array"
+    cls = type(value)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+# While shardtypes.verify runs a function, failed checks are collected here instead of raised,
+# so that one run reports every problem it can reach.
+COLLECTED: contextvars.ContextVar[list | None] = contextvars.ContextVar("shardtypes.collected", default=None)
+
+
+def _collect(error: TypeCheckError) -> bool:
+    problems = COLLECTED.get()
+    if problems is None:
+        return False
+    problems.append(error)
+    return True
+
+
+def _found(value: Any, m: Mismatch) -> str:
+    return "" if m.problem.endswith("which is not an array") else f" (found {describe(value)})"
+
+
+_INTERNAL_NAMES = re.compile(r"jaxlib\._jax\.ArrayImpl|jax\._src\.[\w.]*Tracer")
+
+
+def _public_names(text: str) -> str:
+    """typeguard names a value by its class: say ``jax.Array`` and ``traced jax.Array``, not
+    JAX's internal classes."""
+    return _INTERNAL_NAMES.sub(lambda m: "jax.Array" if m.group().startswith("jaxlib") else "traced jax.Array", text)
+
+
+class _ArrayError(TypeCheckError):
+    """A shardtypes check failed where typeguard adds the value's path to the message."""
+
+    def __str__(self) -> str:
+        return _public_names(super().__str__())
+
+
+class FieldError(TypeCheckError):
+    """A field of a dataclass failed its annotation: ``fields`` is the attribute path from the
+    outermost dataclass (``['weights', 'embed']``), ``core`` the leaf's own complaint. A
+    ``TypeCheckError``, so ``except TypeCheckError`` catches it."""
+
+    def __init__(self, message: str, fields: list[str], core: str):
+        super().__init__(message)
+        self.fields = fields
+        self.core = core
+
+    def __str__(self) -> str:
+        # typeguard puts the value's own path before the message with a space; a message that
+        # starts with the field path (``.weights.embed``) continues that path instead.
+        message = str(self.args[0]) if self.args else ""
+        if self._path and message.startswith("."):
+            return _public_names(" of ".join(self._path) + message)
+        return _public_names(super().__str__())
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.args[0] if self.args else "", self.fields, self.core), self.__dict__)
+
+
+FieldError.__module__ = "shardtypes"  # its public home: shardtypes.FieldError

@@ -1,0 +1,84 @@
+"""Questions the layers above ask of an annotation's form, answered here so that no module
+outside the model takes ``typing`` forms apart: whether an annotation holds a shardtypes one
+anywhere inside (typeguard's containers and unions, ``typed_shard_map``), whether a class is
+checked field by field, how to print a member of a union, and the forms Flax NNX writes
+(``nnx.Param[f32[b'...']]``, lists and dicts of modules).
+"""
+
+from __future__ import annotations
+
+import functools
+import typing
+from typing import Any
+
+from .annotations import is_annotation
+from .nodes import ClassNode, model
+from .trees import _INFO as _TREE_CLASSES
+
+__all__ = ["holds_shardtypes", "is_checked_class", "safe_is_checked_class", "type_text",
+           "variable_annotation", "item_annotation"]
+
+
+@functools.lru_cache(maxsize=None)
+def is_checked_class(cls: type) -> bool:
+    """A dataclass (of any model library) or NamedTuple whose fields hold shardtypes annotations.
+    Raises NameError or TypeError where the class's annotations cannot be resolved."""
+    node = model(cls)
+    return isinstance(node, ClassNode) and node.has_arrays
+
+
+def safe_is_checked_class(cls: type) -> bool:
+    """``is_checked_class``, False where the class's annotations cannot be resolved."""
+    try:
+        return is_checked_class(cls)
+    except (NameError, TypeError):
+        return False
+
+
+@functools.lru_cache(maxsize=1024)
+def _holds(args: tuple) -> bool:
+    for arg in args:
+        if is_annotation(arg) or arg in _TREE_CLASSES:
+            return True
+        if isinstance(arg, type) and safe_is_checked_class(arg):
+            return True
+        if typing.get_origin(arg) is not None and _holds(typing.get_args(arg)):
+            return True
+    return False
+
+
+def holds_shardtypes(args: tuple) -> bool:
+    """Whether any of ``args`` (a generic's arguments, or ``(annotation,)``) is or holds a
+    shardtypes annotation or a checked class, at any depth."""
+    try:
+        return _holds(args)
+    except TypeError:  # unhashable arguments (Literal of a list, ...): not ours
+        return False
+
+
+def type_text(annotation: Any) -> str:
+    """An annotation as messages print it: a plain class by its qualified name, any other form
+    as written, without ``typing.``."""
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__qualname__
+    return repr(annotation).replace("typing.", "")
+
+
+def variable_annotation(annotation: Any, variable_base: type) -> tuple[type | None, Any]:
+    """``(wrapper, inner)`` for an annotation that wraps another in a subclass of
+    ``variable_base`` (``nnx.Param[f32[b'...']]`` gives ``(nnx.Param, f32[b'...'])``); else
+    ``(None, annotation)``."""
+    origin = typing.get_origin(annotation)
+    if isinstance(origin, type) and issubclass(origin, variable_base):
+        (inner,) = typing.get_args(annotation)
+        return origin, inner
+    return None, annotation
+
+
+def item_annotation(annotation: Any) -> Any:
+    """The annotation of an item of a list/dict-like annotation (``list[X]``, ``dict[str, X]``,
+    ``tuple[X, ...]``), or None where it names none."""
+    args = typing.get_args(annotation)
+    if not args:
+        return None
+    return args[-1] if args[-1] is not Ellipsis else args[0]

@@ -1,0 +1,187 @@
+"""Walking an annotation tree leaf by leaf: ``_walk`` maps a function over the array annotations
+of an annotation tree (an array annotation, a pytree dataclass or a dataclass of any model
+library, ``tuple[...]``, ``Optional[X]``, a NamedTuple, or tuples, lists and dicts of them) and
+builds a result of the same shape; each leaf is a ``_Leaf`` that says where it sits
+(``Layer.w_up``). Derivation, ``explain``, ``verify`` and ``plan`` walk annotations with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Callable, Union
+
+import jax
+
+from .annotations import annotation_class, is_annotation, number
+from .nodes import ArrayNode, ClassNode, follow, model
+from .plans import plan_of
+from ..language.shape import ShapeSpec
+from .trees import tree_info
+
+__all__: list[str] = []
+
+
+class _Leaf(typing.NamedTuple):
+    path: str
+    dtype_cls: type[number]
+    spec: ShapeSpec
+    text: str
+    annotation: Any
+    optional: bool = False  # reached through Optional[...]: a value may leave it None
+
+
+def _leaf_of(annotation: type[number], path: str, optional: bool = False) -> _Leaf:
+    plan = plan_of(annotation)
+    return _Leaf(path, plan.dtype_cls, plan.spec, plan.text, annotation, optional)
+
+
+# An annotation tree deeper than this is an error (a tree built by mistake, or a cycle).
+_MAX_DEPTH = 64
+
+
+def _brief(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _walk(
+    annotation: Any,
+    leaf: Callable[[_Leaf], Any],
+    path: str | None = None,
+    fast: Callable[[Any], Any] | None = None,
+    *,
+    _stack: tuple = (),
+    _optional: bool = False,
+) -> Any:
+    """Maps ``leaf`` over the array annotations of an annotation tree, keeping its shape.
+    ``path`` names where a leaf sits, from the root's name (``Layer.w_up``, ``[0]['x']``).
+    ``fast(annotation)``, if given, is tried first and may answer from a cache (None: no answer).
+    A tree that contains itself, or is nested more than ``_MAX_DEPTH`` deep, is a ValueError.
+    """
+    if path is None:
+        path = _root_name(annotation)
+    if fast is not None and is_annotation(annotation):
+        hit = fast(annotation)
+        if hit is not None:
+            return hit
+    where = path or "the annotation"
+    if isinstance(annotation, str):
+        raise TypeError(
+            f"{_brief(where)} is the string {_brief(repr(annotation))}: pass the annotation itself (with "
+            "PEP 563, resolve it with typing.get_type_hints first)"
+        )
+    array = annotation_class(annotation)
+    if array is not None:
+        return leaf(_leaf_of(array, path, _optional))
+    if any(a is annotation for a in _stack):
+        raise ValueError(
+            f"{_brief(where)} contains itself (a {type(annotation).__name__} that holds itself): an "
+            "annotation tree must be finite"
+        )
+    if len(_stack) >= _MAX_DEPTH:
+        raise ValueError(f"{_brief(where)}: the annotation tree is nested more than {_MAX_DEPTH} levels deep")
+    stack = (*_stack, annotation)
+
+    def walk(a: Any, at: str, optional: bool = _optional) -> Any:
+        return _walk(a, leaf, at, fast, _stack=stack, _optional=optional)
+
+    origin = typing.get_origin(annotation)
+    info = tree_info(annotation)
+    if info is not None:
+        field_types = info.field_types
+        static = info.static_fields
+        values = {}
+        for f in annotation.__dataclass_fields__.values():
+            if f.name in static:
+                if f.default is not dataclasses.MISSING:
+                    values[f.name] = f.default
+                elif f.default_factory is not dataclasses.MISSING:
+                    values[f.name] = f.default_factory()
+                else:
+                    values[f.name] = None
+            else:
+                values[f.name] = walk(field_types[f.name], f"{path}.{f.name}")
+        return annotation(**values)
+    if origin is Union:
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(members) == 1:
+            return walk(members[0], path, True)
+        raise TypeError(f"{where}: a Union of several types {annotation!r} has no single layout")
+    if origin is tuple:
+        args = typing.get_args(annotation)
+        if len(args) == 2 and args[1] is Ellipsis:
+            raise TypeError(f"{where}: {annotation!r} has no fixed length, so no layout tree")
+        return tuple(walk(a, f"{path}[{i}]") for i, a in enumerate(args))
+    built = _model_class_or_instance(annotation, walk, path)
+    if built is not _NOT_A_MODEL:
+        return built
+    fields = getattr(annotation, "_fields", None) if isinstance(annotation, type) and issubclass(annotation, tuple) else None
+    if fields is not None:  # a NamedTuple
+        hints = typing.get_type_hints(annotation)
+        return annotation(*(walk(hints[n], f"{path}.{n}") for n in fields))
+    if isinstance(annotation, (tuple, list)):
+        return type(annotation)(walk(a, f"{path}[{i}]") for i, a in enumerate(annotation))
+    if isinstance(annotation, dict):
+        return {k: walk(a, f"{path}[{k!r}]") for k, a in annotation.items()}
+    raise TypeError(
+        f"{_brief(where)} is {_brief(repr(annotation))}, which has no layout: use array annotations (f32[b'...']), "
+        "pytree dataclasses, tuple[...], Optional[...], NamedTuples, or tuples, lists and dicts "
+        "of them"
+    )
+
+
+_NOT_A_MODEL = object()
+
+
+def _model_class_or_instance(annotation: Any, walk: Callable[[Any, str], Any], path: str) -> Any:
+    """A dataclass of a model library (an ``eqx.Module``, a ``flax.struct.dataclass``, a
+    ``register_dataclass`` class, a plain dataclass) given as its class, built from its field
+    annotations without running its ``__init__``; or an instance of one, or of a NamedTuple, real
+    or abstract (``jax.eval_shape``, ``eqx.filter_eval_shape``), mapped leaf by leaf through the
+    annotations on its classes. ``_NOT_A_MODEL`` for anything else."""
+    if isinstance(annotation, type):
+        if not dataclasses.is_dataclass(annotation):
+            return _NOT_A_MODEL
+        node = model(annotation)
+        if not isinstance(node, ClassNode) or not node.has_arrays:
+            return _NOT_A_MODEL
+        built = object.__new__(annotation)
+        hints = typing.get_type_hints(annotation)
+        for f in dataclasses.fields(annotation):
+            if f.name in node.fields:
+                value = walk(hints[f.name], f"{path}.{f.name}")
+            elif f.default is not dataclasses.MISSING:
+                value = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            else:
+                value = None
+            object.__setattr__(built, f.name, value)
+        return built
+    cls = type(annotation)
+    if not (dataclasses.is_dataclass(cls) or (issubclass(cls, tuple) and hasattr(cls, "_fields"))):
+        return _NOT_A_MODEL
+    node = model(cls)
+    if not isinstance(node, ClassNode) or not node.has_arrays:
+        return _NOT_A_MODEL
+    root = path or cls.__qualname__
+
+    def one(key_path: tuple, _: Any) -> Any:
+        where = f"{root}{jax.tree_util.keystr(key_path)}"
+        target = follow(node, key_path)
+        if not isinstance(target, ArrayNode):
+            raise TypeError(
+                f"{where} has no shardtypes annotation on {cls.__qualname__}, so no layout; "
+                "annotate the field (w: f32[b'embed/d hidden/t'])"
+            )
+        return walk(target.annotation, where)
+
+    return jax.tree_util.tree_map_with_path(one, annotation)
+
+
+def _root_name(annotation: Any) -> str:
+    if tree_info(annotation) is not None:
+        return repr(annotation).replace("shardtypes.", "") if type(annotation) is not type else annotation.__qualname__
+    if isinstance(annotation, type) and issubclass(annotation, tuple) and hasattr(annotation, "_fields"):
+        return annotation.__qualname__
+    return ""

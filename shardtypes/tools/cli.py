@@ -1,0 +1,270 @@
+"""The ``shardtypes`` command: plan and verify sharded models from the terminal or CI.
+
+Reports go to standard output, as text or (``--json``) as JSON in which sizes (bytes, element
+counts, dims) are numbers; a symbolic size (a dim ``verify`` was not given) is its expression as a
+string. ``shardtypes --version`` prints ``shardtypes <version>``.
+
+Exit status: 0 when all is well, 1 when problems are found, 2 for bad usage, and 141 (128 +
+SIGPIPE, what a shell reports for a command such as ``cat`` killed by a closed pipe) when the
+reader of standard output goes away first, as in ``shardtypes plan ... | head -1``: the command
+then ends quietly, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import importlib
+import json
+import operator
+import os
+import sys
+from typing import Any, Iterator, Sequence
+
+from ..context.rules import AxisRules, axis_rules
+from .memory_plan import PlanReport, plan
+from .verification import VerifyReport, verify
+
+# 128 + SIGPIPE (13): the status a shell reports for a command killed by writing to a closed pipe.
+EXIT_BROKEN_PIPE = 141
+
+EXAMPLES = """\
+examples:
+  # one row per weight of a stacked layer on 4,096 devices, with 70B-class sizes
+  shardtypes plan mymodel:Layers --mesh d=64,t=64 --dims layers=80,embed=8192,hidden=28672
+
+  # the same as JSON, for a dashboard or a diff in review
+  shardtypes plan mymodel:Weights --mesh d=64,t=64 --dims embed=8192,vocab=128256 --json
+
+  # evaluate a checked training step abstractly (no devices) and report every problem;
+  # exit status 1 if there is one, so it can gate CI
+  shardtypes verify mymodel:train_step --mesh d=64,t=64 --dims embed=8192,layers=80
+
+  # parameters that are not arrays are given as Python literals
+  shardtypes verify mymodel:decode --mesh data=16,model=8 --static steps=4,greedy=True
+
+  # logical axis names, resolved through rules defined in your module
+  shardtypes plan mymodel:Weights --mesh data=8,model=8 --rules mymodel:RULES --mode decode
+
+MODULE:OBJECT is imported like `from MODULE import OBJECT` (dots allowed in OBJECT); the
+current directory is on the import path.
+"""
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Splits on commas outside brackets and quotes: 'a=1,b=(2,3)' -> ['a=1', 'b=(2,3)']."""
+    items, depth, quote, start = [], 0, None, 0
+    for i, c in enumerate(text):
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return items
+
+
+def _pairs(text: str, what: str, convert) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if not text:
+        return out
+    for item in _split_top_level(text):
+        if "=" not in item:
+            raise argparse.ArgumentTypeError(f"{what}: expected name=value pairs separated by commas, got {item!r}")
+        name, value = item.split("=", 1)
+        name = name.strip()
+        if not name.isidentifier():
+            raise argparse.ArgumentTypeError(f"{what}: {name!r} is not a name")
+        if name in out:
+            raise argparse.ArgumentTypeError(f"{what}: {name!r} is given twice")
+        try:
+            out[name] = convert(value.strip())
+        except (ValueError, SyntaxError) as e:
+            raise argparse.ArgumentTypeError(f"{what}: bad value for {name}: {value!r} ({e})") from None
+    return out
+
+
+def _size(value: str) -> Any:
+    size = ast.literal_eval(value)
+    if isinstance(size, bool) or not isinstance(size, (int, tuple)):
+        raise ValueError("a size is an int, or a tuple of ints for a '*name' dim")
+    return size
+
+
+def _mesh(text: str) -> dict[str, int]:
+    mesh = _pairs(text, "--mesh", int)
+    if not mesh:
+        raise argparse.ArgumentTypeError("--mesh: give the axes, as d=64,t=64")
+    bad = {k: v for k, v in mesh.items() if v < 1}
+    if bad:
+        raise argparse.ArgumentTypeError(f"--mesh: axis sizes must be positive, got {bad}")
+    return mesh
+
+
+def _load(target: str) -> Any:
+    if ":" not in target:
+        raise SystemExit(f"shardtypes: expected MODULE:OBJECT, got {target!r}")
+    module_name, attr = target.split(":", 1)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise SystemExit(f"shardtypes: cannot import {module_name!r}: {e}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise SystemExit(f"shardtypes: {module_name!r} has no {attr!r}") from None
+    return obj
+
+
+def _json_size(value: Any) -> Any:
+    """A size as JSON: an int as a number, a tuple (a '*name' dim) as a list, and a symbolic
+    size, which has no number yet, as its expression ('64*batch')."""
+    if isinstance(value, (list, tuple)):
+        return [_json_size(v) for v in value]
+    if isinstance(value, (bool, float)):
+        return value
+    try:
+        return operator.index(value)  # int, numpy integers
+    except TypeError:
+        return str(value)
+
+
+def _to_json(report: Any) -> str:
+    """The report's JSON with its sizes as numbers (the reports' own ``to_json`` writes shapes
+    and dims as strings); every other field as the report writes it."""
+    data = json.loads(report.to_json())
+    if isinstance(report, PlanReport):
+        for row, r in zip(data["rows"], report.rows):
+            for key in ("shape", "device_shape", "bytes_per_device", "replicas", "global_bytes"):
+                row[key] = _json_size(getattr(r, key))
+        for key in ("devices", "bytes_per_device", "global_bytes"):
+            data[key] = _json_size(getattr(report, key))
+    elif isinstance(report, VerifyReport):
+        data["dims"] = {k: _json_size(v) for k, v in report.dims.items()}
+    data["mesh"] = {k: _json_size(v) for k, v in report.mesh.items()}
+    return json.dumps(data, indent=2)
+
+
+class _StdoutClosed(Exception):
+    """Standard output's reader went away (a BrokenPipeError writing the command's output)."""
+
+
+@contextlib.contextmanager
+def _writing_stdout() -> Iterator[None]:
+    """Around the command's own output (help, version, usage, the report): writes what is
+    buffered, and turns a closed pipe into _StdoutClosed, with standard output pointed at
+    os.devnull so that the interpreter's last flush prints no 'Exception ignored ...
+    BrokenPipeError' either. The user's code (importing the target, verify) runs outside, so a
+    BrokenPipeError of its own is never taken for a closed standard output."""
+    try:
+        try:
+            yield
+        finally:
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        try:
+            if sys.stdout is None:
+                raise ValueError("no standard output")
+            fd = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):  # not a real file (io.UnsupportedOperation is an OSError)
+            sys.stdout = open(os.devnull, "w")
+        else:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, fd)
+            finally:
+                os.close(devnull)
+        raise _StdoutClosed from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command with ``argv`` (default: ``sys.argv[1:]``) and returns its exit status;
+    bad usage raises SystemExit(2) (argparse), ``--help`` and ``--version`` SystemExit(0), and a
+    target or size that ``plan``/``verify`` reject returns 2 with their message on stderr."""
+    try:
+        return _main(argv)
+    except _StdoutClosed:
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from .._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="shardtypes",
+        description="Plan and verify sharded JAX models from their shardtypes annotations, on an "
+        "abstract mesh of any size, with no accelerator.",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                        help="print the version of shardtypes and exit")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{plan,verify}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("target", metavar="MODULE:OBJECT", help="what to plan or verify")
+    common.add_argument("--mesh", type=_mesh, required=True, metavar="AXIS=SIZE,...",
+                        help="the abstract mesh, e.g. d=64,t=64 (Explicit axes)")
+    common.add_argument("--dims", type=lambda t: _pairs(t, "--dims", _size), default={},
+                        metavar="NAME=SIZE,...", help="sizes of named dims, e.g. embed=8192,layers=80")
+    common.add_argument("--rules", metavar="MODULE:OBJECT", help="AxisRules to resolve logical axis names")
+    common.add_argument("--mode", help="the rules' mode (e.g. decode)")
+    common.add_argument("--json", action="store_true", help="print the report as JSON")
+    plan_cmd = commands.add_parser("plan", parents=[common], help="per-array layout and memory per device",
+                                   description="One row per array: path, annotation, dtype, shape, "
+                                   "PartitionSpec, per-device shape and bytes; totals and warnings.",
+                                   epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    plan_cmd.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    verify_cmd = commands.add_parser("verify", parents=[common], help="evaluate a checked function abstractly",
+                                     description="Build abstract inputs from the function's annotations, "
+                                     "evaluate it with jax.eval_shape with every check on, and report "
+                                     "every problem.", epilog=EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    verify_cmd.add_argument("--static", type=lambda t: _pairs(t, "--static", ast.literal_eval), default={},
+                            metavar="NAME=VALUE,...", help="values of non-array parameters (Python literals)")
+    with _writing_stdout():  # --help, --version and usage errors print here
+        args = parser.parse_args(argv)
+
+    target = _load(args.target)
+    context: Any = contextlib.nullcontext()
+    if args.rules:
+        rules = _load(args.rules)
+        if not isinstance(rules, AxisRules):
+            parser.error(f"--rules {args.rules}: expected AxisRules, found {type(rules).__name__}")
+        if args.mode is not None and args.mode not in rules.modes:
+            parser.error(f"--mode {args.mode!r}: {args.rules} has modes {sorted(rules.modes) or 'none'}")
+        context = axis_rules(rules, mode=args.mode)
+    elif args.mode:
+        parser.error("--mode needs --rules")
+    report: PlanReport | VerifyReport
+    try:
+        with context:
+            if args.command == "plan":
+                report = plan(target, args.mesh, args.dims)
+                failed = not report.ok or (args.strict and bool(report.warnings))
+            else:
+                report = verify(target, args.mesh, args.dims, static=args.static)
+                failed = not report.ok
+    except (TypeError, ValueError) as e:
+        # What plan() and verify() reject before they start (a target that is not an annotation
+        # or a function, a bad size): bad usage, told in their words. Problems found in the
+        # model itself are in the report instead.
+        sys.stderr.write(f"shardtypes {args.command}: error: {args.target}: {e}\n")
+        return 2
+    with _writing_stdout():
+        print(_to_json(report) if args.json else report)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""Memory plans: the layout and bytes per device of every array of a model on a mesh, without
+devices.
+
+``plan(annotation, mesh, dims)`` takes an annotation tree (or a tree of arrays or
+ShapeDtypeStructs with shardings) and a mesh, which may be given by its axis sizes
+(``{'d': 64, 't': 64}``), and returns a ``PlanReport``: one ``PlanRow`` per array with its path,
+annotation, dtype, global shape, PartitionSpec, per-device shape and bytes; totals, the fraction
+of device memory holding replicated copies, warnings (large replicated arrays, padding) and
+errors (dims that do not divide their mesh axes, sizes the dims make impossible). The report
+prints as a table and serialises to JSON. Nothing is compiled and no device is touched; whether
+a function's annotations are met on that mesh is ``verify``'s job (``_verify``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+
+from ..context.mesh import abstract_mesh
+from ..language.shape import ELLIPSIS, VARIADIC, entry_axes
+from ..language.sizes import _mapping_of_sizes, check_dims
+from ..layout.specs import _dim_size, _partition_spec, check_dims_for, dims_used
+from ..model.walk import _Leaf, _walk
+
+__all__ = ["plan", "PlanReport", "PlanRow"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRow:
+    path: str
+    annotation: str
+    dtype: str
+    shape: tuple
+    spec: str
+    device_shape: tuple
+    bytes_per_device: int
+    replicas: int
+    global_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanReport:
+    """Per-array layout and memory of an annotation tree on a mesh (see ``plan``)."""
+
+    mesh: Mapping[str, int]
+    rows: tuple[PlanRow, ...]
+    warnings: tuple[str, ...]
+    errors: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        _mapping_of_sizes(self.mesh, "PlanReport", "mesh")
+        if not isinstance(self.rows, tuple) or not all(isinstance(r, PlanRow) for r in self.rows):
+            raise TypeError(f"PlanReport: rows must be a tuple of PlanRow, got {self.rows!r}")
+        for arg in ("warnings", "errors"):
+            value = getattr(self, arg)
+            if not isinstance(value, tuple) or not all(isinstance(m, str) for m in value):
+                raise TypeError(f"PlanReport: {arg} must be a tuple of str, got {value!r}")
+
+    @property
+    def devices(self) -> int:
+        return math.prod(self.mesh.values())
+
+    @property
+    def bytes_per_device(self) -> int:
+        return sum(r.bytes_per_device for r in self.rows)
+
+    @property
+    def global_bytes(self) -> int:
+        return sum(r.global_bytes for r in self.rows)
+
+    @property
+    def replicated_fraction(self) -> float:
+        """The fraction of all device memory the tree takes that holds duplicate copies."""
+        held = self.bytes_per_device * self.devices
+        return 0.0 if held == 0 else max(0.0, 1.0 - self.global_bytes / held)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def __str__(self) -> str:
+        headers = ("path", "annotation", "dtype", "shape", "PartitionSpec", "per device", "bytes/device")
+        table = [headers] + [
+            (r.path, r.annotation, r.dtype, _fmt_shape(r.shape), r.spec, _fmt_shape(r.device_shape),
+             _fmt_bytes(r.bytes_per_device))
+            for r in self.rows
+        ]
+        widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
+        lines = ["  ".join(c.ljust(w) if i < 6 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+                 for row in table]
+        lines.insert(1, "  ".join("-" * w for w in widths))
+        mesh = " x ".join(f"{k}={v}" for k, v in self.mesh.items())
+        lines.append("")
+        lines.append(f"{len(self.rows)} array{'' if len(self.rows) == 1 else 's'} on a {mesh} mesh ({self.devices:,} devices): "
+                     f"{_fmt_bytes(self.bytes_per_device)} per device, {_fmt_bytes(self.global_bytes)} in all; "
+                     f"{self.replicated_fraction:.1%} of the memory they take holds replicated copies")
+        for w in self.warnings:
+            lines.append(f"warning: {w}")
+        for e in self.errors:
+            lines.append(f"error: {e}")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "mesh": dict(self.mesh), "devices": self.devices,
+            "bytes_per_device": self.bytes_per_device, "global_bytes": self.global_bytes,
+            "replicated_fraction": self.replicated_fraction,
+            "rows": [dict(dataclasses.asdict(r), shape=list(map(str, r.shape)),
+                          device_shape=list(map(str, r.device_shape))) for r in self.rows],
+            "warnings": list(self.warnings), "errors": list(self.errors), "ok": self.ok,
+        }, indent=2)
+
+
+def _fmt_shape(shape: tuple) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def plan(
+    annotation: Any,
+    mesh: Any,
+    dims: Mapping[str, Any] | None = None,
+    *,
+    large_replicated_bytes: int = 64 * 2**20,
+) -> PlanReport:
+    """One row per array of ``annotation`` (an annotation tree, or a tree of arrays or
+    ShapeDtypeStructs with shardings) on ``mesh``: path, annotation, dtype, global shape,
+    PartitionSpec, per-device shape and bytes. Dims that do not divide their axes are errors
+    (the array would be padded), as are sizes the dims make impossible (``a//b`` with ``b=0``);
+    large replicated arrays and padding waste are warnings. A size in ``dims`` that is not an
+    int >= 0, and a name no annotation uses but close to one they do (a typo), raise an error
+    naming it; other names are allowed (one table of sizes for the whole model).
+
+    >>> print(plan(Array['layers', Layer], {'d': 64, 't': 64}, {'layers': 80, 'embed': 8192, 'hidden': 28672}))  # doctest: +SKIP
+    """
+    mesh = abstract_mesh(mesh)
+    dims = check_dims({} if dims is None else dims, "plan")
+    if isinstance(large_replicated_bytes, bool) or not isinstance(large_replicated_bytes, (int, float)):
+        raise TypeError(f"plan: large_replicated_bytes must be a number of bytes, got {large_replicated_bytes!r}")
+    if not large_replicated_bytes >= 0:
+        raise ValueError(f"plan: large_replicated_bytes must be non-negative, got {large_replicated_bytes!r}")
+    mesh_sizes = dict(mesh.shape)
+    devices = math.prod(mesh_sizes.values())
+    rows: list[PlanRow] = []
+    warnings: list[str] = []
+    errors: list[str] = []
+
+    def add(path: str, text: str, dtype: Any, shape: tuple, spec) -> None:
+        missing = [a for entry in spec for a in entry_axes(entry) if a not in mesh_sizes]
+        if missing:
+            errors.append(f"{path} ({text}): mesh axis {missing[0]!r} is not in the mesh (axes: {tuple(mesh_sizes)})")
+            return
+        itemsize = np.dtype(dtype).itemsize
+        device_shape = []
+        parts_total = 1
+        for i, size in enumerate(shape):
+            entry = spec[i] if i < len(spec) else None
+            axes = entry_axes(entry)
+            parts = math.prod(mesh_sizes[a] for a in axes)
+            parts_total *= parts
+            local = -(-size // parts)
+            if size % parts:
+                errors.append(f"{path} ({text}): dim {i} of size {size} does not divide over {axes} "
+                              f"({parts} devices); it would be padded to {local * parts}")
+            device_shape.append(local)
+        per_device = int(math.prod(device_shape)) * itemsize
+        global_bytes = int(math.prod(shape)) * itemsize
+        replicas = devices // parts_total
+        if replicas == devices and per_device > large_replicated_bytes and devices > 1:
+            warnings.append(f"{path} ({text}) is replicated on all {devices:,} devices: "
+                            f"{_fmt_bytes(per_device)} on each")
+        padded = per_device * parts_total - global_bytes
+        if padded > 0:
+            warnings.append(f"{path} ({text}): {_fmt_bytes(padded)} of padding across its shards")
+        rows.append(PlanRow(path, text, np.dtype(dtype).name, tuple(shape), str(spec), tuple(device_shape),
+                            per_device, replicas, global_bytes))
+
+    if _is_value_tree(annotation):
+        check_dims_for(dims, set(), set(), "plan")  # sizes have no use here
+        for path, value in jax.tree_util.tree_flatten_with_path(annotation)[0]:
+            sharding = getattr(value, "sharding", None)
+            spec = sharding.spec if isinstance(sharding, NamedSharding) else jax.sharding.PartitionSpec()
+            add(jax.tree_util.keystr(path), "-", value.dtype, tuple(value.shape), spec)
+    else:
+        single, variadic = dims_used(annotation)
+        dims = check_dims_for(dims, single, variadic, "plan", strict=False)
+
+        def leaf(leaf: _Leaf) -> None:
+            where = leaf.path or "the annotation"
+            if leaf.dtype_cls.dtype is None:
+                errors.append(f"{where} ({leaf.text}): {leaf.dtype_cls.__name__} is a category; plan needs a dtype")
+                return
+            try:
+                shape = []
+                for i, dim in enumerate(leaf.spec.dims):
+                    if dim.kind == VARIADIC and dim.name is not None:
+                        shape.extend(dims[dim.name])
+                    elif dim.kind == ELLIPSIS:
+                        raise ValueError(f"{where} ({leaf.text}): dim {i} is '...', which has no size; "
+                                         "write '*name' and give dims[name] as a tuple")
+                    else:
+                        shape.append(_dim_size(dim, dims, leaf, i, required=True))
+                known = tuple(shape) if leaf.spec.variadic_index is None else None
+                spec = _partition_spec(leaf, len(shape), mesh_sizes, known)
+            except (ValueError, KeyError) as e:
+                errors.append(str(e) if isinstance(e, ValueError) else f"{where} ({leaf.text}): dims has no {e}")
+                return
+            add(where, leaf.text, leaf.dtype_cls.dtype, tuple(shape), spec)
+
+        _walk(annotation, leaf)
+    return PlanReport(mesh_sizes, tuple(rows), tuple(warnings), tuple(errors))
+
+
+def _is_value_tree(tree: Any) -> bool:
+    try:
+        leaves = jax.tree.leaves(tree)
+    except Exception:  # a tree JAX cannot flatten (nested too deeply): walked as an annotation
+        return False
+    return bool(leaves) and all(hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves) and not isinstance(tree, type)
+

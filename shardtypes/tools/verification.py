@@ -1,0 +1,288 @@
+"""Static verification: check a sharding plan for thousands of devices on a laptop.
+
+``verify(fn, {'d': 64, 't': 64}, dims={'d_model': 8192})`` builds abstract inputs from ``fn``'s
+annotations (``make_shape_dtype_structs`` over an ``AbstractMesh``; dims not given are symbolic),
+evaluates ``fn`` with ``jax.eval_shape`` with every check on, and reports every problem it meets:
+a shape, dtype or sharding that differs from an annotation (in nested checked calls, in
+``typed_shard_map`` kernels and typed collectives too), JAX's own errors (an ambiguous sharding
+on Explicit axes, a shape error), and dims that cannot divide their mesh axes for the sizes given.
+Nothing is compiled and no device is touched.
+
+The report is a ``VerifyReport`` of ``Problem``s (text and JSON); ``raise_on_error=True`` raises a
+``VerificationError`` instead. The memory side of a plan (bytes per device) is ``plan``, in
+``_memory_plan``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import json
+import math
+from typing import Any, Callable, Mapping
+
+import jax
+from typeguard import TypeCheckError
+
+from ..integrations.decorator import typechecked
+from ..context.tables import Scope
+from ..model.hints import resolve_hints
+from ..context.mesh import abstract_mesh
+from ..context.rules import AxisRulesError
+from ..language.shape import BROADCAST, NAMED, VARIADIC, entry_axes
+from ..language.sizes import _mapping_of_sizes, check_dims
+from ..layout.specs import _partition_spec, check_dims_for, structs
+from ..model.walk import _Leaf, _walk
+from ..context.settings import forced_checks
+from ..model.errors import COLLECTED
+
+__all__ = ["verify", "VerifyReport", "Problem", "VerificationError"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One problem ``verify`` found: ``kind`` is 'check' (an annotation not met), 'jax' (an
+    error JAX raised while evaluating), 'dims' (sizes that cannot be laid out) or 'setup'."""
+
+    kind: str
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in PROBLEM_KINDS:
+            raise ValueError(f"Problem: kind must be one of {PROBLEM_KINDS}, got {self.kind!r}")
+        if not isinstance(self.message, str):
+            raise TypeError(f"Problem: message must be a str, got {self.message!r}")
+
+    def __str__(self) -> str:
+        return self.message
+
+
+PROBLEM_KINDS = ("check", "jax", "dims", "setup")
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyReport:
+    """What ``verify`` found. ``ok`` is True when there are no problems."""
+
+    function: str
+    mesh: Mapping[str, int]
+    dims: Mapping[str, Any]
+    problems: tuple[Problem, ...]
+    outputs: Any = None
+
+    def __post_init__(self) -> None:
+        _mapping_of_sizes(self.mesh, "VerifyReport", "mesh")
+        _mapping_of_sizes(self.dims, "VerifyReport", "dims")
+        if not isinstance(self.problems, tuple) or not all(isinstance(p, Problem) for p in self.problems):
+            raise TypeError(f"VerifyReport: problems must be a tuple of Problem, got {self.problems!r}")
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def __str__(self) -> str:
+        mesh = " x ".join(f"{k}={v}" for k, v in self.mesh.items())
+        devices = math.prod(self.mesh.values())
+        dims = ", ".join(f"{k}={v}" for k, v in self.dims.items()) or "none"
+        head = f"verify {self.function} on a {mesh} mesh ({devices:,} devices), dims {dims}"
+        if self.ok:
+            return f"{head}: ok, no problems"
+        lines = [f"{head}: {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''}"]
+        for i, p in enumerate(self.problems, 1):
+            lines.append(f"  {i}. [{p.kind}] {p.message}")
+        return "\n".join(lines)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "function": self.function, "mesh": dict(self.mesh),
+            "dims": {k: str(v) for k, v in self.dims.items()}, "ok": self.ok,
+            "problems": [{"kind": p.kind, "message": p.message} for p in self.problems],
+        }, indent=2)
+
+
+class VerificationError(TypeCheckError):
+    """``verify(..., raise_on_error=True)`` found problems; ``report`` has them all."""
+
+    def __init__(self, report: VerifyReport):
+        super().__init__(str(report))
+        self.report = report
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The report without its outputs (abstract values that need not pickle): every problem.
+        return (type(self), (dataclasses.replace(self.report, outputs=None),))
+
+
+def _names_and_multiples(annotations: list, mesh: Any) -> tuple[dict[str, int], set[str]]:
+    """Every dim name the annotations use, with the product of mesh axis sizes each plain named
+    dim is sharded over (lcm across uses), and the names of variadic ``*name`` dims."""
+    sizes = dict(mesh.shape)
+    multiples: dict[str, int] = {}
+    variadic: set[str] = set()
+
+    def leaf(leaf: _Leaf) -> None:
+        spec = leaf.spec
+        try:
+            pspec = _partition_spec(leaf, None if spec.variadic_index is not None else len(spec.dims), sizes)
+        except (ValueError, AxisRulesError):
+            pspec = None
+        for i, dim in enumerate(spec.dims):
+            bound = dim.name
+            if dim.kind == VARIADIC:
+                if bound is not None:
+                    variadic.add(bound)
+                continue
+            for name in dim.names:
+                multiples.setdefault(name, 1)
+            if (bound is not None and dim.kind in (NAMED, BROADCAST) and pspec is not None
+                    and spec.variadic_index is None and i < len(pspec)):
+                entry = pspec[i]
+                axes = entry_axes(entry)
+                parts = math.prod(sizes.get(a, 1) for a in axes)
+                multiples[bound] = math.lcm(multiples[bound], parts)
+
+    for annotation in annotations:
+        try:
+            _walk(annotation, leaf)
+        except TypeError:
+            pass  # not an array tree: a static parameter
+    return multiples, variadic
+
+
+def verify(
+    fn: Callable,
+    mesh: Any,
+    dims: Mapping[str, Any] | None = None,
+    *,
+    static: Mapping[str, Any] | None = None,
+    raise_on_error: bool = False,
+) -> VerifyReport:
+    """Checks ``fn`` abstractly on ``mesh`` (an AbstractMesh, or a mapping such as
+    ``{'d': 64, 't': 64}`` for Explicit axes) and returns a report of every problem found.
+
+    Inputs come from ``fn``'s annotations; sizes from ``dims``, symbolic for the names it does not
+    give (a multiple of the mesh axes that shard them). Parameters that are not arrays are given
+    in ``static``. ``raise_on_error=True`` raises a VerificationError (a TypeCheckError) instead.
+    A size in ``dims`` that is not an int >= 0 is an error naming it, and so is a name close to
+    one ``fn``'s annotations use that they do not (a typo, as ``hiden``); other names are bound
+    too, for the body (``dims()``) and nested checked calls.
+
+    >>> report = verify(train_step, {'d': 64, 't': 64}, dims={'embed': 8192, 'layers': 80})  # doctest: +SKIP
+    >>> report.ok, report.problems                                                          # doctest: +SKIP
+    """
+    if isinstance(fn, type) or not callable(fn):
+        got = f"the class {fn.__qualname__}" if isinstance(fn, type) else f"{type(fn).__name__} {fn!r:.60}"
+        raise TypeError(f"verify: fn must be a function (such as a checked train_step), got {got}")
+    mesh = abstract_mesh(mesh)
+    if isinstance(mesh, jax.sharding.Mesh):
+        mesh = mesh.abstract_mesh  # verify never touches devices
+    dims = check_dims({} if dims is None else dims, "verify")
+    if static is None:
+        static = {}
+    if not isinstance(static, Mapping) or not all(isinstance(k, str) for k in static):
+        raise TypeError(f"verify: static must be a mapping of parameter name to value, got {static!r}")
+    static = dict(static)
+    if not isinstance(raise_on_error, bool):
+        raise TypeError(f"verify: raise_on_error must be True or False, got {raise_on_error!r}")
+    target = inspect.unwrap(fn)
+    name = getattr(target, "__qualname__", repr(fn))
+    problems: list[Problem] = []
+    report_dims: dict[str, Any] = dict(dims)
+
+    def finish(outputs: Any = None) -> VerifyReport:
+        report = VerifyReport(name, dict(mesh.shape), report_dims, tuple(problems), outputs)
+        if raise_on_error and problems:
+            raise VerificationError(report)
+        return report
+
+    try:
+        hints = resolve_hints(target, "verify")
+    except NameError as e:
+        problems.append(Problem("setup", str(e)))
+        return finish()
+    signature = inspect.signature(target)
+    unknown = sorted(set(static) - set(signature.parameters))
+    if unknown:
+        problems.append(Problem("setup", f"static values given for {unknown}, which {name}() does not take"))
+
+    array_params = {}
+    for p in signature.parameters.values():
+        if p.name in static:
+            continue
+        annotation = hints.get(p.name)
+        if annotation is None:
+            if p.default is inspect.Parameter.empty:
+                problems.append(Problem("setup", f'argument "{p.name}" of {name}() has no annotation: give it in static={{...}}'))
+            continue
+        array_params[p.name] = annotation
+    returns = hints.get("return")
+
+    multiples, variadic = _names_and_multiples(list(array_params.values()) + ([returns] if returns is not None else []), mesh)
+    # A name no annotation of fn uses may still be read by its body (dims()) or bound by a nested
+    # checked call, so only one close to a name fn's annotations use is an error (a typo).
+    check_dims_for(dims, set(multiples) - variadic, variadic, "verify", strict=False)
+    missing_variadic = sorted(n for n in variadic if n not in dims)
+    if missing_variadic:
+        problems.append(Problem("setup", f"dims {missing_variadic} stand for several dims ('*name'): give each as a tuple in dims"))
+    symbolic = sorted(n for n in multiples if n not in dims and n not in variadic)
+    sizes: dict[str, Any] = dict(dims)
+    if symbolic:
+        symbols = jax.export.symbolic_shape(",".join(symbolic))
+        for n, sym in zip(symbolic, symbols):
+            sizes[n] = multiples[n] * sym if multiples[n] > 1 else sym
+            report_dims[n] = sizes[n]
+
+    args: dict[str, Any] = {}
+    for pname, annotation in array_params.items():
+        try:
+            args[pname] = structs(annotation, sizes, mesh)
+        except TypeError:
+            p = signature.parameters[pname]
+            if p.default is inspect.Parameter.empty:
+                problems.append(Problem("setup", f'argument "{pname}" of {name}() is annotated {annotation!r}, which is not an array tree: give it in static={{...}}'))
+        except ValueError as e:
+            problems.append(Problem("dims", f'argument "{pname}" of {name}(): {e}'))
+    if problems:
+        return finish()
+
+    checked = typechecked(fn) if not getattr(fn, "__shardtypes_checked__", False) else fn
+    collected: list = []
+    token = COLLECTED.set(collected)
+    outputs = None
+    try:
+        # The sizes given are bound while fn runs (dims() sees them; symbolic ones are bound by
+        # the arguments, which say so in messages); its checks, return value included, report
+        # into `collected` instead of raising.
+        given = Scope(**dims)
+        given._origin = "verify(dims=...)"
+        with jax.sharding.use_abstract_mesh(mesh), given, forced_checks():
+            try:
+                outputs = jax.eval_shape(functools.partial(checked, **static), **args)
+            except TypeCheckError as e:
+                collected.append(e)
+            except Exception as e:  # JAX's own errors: shapes, ambiguous shardings, ...
+                problems.append(Problem("jax", f"{name}() fails under jax.eval_shape{_user_frame(e)}: "
+                                                 f"{type(e).__name__}: {_first_lines(e)}"))
+    finally:
+        COLLECTED.reset(token)
+    problems[:0] = [Problem("check", str(e)) for e in collected]
+    return finish(outputs)
+
+
+def _user_frame(e: BaseException) -> str:
+    """`` at file:line (function)`` of the innermost frame outside JAX and shardtypes."""
+    import os
+    import traceback
+
+    skip = (os.path.dirname(jax.__file__), os.path.dirname(__file__), f"{os.sep}jaxlib{os.sep}",
+            f"{os.sep}typeguard{os.sep}", f"{os.sep}contextlib.py", f"{os.sep}functools.py")
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not any(s in f.filename for s in skip)]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" at {os.path.basename(f.filename)}:{f.lineno} ({f.name}: {(f.line or '').strip()})"
+
+
+def _first_lines(e: Exception, n: int = 3) -> str:
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    return " ".join(lines[:n])

@@ -1,0 +1,229 @@
+"""The architecture in the folders (docs/architecture.md): one subpackage per layer, each
+importing only the layers below it; no import cycles; no module over 400 lines; annotation
+structure (``typing.get_origin``/``get_args``/``__origin__``) taken apart only in the model
+layer; no private JAX API. Read from the source with ``ast``, so that a violation is reported
+with the file, line and import that make it.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import textwrap
+
+import pytest
+
+import shardtypes
+
+PACKAGE = pathlib.Path(shardtypes.__file__).resolve().parent
+
+# Lowest first. A module may import modules of its own layer and of the layers before it.
+LAYERS = ("language", "context", "model", "checking", "layout", "integrations", "kernels", "tools")
+# Modules outside the layers: leaves every layer may import, and the public surface on top.
+LEAVES = ("_version",)
+SURFACE = ("__init__", "__main__", "ops", "nnx", "_legacy", "_indirection")
+MAX_LINES = 400
+STRUCTURE_NAMES = ("get_origin", "get_args", "__origin__")
+
+
+def _module_name(path: pathlib.Path, root: pathlib.Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts)
+
+
+def _rank(module: str, package: str) -> int:
+    """The layer's position; leaves rank below every layer, the surface above."""
+    parts = module.split(".")
+    if parts[0] != package or len(parts) == 1:
+        return len(LAYERS) + 1 if parts == [package] else -2
+    first = parts[1]
+    if first in LAYERS:
+        return LAYERS.index(first)
+    if first in LEAVES:
+        return -1
+    return len(LAYERS) + 1  # the surface: __init__, ops, nnx, ...
+
+
+def _imports(path: pathlib.Path, module: str, package: str) -> list[tuple[int, str, str]]:
+    """(line, imported module, source text) for every import of ``package`` in ``path``,
+    at any depth (imports inside functions count: they run too)."""
+    source = path.read_text()
+    tree = ast.parse(source)
+    is_init = path.name == "__init__.py"
+    here = module.split(".") if is_init else module.split(".")[:-1]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith(package):
+                continue
+            if node.module is None or (node.level and target.count(".") < 2):
+                # from . import x / from .. import layer: each name may be a module
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    found.append((node.lineno, sub, ast.get_source_segment(source, node) or ""))
+            else:
+                found.append((node.lineno, target, ast.get_source_segment(source, node) or ""))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(package):
+                    found.append((node.lineno, alias.name, ast.get_source_segment(source, node) or ""))
+    return found
+
+
+def _modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
+    return {_module_name(p, root).removesuffix(".__init__"): p for p in sorted(root.rglob("*.py"))}
+
+
+def problems(root: pathlib.Path) -> list[str]:
+    """Every breach of the architecture in the package at ``root``, as lines a reader can act on."""
+    package = root.name
+    modules = _modules(root)
+    out: list[str] = []
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        rel = path.relative_to(root.parent)
+        lines = path.read_text().count("\n")
+        if lines > MAX_LINES:
+            out.append(f"{rel}: {lines} lines, over {MAX_LINES} (split it by job)")
+        if len(name.split(".")) > 1 and name.split(".")[1] not in LAYERS + LEAVES + SURFACE:
+            out.append(f"{rel}: not in a layer package ({', '.join(LAYERS)}) nor a known top-level module")
+        rank = _rank(name, package)
+        edges = graph.setdefault(name, set())
+        for line, target, text in _imports(path, name + (".__init__" if path.name == "__init__.py" else ""), package):
+            if target not in modules:
+                continue  # `from .x import name` where x.name is not a module: the module is x
+            edges.add(target)
+            target_rank = _rank(target, package)
+            same_layer_init = path.name == "__init__.py" and target.startswith(name + ".")
+            if target_rank > rank and not same_layer_init:
+                where = LAYERS[rank] if 0 <= rank < len(LAYERS) else "a leaf module"
+                to = LAYERS[target_rank] if 0 <= target_rank < len(LAYERS) else "the public surface"
+                out.append(f"{rel}:{line}: {where} imports {to}, a layer above it: {text!s}")
+        if "model" not in name.split(".")[1:2]:
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                word = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+                if word in STRUCTURE_NAMES:
+                    out.append(f"{rel}:{node.lineno}: {word} outside the model layer (ask shardtypes.model)")
+        if "jax._src" in path.read_text():
+            out.append(f"{rel}: imports jax._src (public JAX APIs only)")
+    out.extend(_cycles(graph))
+    return out
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Each import cycle once, as ``a -> b -> a``. A package's __init__ importing its own
+    modules is not a cycle with them (Python runs the module's import of the package first)."""
+    found: list[str] = []
+    seen_cycles: set[frozenset] = set()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt.startswith(node + ".") or node.startswith(nxt + "."):
+                continue  # a package and its own modules
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                key = frozenset(cycle)
+                if key not in seen_cycles:
+                    seen_cycles.add(key)
+                    found.append("import cycle: " + " -> ".join(cycle))
+            elif state.get(nxt) is None:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if state.get(node) is None:
+            visit(node)
+    return found
+
+
+def test_the_package_keeps_its_architecture():
+    found = problems(PACKAGE)
+    assert not found, "\n" + "\n".join(found)
+
+
+def test_every_layer_says_its_job_what_it_may_import_and_what_it_offers():
+    for layer in LAYERS:
+        init = PACKAGE / layer / "__init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        assert doc.startswith(f"Layer {LAYERS.index(layer) + 1}, "), (layer, doc[:40])
+        assert "May import:" in doc and "Offers" in doc, layer
+
+
+# The test above must be able to fail: a made-up package with each breach.
+def _write(root: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
+    for name, text in files.items():
+        path = root / "pkg" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root / "pkg"
+
+
+def test_an_import_from_a_lower_layer_to_a_higher_one_is_reported_with_its_line(tmp_path):
+    pkg = _write(tmp_path, {
+        "__init__.py": "", "language/__init__.py": "", "model/__init__.py": "",
+        "model/nodes.py": "x = 1\n",
+        "language/shape.py": "import re\n\ndef f():\n    from ..model.nodes import x\n    return x\n",
+    })
+    assert problems(pkg) == [
+        "pkg/language/shape.py:4: language imports model, a layer above it: from ..model.nodes import x"
+    ]
+
+
+def test_a_cycle_a_long_module_a_stray_module_and_get_origin_outside_the_model_are_reported(tmp_path):
+    pkg = _write(tmp_path, {
+        "__init__.py": "", "context/__init__.py": "",
+        "context/a.py": "from .b import y\nx = 1\n",
+        "context/b.py": "from .a import x\ny = 2\n",
+        "context/long.py": "x = 1\n" * (MAX_LINES + 1),
+        "context/typing_use.py": "import typing\nf = typing.get_origin\n",
+        "stray.py": "",
+    })
+    found = problems(pkg)
+    assert "import cycle: pkg.context.a -> pkg.context.b -> pkg.context.a" in found
+    assert f"pkg/context/long.py: {MAX_LINES + 1} lines, over {MAX_LINES} (split it by job)" in found
+    assert "pkg/context/typing_use.py:2: get_origin outside the model layer (ask shardtypes.model)" in found
+    assert any(p.startswith("pkg/stray.py: not in a layer package") for p in found)
+    assert len(found) == 4, found
+
+
+def test_a_clean_package_has_no_problems(tmp_path):
+    pkg = _write(tmp_path, {
+        "__init__.py": "from .tools.cli import main\n", "language/__init__.py": "from .shape import S\n",
+        "language/shape.py": "S = 1\n", "tools/__init__.py": "", "tools/cli.py": "from ..language import S\nmain = S\n",
+    })
+    assert problems(pkg) == []
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_no_layer_reaches_a_layer_above_it_through_any_chain_of_imports(layer):
+    """What a layer's package imports, and what those import in turn, stays at or below it."""
+    reach = _reach(f"shardtypes.{layer}")
+    above = {f"shardtypes.{a}" for a in LAYERS[LAYERS.index(layer) + 1:]}
+    bad = sorted(m for m in reach if any(m == a or m.startswith(a + ".") for a in above))
+    assert bad == [], f"shardtypes.{layer} reaches {bad}"
+
+
+def _reach(start: str) -> set[str]:
+    modules = _modules(PACKAGE)
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in modules:
+            continue
+        seen.add(name)
+        path = modules[name]
+        own = name + (".__init__" if path.name == "__init__.py" else "")
+        todo.extend(t for _, t, _ in _imports(path, own, "shardtypes"))
+    return seen

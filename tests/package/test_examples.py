@@ -1,0 +1,204 @@
+"""The examples run: quickstart.py as a script, transformer.py as a module (a few training steps
+under its train rules, then greedy decoding under its decode rules), on Explicit and on Auto mesh
+axes, and their deliberate mistakes are caught with useful messages.
+"""
+
+import contextlib
+import importlib.util
+import io
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import make_mesh
+from jax.sharding import PartitionSpec as P
+from shardtypes import TypeCheckError, axis_rules, make_partition_specs
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize("flags", [[], ["--auto"]], ids=["explicit", "auto"])
+def test_quickstart_runs_and_shows_the_mistake(flags):
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "quickstart.py"), *flags],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"with {'Auto' if flags else 'Explicit'} axes on 8 CPU devices" in out
+    assert "A deliberate mistake: x laid out over 't' instead of 'd'" in out
+    assert re.search(
+        r"TypeCheckError: argument \"x\" .* of block\(\) is not f32\[jax.Array, b'batch/d embed'\]: sharding "
+        r"is P\('t', None\) but the annotation says P\('d', None\)", out
+    ), out
+    assert "dimension 'embed' is 6 here (dim 0) but was bound to 4 by argument \"x\"" in out
+
+
+@pytest.mark.parametrize("flags", [[], ["--auto"]], ids=["explicit", "auto"])
+def test_equinox_example(flags):
+    pytest.importorskip("equinox")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "equinox_mlp.py"), *flags],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "layout: {'w_up': P('d', 't'), 'w_down': P('t', 'd')}" in proc.stdout
+    assert "output: (8, 16) P('d'" in proc.stdout
+    caught = proc.stdout.split("caught: ", 1)[1]
+    assert caught.startswith("argument \"model\" (__main__.MLP) of apply(): model.w_up is not "
+                             "f32[jax.Array, b'embed/d hidden/t']: ")
+    # How the unsharded weight is laid out depends on the JAX version (replicated over the mesh,
+    # or on one device); the message names the annotation's layout either way.
+    assert "P('d', 't')" in caught and "found float32[16,64]" in caught
+
+
+@pytest.mark.parametrize("flags", [[], ["--auto"]], ids=["explicit", "auto"])
+def test_flax_nnx_example(flags):
+    pytest.importorskip("flax.nnx")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "flax_nnx.py"), *flags],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "layout: P('d', 't') P('t', 'd')" in proc.stdout
+    assert "output: (8, 16)" in proc.stdout
+    assert ("caught: shardtypes.nnx.check: Model.blocks[1].w_down is not "
+            "f32[jax.Array, b'hidden/t embed/d']: dimension 'hidden' is 32 here") in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    """examples/transformer.py, imported from its path (conftest has set 8 devices already)."""
+    spec = importlib.util.spec_from_file_location("examples_transformer", EXAMPLES / "transformer.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+@pytest.fixture(scope="module", params=[[], ["--auto"]], ids=["explicit", "auto"])
+def transformer_run(transformer, request):
+    """One run of the demo per mesh kind, shared by the tests below: long enough to learn the
+    pattern (it is learnt by step 10), short enough to keep the file fast."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = transformer.main(["--steps", "20", "--every", "4", *request.param])
+    return request.param, result, out.getvalue()
+
+
+def test_transformer_trains(transformer_run):
+    flags, result, out = transformer_run
+    losses = result["losses"]
+    assert len(losses) == 20 and all(math.isfinite(x) for x in losses)
+    assert losses[5] < losses[0] - 1.0, losses  # a repeating sequence is learnt fast
+    assert losses[-1] < 0.5, losses
+    assert "state.weights.layers.w_up is not f32[jax.Array, b'layers embed/fsdp hidden/tp']" in result["mistake"]
+    assert "sharding is P(None, 't', 'd') but the annotation says P(None, 'd', 't')" in result["mistake"]
+
+    assert f"with {'Auto' if flags else 'Explicit'} axes" in out
+    assert "axis rules 'transformer'" in out
+    assert re.search(r"fsdp +train: d +decode: None", out), out  # the rule table
+    assert "dim 1 'embed/fsdp': d  (fsdp -> 'd')" in out  # explain() for one layer weight
+    # The parameter table: logical annotation, then its spec in train and in decode mode.
+    assert re.search(
+        r"weights\.layers\.w_up +f32\['layers embed/fsdp hidden/tp'\] +P\(None, 'd', 't'\) +"
+        r"P\(None, None, 't'\)", out
+    ), out
+    assert out.count("  step ") == 6  # steps 0, 4, 8, 12, 16 and the last
+    assert "A deliberate mistake" in out
+
+
+def test_transformer_decodes_the_pattern(transformer_run):
+    """After training, greedy decoding under the decode rules continues the repeating sequence,
+    with the activations laid out differently from the same annotations."""
+    flags, result, out = transformer_run
+    decoded, expected = result["decoded"], result["expected"]
+    assert decoded.shape == expected.shape == (2, 8)
+    np.testing.assert_array_equal(decoded, expected)
+    assert out.count("(continues the pattern)") == 2
+
+    layouts = result["layouts"]
+    residual = layouts["residual stream f32[b'batch/dp seq embed/tp']"]
+    assert residual == ("P('d', None, 't')", "P(None, None, 't')")
+    assert layouts["decode context i32[b'batch/dp seq']"] == ("P('d', None)", "P(None, None)")
+    assert layouts["layer weight w_q f32[b'layers embed/fsdp heads/tp head_dim']"] == (
+        "P(None, 'd', 't', None)", "P(None, None, 't', None)")
+    assert "train P('d', None, 't'), decode P(None, None, 't')" in out
+    assert "size 2 does not divide over 4 devices" in out  # why the train rules would not do
+
+
+def test_decode_rules_lay_out_activations_differently(transformer):
+    """The same activation annotations resolve to other specs in decode mode."""
+    rules = transformer.RULES
+    for annotation in [transformer.RESIDUAL, transformer.Batch]:
+        with axis_rules(rules):
+            train = make_partition_specs(annotation)
+        with axis_rules(rules, mode="decode"):
+            decode = make_partition_specs(annotation)
+        assert train != decode, annotation
+    with axis_rules(rules):
+        assert make_partition_specs(transformer.RESIDUAL) == P("d", None, "t")
+        assert make_partition_specs(transformer.Batch).inputs == P("d", None)
+    with axis_rules(rules, mode="decode"):
+        assert make_partition_specs(transformer.RESIDUAL) == P(None, None, "t")
+        assert make_partition_specs(transformer.Batch).inputs == P(None, None)
+
+
+@pytest.mark.parametrize("kind", ["explicit", "auto"])
+def test_wrongly_sharded_weight_is_caught_with_its_path(transformer, kind):
+    mesh = make_mesh(kind)
+    with axis_rules(transformer.RULES):  # train mode: embed/fsdp hidden/tp is P(None, 'd', 't')
+        state = transformer.init_state(jax.random.key(0), mesh)
+        rng = np.random.default_rng(0)
+        batch = transformer.make_batch(rng, np.arange(12), mesh)
+        wrong = transformer.wrongly_sharded(state, mesh)
+        with jax.set_mesh(mesh), pytest.raises(TypeCheckError) as caught:
+            transformer.train_step(wrong, batch)
+    message = str(caught.value)
+    assert 'argument "state"' in message and "train_step()" in message
+    assert "state.weights.layers.w_up is not f32[jax.Array, b'layers embed/fsdp hidden/tp']" in message
+    assert "P(None, 't', 'd')" in message and "P(None, 'd', 't')" in message
+
+
+def test_parameter_table_is_derived_from_the_annotations(transformer):
+    mesh = make_mesh("explicit")
+    rows = {path: rest for path, *rest in transformer.parameter_table(mesh)}
+    assert list(rows)[:3] == ["weights.embed", "weights.layers.ln1", "weights.layers.w_q"]
+    annotation, train, decode, shape, nbytes = rows["weights.layers.w_q"]
+    assert annotation == "f32['layers embed/fsdp heads/tp head_dim']"
+    assert train == "P(None, 'd', 't', None)" and shape == "(2, 32, 4, 8)"
+    assert decode == "P(None, None, 't', None)"
+    assert rows["weights.layers.ln1"][1:3] == ["P(None, ('t', 'd'))", "P(None, 't')"]
+    assert nbytes == 2 * 32 * 4 * 8 * 4 // 8
+    # Every weight is fully sharded in training, so the devices together hold each element once.
+    with axis_rules(transformer.RULES):
+        structs = transformer.make_shape_dtype_structs(transformer.Weights, transformer.DIMS, mesh)
+    total = sum(math.prod(s.shape) * s.dtype.itemsize for s in jax.tree.leaves(structs))
+    assert sum(r[-1] for r in rows.values()) * 8 == total
+
+
+def test_training_step_verifies_at_scale(transformer_run):
+    """The demo's training step on a 64x64 abstract mesh with 70B-class sizes: no problems, a
+    memory plan per chip, and the copy with a wrong annotation reported with its path."""
+    _, result, _ = transformer_run
+    scale = result["at_scale"]
+    report = scale["report"]
+    assert report.ok, str(report)
+    assert report.mesh == {"d": 64, "t": 64} and report.dims["embed"] == 8192
+    weights = scale["weights"]
+    assert weights.ok and len(weights.rows) == 12
+    w_up = next(r for r in weights.rows if r.path == "Weights.layers.w_up")
+    assert w_up.shape == (80, 8192, 28672) and w_up.device_shape == (80, 128, 448)
+    assert w_up.bytes_per_device == 80 * 128 * 448 * 4
+    assert scale["state"].bytes_per_device == 3 * weights.bytes_per_device + 4  # + the step counter
+    wrong = scale["wrong"]
+    assert not wrong.ok and len(wrong.problems) == 1
+    message = str(wrong.problems[0])
+    assert "the value assigned to w_down of training_kernel_with_a_mistake()" in message
+    assert "f32[jax.Array, b'layers hidden embed/fsdp']" in message
+    assert "bound to 28672 by verify(dims=...)" in message

@@ -1,0 +1,62 @@
+"""Pickles made before the layer packages still load (issue 16): annotations, specs, rules and
+errors pickled on main before the move name the old flat modules (``shardtypes._dtypes``,
+``shardtypes._shape``, ...). ``tests/data/pickles_before_layers.pkl`` was saved then."""
+
+import pathlib
+import pickle
+import subprocess
+import sys
+
+import jax
+from typeguard import TypeCheckError
+
+import shardtypes
+from shardtypes import Array, AxisRules, DimSpec, ShapeSpec, bf16, f32, floating
+
+SAVED = pathlib.Path(__file__).resolve().parents[1] / "data" / "pickles_before_layers.pkl"
+
+
+def test_annotations_specs_and_rules_saved_before_the_move_load_as_the_same_objects():
+    saved = pickle.loads(SAVED.read_bytes())
+    assert saved["f32"] is f32
+    assert saved["f32_bytes"] is f32[b"batch/d embed/t"]
+    assert saved["bf16_str"] is bf16["layers embed/d/e hidden"]
+    assert saved["floating"] is floating[b"*lead seq+1 #b"]
+    assert saved["static"] is f32[jax.Array, b"batch/d embed"]
+    assert saved["stacked_arr"] is Array["layers", f32[b"embed/d hidden/t"]]
+    assert saved["shape_spec"] == ShapeSpec.parse("batch/d embed/t")
+    assert saved["dim_spec"] == DimSpec.parse("batch/d/e")
+    assert saved["rules"] == AxisRules([("embed", "d"), ("hidden", ("t",))])
+
+
+def test_errors_saved_before_the_move_load_with_their_class_and_message():
+    errors = pickle.loads(SAVED.read_bytes())["errors"]
+    assert set(errors) == {"ShapeSpecError", "AxisRulesError", "TypeCheckError", "FieldError", "ArrayError"}
+    for name, (class_name, message, error) in errors.items():
+        assert type(error).__name__ == class_name, name
+        assert str(error) == message, name
+    assert isinstance(errors["ShapeSpecError"][2], shardtypes.ShapeSpecError)
+    assert isinstance(errors["FieldError"][2], shardtypes.FieldError)
+    assert errors["FieldError"][2].fields == ["w"]
+    assert isinstance(errors["ArrayError"][2], TypeCheckError)
+
+
+def test_new_pickles_name_no_old_module_and_load_in_a_fresh_process():
+    data = pickle.dumps([f32[b"a/d b"], ShapeSpec.parse("a b"), AxisRules([("a", "d")])])
+    assert b"shardtypes._dtypes" not in data and b"shardtypes._shape" not in data
+    code = "import pickle, sys; print(pickle.loads(sys.stdin.buffer.read()))"
+    out = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, check=True)
+    assert out.stdout.decode().startswith("[shardtypes.f32[b'a/d b'], ShapeSpec")
+
+
+def test_an_old_module_name_gives_a_clear_error_for_a_name_it_never_had():
+    import importlib
+
+    old = importlib.import_module("shardtypes._dtypes")
+    assert old.number is shardtypes.number
+    try:
+        old.no_such_name
+    except AttributeError as e:
+        assert "no attribute 'no_such_name' (now in shardtypes.model.annotations)" in str(e)
+    else:
+        raise AssertionError("expected AttributeError")

@@ -1,0 +1,83 @@
+"""Static checking: pyright (standard mode) and mypy, configured in pyproject.toml, report no
+error on the package, the examples and ``tests/static/user_module.py``.
+
+The user module is written in the static spelling (``f32[jax.Array, b'...']``,
+``Stacked[Layer, b'layers']``) and holds lines that must fail, each with the one suppression per
+checker that silences it. The configuration makes an unneeded suppression an error, so a checker
+that stops seeing one of those errors fails here too. The tests skip, saying so, only where a
+checker is not installed (``pip install pyright mypy``) or cannot start.
+"""
+
+import importlib.util
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGETS = ["shardtypes", "examples", "tests/static/user_module.py"]
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _run(*command: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.skipif(not _installed("pyright"), reason="pyright is not installed (pip install pyright)")
+def test_pyright_reports_no_errors():
+    proc = _run("pyright", "--pythonpath", sys.executable, "--outputjson", *TARGETS)
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.skip(f"pyright is installed but did not run (it needs Node.js): {(proc.stderr or proc.stdout)[-800:]}")
+    found = [
+        f"{d['file']}:{d['range']['start']['line'] + 1}: {d['severity']}: {d['message']} [{d.get('rule', '')}]"
+        for d in report["generalDiagnostics"]
+    ]
+    summary = report["summary"]
+    assert summary["errorCount"] == 0 and summary["warningCount"] == 0, "\n".join(found)
+    assert summary["filesAnalyzed"] >= 20, summary  # the package, the examples, the user module
+
+
+@pytest.mark.skipif(not _installed("mypy"), reason="mypy is not installed (pip install mypy)")
+def test_mypy_reports_no_errors():
+    proc = _run("mypy", *TARGETS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("Success: no issues found"), proc.stdout
+
+
+def test_unneeded_suppressions_are_errors():
+    """What makes the must-fail lines of the user module bite: each checker reads only its own
+    suppressions, and an unneeded one is an error."""
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        tool = tomllib.load(f)["tool"]
+    assert tool["pyright"]["typeCheckingMode"] == "standard"
+    assert tool["pyright"]["enableTypeIgnoreComments"] is False
+    assert tool["pyright"]["reportUnnecessaryTypeIgnoreComment"] == "error"
+    assert tool["mypy"]["warn_unused_ignores"] is True
+    text = (ROOT / "tests/static/user_module.py").read_text()
+    failing = text[text.index("def must_fail"):]
+    lines = [line for line in failing.splitlines()[1:] if line.strip() and not line.strip().startswith("#")]
+    statements = [line for line in lines if not line.strip().startswith(("x =", "weights ="))]
+    assert statements and all("# pyright: ignore[" in line for line in statements), statements
+
+
+def test_the_user_module_runs():
+    """The static spelling at run time: checked like the one-argument spelling, plus its array type."""
+    sys.path.insert(0, str(ROOT / "tests" / "static"))
+    try:
+        import user_module
+    finally:
+        sys.path.pop(0)
+    out = user_module.run()
+    assert out["center"] == (4, 3) and out["forward"] == (4, 3) and out["callee"] == (9,)
+    assert out["dims"] == {"batch": 4, "embed": 3}
+    assert "is not f32[jax.Array, b'batch embed']: the annotation wants a jax.Array, not a numpy.ndarray" in str(
+        out["numpy_rejected"]
+    )
