@@ -131,7 +131,7 @@ def _lower(x, *, needs_devices, report, batch_dims):
 
 def _batch(args, dims, *, needs_devices, report, batch_dims):
     (x,), (d,) = args, dims
-    if d is None or d is batching.not_mapped:
+    if d is None:  # not batched by this vmap
         return _bind(x, report, batch_dims), d
     # The new dim sits at d: recorded positions at or after it move one along.
     moved = tuple(p + (p >= d) for p in batch_dims)
