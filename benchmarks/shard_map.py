@@ -10,8 +10,9 @@ whether the compiled programs are identical and the ratio of cached jitted-call 
 
 On Explicit axes (the default) every check runs at trace time: target identical HLO and a ratio
 near 1.0. With ``--auto`` (Auto axes) the kernel's arguments are checked at compile time, through
-``jax.debug.inspect_array_sharding``; the compiled HLO is still identical, but a program holding
-that inspection is dispatched by JAX's Python path instead of its C++ fast path. The run then
+shardtypes' effect-free primitive (``jax.debug.inspect_array_sharding``'s lowering without its
+effect); the compiled HLO is still identical and cached calls stay on jit's C++ fast path
+(target ratio ~1.0 against check 'off'). The run then
 also times the typed kernel with ``shardtypes.config.auto_sharding_check = 'off'`` (no
 inspection), and the same three ways for a kernel over a pytree dataclass of 16 weights (an
 optimizer-style update), so the cost of the check is measured against both peers in one run.
@@ -191,9 +192,8 @@ def _report_auto(times: dict[str, float], what: str) -> None:
     hand, typed, off = times["jax.shard_map"], times["typed_shard_map"], times["typed, check 'off'"]
     print(f"  ratio typed (compile-time check, {what}) / hand-written = {typed / hand:.2f}")
     print(f"  ratio typed (check 'off') / hand-written = {off / hand:.2f}   (target ~1.0)")
-    print(f"  ratio check / check 'off' = {typed / off:.2f}   (the cost of the check: the compiled "
-          "program is the same; JAX dispatches a program holding inspect_array_sharding by its "
-          "Python path)")
+    print(f"  ratio check / check 'off' = {typed / off:.2f}   (target <= 1.05: the compiled program is "
+          "the same and the check declares no JAX effect, so cached calls keep jit's fast path)")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """The compile-time check: under ``jax.jit`` on Auto mesh axes XLA chooses the sharding, so the
-checker registers ``jax.debug.inspect_array_sharding`` on the value, which reports the sharding
-XLA chose while the program compiles (and costs nothing after). See
+checker registers a check on the value (``_sharding_primitive``'s effect-free primitive, or
+``jax.debug.inspect_array_sharding`` where its self-test fails), which reports the sharding XLA
+chose while the program compiles and costs nothing after: cached calls stay on jit's C++ fast
+path. A failure reaches the user as a ``TypeCheckError`` (``_compile_errors``). See
 ``shardtypes.config.auto_sharding_check``.
 """
 
@@ -18,6 +20,8 @@ from ..context.settings import config
 from ..model.describe import Layout, _fmt_layout, _fmt_shape, _layout_problem, _missing_axes_problem, _normalise
 from ..language.shape import ShapeSpec
 from .sharding import _drop_size_one, _missing_axes, _unnamed_sharding_problem
+from .compile_errors import failed
+from .sharding_primitive import compile_time_check
 
 __all__ = ["COMPILE_TIME_CHECKS"]
 
@@ -36,8 +40,9 @@ def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset,
     the mesh's axis sizes now (for a sharding that names no mesh axes)."""
     where = context()
 
-    def report(sharding, shape: tuple) -> None:
-        """``shape`` is the inspected array's: under vmap, its leading dims are vmap's."""
+    def report(sharding, shape: tuple, order: tuple = ()) -> None:
+        """``shape`` is the inspected array's: under vmap, its leading dims are vmap's, and
+        ``order`` (when not empty) says where they were in the array the sharding describes."""
         if config.auto_sharding_check == "off":  # read now: the setting may change after tracing
             return
         batch = len(shape) - ndim
@@ -54,26 +59,36 @@ def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset,
             else:
                 problem = None if actual == want else _layout_problem(actual, want)
         else:
-            problem = _unnamed_block_problem(sharding, shape, batch, expected, sizes, spec, ndim)
+            problem = _unnamed_block_problem(sharding, shape, batch, expected, sizes, spec, ndim,
+                                             order)
         if problem is not None:
-            raise TypeCheckError(
-                f"shardtypes (compile-time check): {where}: {problem} (the sharding compiled under "
-                "jax.jit on Auto mesh axes; lay the value out as annotated or constrain it with "
-                "jax.lax.with_sharding_constraint, or set shardtypes.config.auto_sharding_check = "
-                "'off')"
-            )
+            want = _fmt_layout(tuple(tuple(a for a in axes if a not in manual) for axes in expected))
+            raise failed(TypeCheckError(
+                f"shardtypes (compile-time check): {where}: {problem} (the sharding XLA chose "
+                f"under jax.jit on Auto mesh axes). Fix: lay the value out as annotated, with "
+                f"shardtypes.shard(value, annotation) or jax.lax.with_sharding_constraint(value, "
+                f"{want}), or set shardtypes.config.auto_sharding_check = 'off'"
+            ))
 
-    _inspect(value, report, 0)
+    compile_time_check(value, report, lambda v, r: _inspect(v, r, 0))
 
 
 def _unnamed_block_problem(sharding: Any, shape: tuple, batch: int, expected: Layout, sizes: dict,
-                           spec: ShapeSpec, ndim: int) -> str | None:
+                           spec: ShapeSpec, ndim: int, order: tuple = ()) -> str | None:
     """A sharding that names no mesh axes (GSPMDSharding, when nothing in the program was laid out
-    over a mesh): compared through the block each device holds, which the axis sizes fix."""
+    over a mesh): compared through the block each device holds, which the axis sizes fix.
+    ``order``: where each dim of ``shape`` is in the array ``sharding`` describes (vmap's)."""
     if not sizes or sharding.is_fully_replicated:
         return _unnamed_sharding_problem(sharding, spec, ndim, expected=expected)
     want = _drop_size_one(expected, sizes)
-    block = tuple(sharding.shard_shape(shape))[batch:]
+    if order:
+        original = [0] * len(shape)
+        for position, dim in enumerate(order):
+            original[dim] = shape[position]
+        blocks = tuple(sharding.shard_shape(tuple(original)))
+        block = tuple(blocks[dim] for dim in order)[batch:]
+    else:
+        block = tuple(sharding.shard_shape(shape))[batch:]
     wanted = tuple(size // math.prod(sizes[a] for a in axes) for size, axes in zip(shape[batch:], want))
     if block == wanted:
         return None
@@ -82,7 +97,8 @@ def _unnamed_block_problem(sharding: Any, shape: tuple, batch: int, expected: La
 
 
 def _inspect(value: Any, report: Callable, batch: int) -> None:
-    """``report(sharding, shape)`` with the sharding XLA gives ``value`` (at compile time under
+    """The fallback (effectful: every cached call of the jitted function runs in Python), used
+    where ``_sharding_primitive``'s self-test fails. ``report(sharding, shape)`` with the sharding XLA gives ``value`` (at compile time under
     jit) and the inspected array's shape, whose first ``batch`` dims are vmap's.
 
     * ``custom_vmap`` tells how many dims vmap adds (its rule sees the batched value with the

@@ -753,7 +753,7 @@ def test_one_language_under_jit(kind):
             assert ("sharding over Explicit axes is P('data', 'model') but the annotation says "
                     "P(('data', 'fsdp'), 'model')") in message
         else:
-            with pytest.raises(jax.errors.JaxRuntimeError) as info:
+            with pytest.raises(TypeCheckError) as info:
                 JIT_SCALE(bad)
             message = str(info.value)
             assert "shardtypes (compile-time check)" in message

@@ -368,8 +368,8 @@ def test_seeded_mistake_is_caught_with_its_path(fresh, mistake):
     with jax.set_mesh(mesh):
         if mistake == "replicated weight" and auto:
             # On Auto axes the layout is only known once XLA has partitioned the program: the
-            # check runs at compile time, and JAX wraps its message in a JaxRuntimeError.
-            with pytest.raises(jax.errors.JaxRuntimeError) as info:
+            # check runs at compile time, and its TypeCheckError ends the compilation.
+            with pytest.raises(TypeCheckError) as info:
                 training_step(bad, jnp.uint32(0), H, TH, batch)
             message = str(info.value)
             assert "shardtypes (compile-time check)" in message, message
