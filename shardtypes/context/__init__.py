@@ -26,6 +26,7 @@ from .hosts import default_mesh as default_mesh, hybrid_mesh as hybrid_mesh
 from .mesh import (
     abstract_mesh as abstract_mesh,
     current_mesh as current_mesh,
+    legacy_mesh_open as legacy_mesh_open,
     no_mesh_error as no_mesh_error,
 )
 from .rules import (
@@ -60,6 +61,7 @@ __all__ = [
     "eformer_rules",
     "hybrid_mesh",
     "jax_version",
+    "legacy_mesh_open",
     "layout",
     "no_mesh_error",
     "scope",

@@ -2,8 +2,9 @@
 
 JAX's public mesh context is ``jax.set_mesh(mesh)``: ``jax.sharding.get_mesh()`` (eagerly) and
 ``jax.sharding.get_abstract_mesh()`` (everywhere) read it. The legacy ``with Mesh(...):`` context
-(seqax's ``main_contained``, older tutorials) sets neither, and no public API can see it, so when
-no mesh is found the message names it as the likely cause.
+(seqax's ``main_contained``, older tutorials) sets neither, and no public API reads it, so when
+no mesh is found the message names it as the likely cause; ``legacy_mesh_open`` tells whether it
+is open, for the entries that would otherwise go on without a mesh.
 
 ``abstract_mesh({'d': 64, 't': 64})`` is a mesh with no devices behind it, for checking and
 costing a plan for a large job on a laptop (``verify``, ``plan``).
@@ -14,11 +15,11 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import jax
-from jax.sharding import AbstractMesh, AxisType, Mesh
+from jax.sharding import AbstractMesh, AxisType, Mesh, PartitionSpec
 
 from ..language.sizes import _IDENT
 
-__all__ = ["current_mesh", "no_mesh_error", "abstract_mesh"]
+__all__ = ["current_mesh", "no_mesh_error", "abstract_mesh", "legacy_mesh_open"]
 
 
 def no_mesh_error(what: str) -> ValueError:
@@ -46,6 +47,23 @@ def current_mesh(mesh: Mesh | AbstractMesh | None = None, what: str = "make_shar
     if abstract.empty:
         raise no_mesh_error(what)
     return abstract
+
+
+def _constrain(x: Any) -> Any:
+    return jax.lax.with_sharding_constraint(x, PartitionSpec())
+
+
+def legacy_mesh_open() -> bool:
+    """Whether JAX's deprecated ``with Mesh(...):`` context is open (and ``jax.set_mesh`` set no
+    mesh). No public API reads that context, but a constraint by a bare ``PartitionSpec`` traces
+    only inside some mesh, so tracing one abstractly (no devices touched, nothing compiled) tells."""
+    if not jax.sharding.get_abstract_mesh().empty:
+        return False
+    try:
+        jax.eval_shape(_constrain, jax.ShapeDtypeStruct((1,), "float32"))
+    except Exception:  # "requires a non-empty mesh": no mesh of any kind
+        return False
+    return True
 
 
 def abstract_mesh(mesh: Any, axis_types: Any = AxisType.Explicit) -> Any:

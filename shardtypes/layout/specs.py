@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import jax
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
-from ..context.mesh import current_mesh, no_mesh_error
+from ..context.mesh import current_mesh, legacy_mesh_open, no_mesh_error
 from ..language.shape import ANY, BROADCAST, ELLIPSIS, EXPR, FIXED, NAMED, VARIADIC, axes_entry, entry_axes
 from ..language.sizes import check_dims, divides, evaluate, unused_dims_error
 from ..model.describe import axis_hint
@@ -233,7 +233,8 @@ def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any
     """The tree of ``jax.ShapeDtypeStruct`` (with shardings) an annotation describes, with the
     sizes of its named dims taken from ``dims``. For ``jax.eval_shape``, AOT lowering and memory
     planning. ``mesh`` defaults to the current mesh; with no mesh at all the structs have no
-    sharding. A size that is not an int >= 0 (a tuple of them for a ``*name`` dim), and a key of
+    sharding (but inside JAX's legacy ``with mesh:`` context, which shardtypes cannot read, it is
+    the same error as ``make_shardings``'s: use ``jax.set_mesh``). A size that is not an int >= 0 (a tuple of them for a ``*name`` dim), and a key of
     ``dims`` that no annotation uses but is close to one they do (a typo, as ``hiden``: the error
     names the close name), are errors naming the key. Other keys are allowed, so one table of
     sizes serves every part of a model.
@@ -256,6 +257,8 @@ def structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None) -> Any:
     try:
         mesh = mesh_arg(mesh, "make_shape_dtype_structs")
     except ValueError:
+        if legacy_mesh_open():  # structs without shardings would pass for the user's layout
+            raise no_mesh_error("make_shape_dtype_structs") from None
         mesh = None
 
     def leaf(leaf: _Leaf) -> jax.ShapeDtypeStruct:

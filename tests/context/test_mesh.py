@@ -1,5 +1,6 @@
 """The current mesh, and the message when there is none (JAX's legacy `with Mesh` included)."""
 
+import re
 import warnings
 
 import jax
@@ -48,3 +49,41 @@ def test_legacy_mesh_context_gets_the_hint():
         with Mesh(devices, ("d", "t")):
             with pytest.raises(ValueError, match="use `with jax.set_mesh\\(mesh\\):` instead"):
                 make_shardings(f32[b"a/d"])
+
+
+@pytest.mark.parametrize("entry", ["make_shardings", "make_shape_dtype_structs", "shard", "typed_shard_map"])
+def test_every_entry_that_needs_a_mesh_refuses_the_legacy_context_alike(entry):
+    """Under `with mesh:` (deprecated, still common) no entry goes on without the mesh:
+    make_shape_dtype_structs used to return structs with no sharding there, silently."""
+    import jax.numpy as jnp
+
+    from shardtypes import make_shape_dtype_structs, shard, typed_shard_map
+
+    devices = np.array(jax.devices()).reshape(4, 2)
+    laid_out = jax.device_put(jnp.zeros(8), jax.sharding.NamedSharding(Mesh(devices, ("d", "t")), jax.sharding.PartitionSpec("d")))
+    calls = {
+        "make_shardings": lambda: make_shardings(f32[b"a/d"]),
+        "make_shape_dtype_structs": lambda: make_shape_dtype_structs(f32[b"a/d"], {"a": 8}),
+        "shard": lambda: shard(jnp.zeros(8), f32[b"a/d"]),
+        "typed_shard_map": lambda: typed_shard_map(_identity)(laid_out),
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with Mesh(devices, ("d", "t")):
+            with pytest.raises(ValueError, match=rf"^{entry}: (calling \w+: )?no mesh; .*{re.escape(LEGACY)}"):
+                calls[entry]()
+
+
+def test_without_any_mesh_structs_have_no_sharding_and_the_legacy_probe_says_closed():
+    from shardtypes import make_shape_dtype_structs
+    from shardtypes.context import legacy_mesh_open
+
+    assert not legacy_mesh_open()
+    (struct,) = [make_shape_dtype_structs(f32[b"a b"], {"a": 8, "b": 2})]
+    assert struct.shape == (8, 2) and struct.sharding is None
+    with jax.set_mesh(make_mesh("auto")):
+        assert not legacy_mesh_open()  # a mesh JAX's public API reads: nothing to probe
+
+
+def _identity(x: f32[b"a/d"]) -> f32[b"a/d"]:
+    return x
