@@ -82,10 +82,12 @@ def render_page(
     capacity: tuple[int, str] | None = None,
     problems: Sequence[tuple[str, str]] = (),
     notes: Sequence[str] = (),
+    verify: bool = False,
 ) -> str:
     """The page of ``reports`` (mode name -> a plan's report; one entry for a single plan, whose
     name is then not shown) with the device memory ``capacity`` (bytes, label), and
-    ``problems`` ((kind, message) pairs, as verify's) listed first with links to their arrays."""
+    ``problems`` ((kind, message) pairs, as verify's; ``verify=True`` says "no problems" when
+    there are none) listed first with links to their arrays."""
     modes = list(reports)
     first = reports[modes[0]]
     mesh = dict(first.mesh)
@@ -112,7 +114,7 @@ def render_page(
     if subtitle:
         out.append(f'<p class="meta">{esc(subtitle)}</p>')
     out.append(f'<p class="meta">{" · ".join(meta)}</p>')
-    if problems or notes:
+    if verify or problems or notes:
         out.append(_problems(problems, notes, ids))
     out.append('<div class="cards">')
     out.append(f'<div class="card mesh-card"><h2>Mesh</h2>{mesh_svg(mesh)}</div>')
@@ -182,7 +184,9 @@ def _links(message: str, ids: Mapping[str, str]) -> str:
     last field it names as a word (a local or argument of that name), at most 8."""
     found = [p for p in ids if p in message]
     if not found:
-        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message))
+        # Words outside annotations, shapes and quotes ('hidden' in f32[b'layers hidden'] is a dim)
+        bare = re.sub(r"\w+\[[^\]]*\]|\w*\([^)]*\)|'[^']*'|\"[^\"]*\"", " ", message)
+        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", bare))
         found = [p for p in ids if re.split(r"[.\[\]'\"]+", p.rstrip("]'\""))[-1] in words]
     if not found:
         return ""
@@ -205,8 +209,8 @@ def _table(reports: Mapping[str, Any], paths: list[str], ids: Mapping[str, str],
     for path in paths[:MAX_ROWS]:
         rows = [m.get(path) for m in by_mode]
         some = next(r for r in rows if r is not None)
-        out.append(f'<tr id="{ids[path]}"><td><div class="path mono">{esc(path)}</div>'
-                   f'<div class="ann mono">{esc(some.annotation)}</div></td>'
+        ann = f'<div class="ann mono">{esc(some.annotation)}</div>' if some.annotation != "-" else ""
+        out.append(f'<tr id="{ids[path]}"><td><div class="path mono">{esc(path)}</div>{ann}</td>'
                    f'<td class="mono">{esc(some.dtype)}</td><td class="num mono">{esc(_shape(some.shape))}</td>')
         for row in rows:
             if row is None:
@@ -233,3 +237,23 @@ def _table(reports: Mapping[str, Any], paths: list[str], ids: Mapping[str, str],
 
 def _shape(shape: Sequence[Any]) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def write_html(path: str, text: str, where: str) -> None:
+    """Writes ``text`` to ``path`` whole or not at all (a temporary file beside it, then renamed);
+    a path that cannot be written raises OSError with ``where`` and the reason."""
+    import os
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".shardtypes-", suffix=".html", dir=folder)
+    except OSError as e:
+        raise OSError(f"{where}: cannot write {path!r}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise OSError(f"{where}: cannot write {path!r}: {e.strerror or e}") from None
