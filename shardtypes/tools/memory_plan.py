@@ -121,8 +121,9 @@ class PlanReport:
             "mesh": dict(self.mesh), "devices": self.devices,
             "bytes_per_device": self.bytes_per_device, "global_bytes": self.global_bytes,
             "replicated_fraction": self.replicated_fraction,
-            "rows": [dict(dataclasses.asdict(r), shape=list(map(str, r.shape)),
-                          device_shape=list(map(str, r.device_shape))) for r in self.rows],
+            "rows": [{k: v for k, v in dataclasses.asdict(r).items() if k != "dim_axes"}  # the spec says it
+                     | {"shape": list(map(str, r.shape)), "device_shape": list(map(str, r.device_shape))}
+                     for r in self.rows],
             "warnings": list(self.warnings), "errors": list(self.errors), "ok": self.ok,
         }, indent=2)
 
@@ -152,7 +153,7 @@ def plan_html(reports: Any, hbm: int | str | None = None, *, title: str | None =
                             f"got {type(report).__name__}")
     meshes = {tuple(dict(r.mesh).items()) for r in reports.values()}
     if len(meshes) > 1:
-        raise ValueError(f"plan_html: the reports are on different meshes {sorted(dict(m) for m in meshes)}; "
+        raise ValueError(f"plan_html: the reports are on different meshes {[dict(r.mesh) for r in reports.values()]}; "
                          "side by side they must share one")
     if title is not None and not isinstance(title, str):
         raise TypeError(f"plan_html: title must be a str, got {title!r:.60}")
