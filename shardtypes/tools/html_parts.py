@@ -10,6 +10,7 @@ Every string that comes from the user (paths, annotations, axis names) goes thro
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 import re
@@ -157,9 +158,17 @@ def _mesh_text(mesh: Mapping[str, int]) -> str:
 
 def split_html(shape: Sequence[Any], device_shape: Sequence[Any], dim_axes: Sequence[Sequence[str]],
                mesh: Mapping[str, int]) -> str:
+    """How an array's dims split over mesh axes (see ``_split_html``; the same layouts recur
+    across a model, so each is drawn once)."""
+    return _split_html(tuple(shape), tuple(device_shape), tuple(map(tuple, dim_axes)), tuple(mesh.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _split_html(shape: tuple, device_shape: tuple, dim_axes: tuple, mesh_items: tuple) -> str:
     """How an array's dims split over mesh axes: per dim, a bar cut into as many blocks as the
     dim's mesh axes make, device 0's block filled in the first axis's colour (a dim no axis
     splits is filled whole, grey); then the mesh axes no dim uses, which hold copies."""
+    mesh = dict(mesh_items)
     names = list(mesh)
     out = ['<div class="split">']
     for size, local, axes in zip(shape, device_shape, list(dim_axes) + [()] * (len(shape) - len(dim_axes))):
