@@ -59,12 +59,12 @@ ol.top,ul.msgs{margin:0;padding-left:20px}ol.top li,ul.msgs li{margin:2px 0}
 .arrays td.m0{border-left:2px solid var(--line)}
 .arrays tr:target td{background:#fff6d6}
 .path{font-weight:600;word-break:break-all}.ann{color:var(--mut)}
-.split{display:grid;grid-template-columns:140px auto;gap:2px 6px;align-items:center;margin-top:4px}
+.split{display:grid;grid-template-columns:90px auto;gap:2px 6px;align-items:center;margin-top:4px}
 .bar{display:block;height:9px;border:1px solid #9aa7b4;border-radius:2px;position:relative;
 background:repeating-linear-gradient(90deg,#f4f6f8 0,#f4f6f8 calc(100%/var(--p) - 1px),#9aa7b4 calc(100%/var(--p) - 1px),#9aa7b4 calc(100%/var(--p)))}
 .bar.fine{background:#f4f6f8}
 .bar::before{content:"";position:absolute;left:0;top:0;bottom:0;width:max(2px,calc(100%/var(--p)));background:var(--c)}
-.dl{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11px;color:var(--mut)}
+.dl{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11px;color:var(--mut);white-space:nowrap}
 .rep{grid-column:1/3;font-size:11px;color:#8a5a00}
 .badge{display:inline-block;padding:0 6px;border-radius:9px;font-size:11px;font-weight:600;background:#eef1f4;color:var(--mut)}
 .badge.err{background:#fde2e1;color:#a61b1b}.badge.warn{background:#fff1d6;color:#8a5a00}.badge.okb{background:#e2f3e5;color:#2e7d32}
