@@ -130,7 +130,7 @@ def render_page(
 
 def _memory_card(mode: str, report: Any, capacity: tuple[int, str] | None, scale: int,
                  ids: Mapping[str, str]) -> str:
-    by_group = dict.fromkeys(GROUPS, 0)
+    by_group: dict[str, int] = dict.fromkeys(GROUPS, 0)
     for row in report.rows:
         by_group[group_of(row.path)] += row.bytes_per_device
     head = f"Memory per device{' — ' + esc(mode) if mode else ''}"
