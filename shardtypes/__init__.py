@@ -115,7 +115,7 @@ from .layout.specs import (
 from .model.trees import Array as Array, pytree_dataclass as pytree_dataclass
 from dataclasses import field as field
 
-from .tools.memory_plan import PlanReport as PlanReport, plan as plan
+from .tools.memory_plan import PlanReport as PlanReport, plan as plan, plan_html as plan_html
 from .tools.verification import Problem as Problem, VerifyReport as VerifyReport, verify as verify
 
 from . import _legacy, nnx as nnx, ops as ops
@@ -191,6 +191,7 @@ __all__ = [
     "ops",
     "partition_specs_for_budget",
     "plan",
+    "plan_html",
     "pytree_dataclass",
     "register_with_typeguard",
     "scope",

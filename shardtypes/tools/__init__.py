@@ -5,7 +5,7 @@ collected), ``plan`` (the layout and bytes per device of every array), their rep
 ``shardtypes`` command line.
 
 May import: every layer below.
-Offers: ``verify``, ``plan``, their reports, and ``main`` (the command line).
+Offers: ``verify``, ``plan``, their reports and their HTML pages (``plan_html``), and ``main`` (the command line).
 """
 
 from .cli import main as main
@@ -13,6 +13,7 @@ from .memory_plan import (
     PlanReport as PlanReport,
     PlanRow as PlanRow,
     plan as plan,
+    plan_html as plan_html,
 )
 from .verification import (
     Problem as Problem,

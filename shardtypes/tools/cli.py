@@ -23,7 +23,9 @@ import sys
 from typing import Any, Iterator, Sequence
 
 from ..context.rules import AxisRules, axis_rules
-from .memory_plan import PlanReport, plan
+from .html_page import write_html
+from .html_parts import DEVICE_KINDS, parse_capacity
+from .memory_plan import PlanReport, plan, plan_html
 from .verification import VerifyReport, verify
 
 # 128 + SIGPIPE (13): the status a shell reports for a command killed by writing to a closed pipe.
@@ -106,6 +108,14 @@ def _mesh(text: str) -> dict[str, int]:
     if bad:
         raise argparse.ArgumentTypeError(f"--mesh: axis sizes must be positive, got {bad}")
     return mesh
+
+
+def _capacity(text: str) -> str:
+    try:
+        parse_capacity(text, "--hbm")
+        return text
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _load(target: str) -> Any:
@@ -218,8 +228,12 @@ def _main(argv: Sequence[str] | None) -> int:
     common.add_argument("--dims", type=lambda t: _pairs(t, "--dims", _size), default={},
                         metavar="NAME=SIZE,...", help="sizes of named dims, e.g. embed=8192,layers=80")
     common.add_argument("--rules", metavar="MODULE:OBJECT", help="AxisRules to resolve logical axis names")
-    common.add_argument("--mode", help="the rules' mode (e.g. decode)")
+    common.add_argument("--mode", action="append", help="the rules' mode (e.g. decode); for plan, give it "
+                        "several times to compare modes side by side ('default': the rules without a mode)")
     common.add_argument("--json", action="store_true", help="print the report as JSON")
+    common.add_argument("--html", metavar="FILE", help="also write the report as a self-contained HTML page")
+    common.add_argument("--hbm", type=_capacity, metavar="SIZE|KIND",
+                        help="device memory for the page's bar: 80GiB, or a kind (" + ", ".join(DEVICE_KINDS) + ")")
     plan_cmd = commands.add_parser("plan", parents=[common], help="per-array layout and memory per device",
                                    description="One row per array: path, annotation, dtype, shape, "
                                    "PartitionSpec, per-device shape and bytes; totals and warnings.",
@@ -235,34 +249,57 @@ def _main(argv: Sequence[str] | None) -> int:
     with _writing_stdout():  # --help, --version and usage errors print here
         args = parser.parse_args(argv)
 
+    modes = args.mode or [None]
+    if len(modes) > 1 and args.command == "verify":
+        parser.error("--mode: verify takes one mode (plan compares several)")
+    if len(set(modes)) < len(modes):
+        parser.error(f"--mode: a mode is given twice in {modes}")
+    if args.html and not os.path.isdir(os.path.dirname(os.path.abspath(args.html))):
+        parser.error(f"--html {args.html}: no such directory")
     target = _load(args.target)
-    context: Any = contextlib.nullcontext()
+    contexts: dict[Any, Any] = {None: contextlib.nullcontext()}
     if args.rules:
         rules = _load(args.rules)
         if not isinstance(rules, AxisRules):
             parser.error(f"--rules {args.rules}: expected AxisRules, found {type(rules).__name__}")
-        if args.mode is not None and args.mode not in rules.modes:
-            parser.error(f"--mode {args.mode!r}: {args.rules} has modes {sorted(rules.modes) or 'none'}")
-        context = axis_rules(rules, mode=args.mode)
+        for mode in modes:
+            if mode is not None and mode != "default" and mode not in rules.modes:
+                parser.error(f"--mode {mode!r}: {args.rules} has modes {sorted(rules.modes) or 'none'} (and 'default')")
+        contexts = {m: axis_rules(rules, mode=None if m == "default" and m not in rules.modes else m) for m in modes}
     elif args.mode:
         parser.error("--mode needs --rules")
-    report: PlanReport | VerifyReport
+    reports: dict[Any, Any] = {}
     try:
-        with context:
-            if args.command == "plan":
-                report = plan(target, args.mesh, args.dims)
-                failed = not report.ok or (args.strict and bool(report.warnings))
-            else:
-                report = verify(target, args.mesh, args.dims, static=args.static)
-                failed = not report.ok
+        for mode, context in contexts.items():
+            with context:
+                if args.command == "plan":
+                    reports[mode] = plan(target, args.mesh, args.dims)
+                else:
+                    reports[mode] = verify(target, args.mesh, args.dims, static=args.static)
     except (TypeError, ValueError) as e:
         # What plan() and verify() reject before they start (a target that is not an annotation
         # or a function, a bad size): bad usage, told in their words. Problems found in the
         # model itself are in the report instead.
         sys.stderr.write(f"shardtypes {args.command}: error: {args.target}: {e}\n")
         return 2
+    report = next(iter(reports.values()))
+    failed = any(not r.ok or (args.command == "plan" and args.strict and bool(r.warnings)) for r in reports.values())
+    if args.html:
+        page = (plan_html({str(m): r for m, r in reports.items()}, args.hbm) if len(reports) > 1
+                else report.to_html(args.hbm))
+        try:
+            write_html(args.html, page, f"shardtypes {args.command}: --html")
+        except OSError as e:
+            sys.stderr.write(f"{e}\n")
+            return 2
+        sys.stderr.write(f"shardtypes {args.command}: wrote {args.html} ({len(page.encode()) / 1024:.0f} KiB)\n")
     with _writing_stdout():
-        print(_to_json(report) if args.json else report)
+        if len(reports) == 1:
+            print(_to_json(report) if args.json else report)
+        elif args.json:
+            print(json.dumps({m: json.loads(_to_json(r)) for m, r in reports.items()}, indent=2))
+        else:
+            print("\n\n".join(f"mode {m}:\n{r}" for m, r in reports.items()))
     return 1 if failed else 0
 
 

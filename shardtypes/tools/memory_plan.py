@@ -27,8 +27,10 @@ from ..language.shape import ELLIPSIS, VARIADIC, entry_axes
 from ..language.sizes import _mapping_of_sizes, check_dims
 from ..layout.specs import _dim_size, _partition_spec, check_dims_for, dims_used
 from ..model.walk import _Leaf, _walk
+from .html_page import render_page
+from .html_parts import parse_capacity
 
-__all__ = ["plan", "PlanReport", "PlanRow"]
+__all__ = ["plan", "plan_html", "PlanReport", "PlanRow"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +44,7 @@ class PlanRow:
     bytes_per_device: int
     replicas: int
     global_bytes: int
+    dim_axes: tuple = ()  # per dim, the mesh axes that split it: (('t',), ('d',)) for P('t', 'd')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,15 +109,58 @@ class PlanReport:
             lines.append(f"error: {e}")
         return "\n".join(lines)
 
+    def to_html(self, hbm: int | str | None = None, *, title: str | None = None) -> str:
+        """The plan as one self-contained HTML page (see ``plan_html``)."""
+        return plan_html(self, hbm, title=title)
+
+    def _repr_html_(self) -> str:  # Jupyter and Colab show a report as its page
+        return self.to_html()
+
     def to_json(self) -> str:
         return json.dumps({
             "mesh": dict(self.mesh), "devices": self.devices,
             "bytes_per_device": self.bytes_per_device, "global_bytes": self.global_bytes,
             "replicated_fraction": self.replicated_fraction,
-            "rows": [dict(dataclasses.asdict(r), shape=list(map(str, r.shape)),
-                          device_shape=list(map(str, r.device_shape))) for r in self.rows],
+            "rows": [{k: v for k, v in dataclasses.asdict(r).items() if k != "dim_axes"}  # the spec says it
+                     | {"shape": list(map(str, r.shape)), "device_shape": list(map(str, r.device_shape))}
+                     for r in self.rows],
             "warnings": list(self.warnings), "errors": list(self.errors), "ok": self.ok,
         }, indent=2)
+
+
+def plan_html(reports: Any, hbm: int | str | None = None, *, title: str | None = None) -> str:
+    """One self-contained HTML page (inline CSS and SVG; no scripts, nothing loaded) of a plan:
+    the mesh, memory per device as a bar by group (parameters, optimizer state, the step's
+    arrays) against ``hbm`` (a size such as ``'80GiB'``, a device kind such as ``'h100'`` or
+    ``'tpu-v5p'``, or bytes), the largest and the replicated arrays, and each array's layout.
+    ``reports`` is a ``PlanReport`` or a mapping of mode name to ``PlanReport`` over one mesh,
+    shown side by side (the same annotations under train and decode rules):
+
+    >>> with axis_rules(RULES):                                        # doctest: +SKIP
+    ...     train = plan(State, {'d': 64, 't': 64}, DIMS)
+    >>> with axis_rules(RULES, mode='decode'):                         # doctest: +SKIP
+    ...     decode = plan(State, {'d': 64, 't': 64}, DIMS)
+    >>> open('plan.html', 'w').write(plan_html({'train': train, 'decode': decode}, 'h100'))  # doctest: +SKIP
+    """
+    if isinstance(reports, PlanReport):
+        reports = {"": reports}
+    if not isinstance(reports, Mapping) or not reports:
+        raise TypeError(f"plan_html: reports must be a PlanReport or a non-empty mapping of mode name to "
+                        f"PlanReport, got {type(reports).__name__} {reports!r:.80}")
+    for mode, report in reports.items():
+        if not isinstance(mode, str) or not isinstance(report, PlanReport):
+            raise TypeError(f"plan_html: reports[{mode!r}] must be a PlanReport under a str mode name, "
+                            f"got {type(report).__name__}")
+    meshes = {tuple(dict(r.mesh).items()) for r in reports.values()}
+    if len(meshes) > 1:
+        raise ValueError(f"plan_html: the reports are on different meshes {[dict(r.mesh) for r in reports.values()]}; "
+                         "side by side they must share one")
+    if title is not None and not isinstance(title, str):
+        raise TypeError(f"plan_html: title must be a str, got {title!r:.60}")
+    capacity = None if hbm is None else parse_capacity(hbm, "plan_html: hbm")
+    rows = next(iter(reports.values())).rows
+    name = rows[0].path.split(".")[0].split("[")[0] if rows else ""
+    return render_page(reports, title=title or f"Plan{' of ' + name if name else ''}", capacity=capacity)
 
 
 def _fmt_shape(shape: tuple) -> str:
@@ -165,10 +211,12 @@ def plan(
             return
         itemsize = np.dtype(dtype).itemsize
         device_shape = []
+        dim_axes = []
         parts_total = 1
         for i, size in enumerate(shape):
             entry = spec[i] if i < len(spec) else None
             axes = entry_axes(entry)
+            dim_axes.append(tuple(axes))
             parts = math.prod(mesh_sizes[a] for a in axes)
             parts_total *= parts
             local = -(-size // parts)
@@ -186,7 +234,7 @@ def plan(
         if padded > 0:
             warnings.append(f"{path} ({text}): {_fmt_bytes(padded)} of padding across its shards")
         rows.append(PlanRow(path, text, np.dtype(dtype).name, tuple(shape), str(spec), tuple(device_shape),
-                            per_device, replicas, global_bytes))
+                            per_device, replicas, global_bytes, tuple(dim_axes)))
 
     if _is_value_tree(annotation):
         check_dims_for(dims, set(), set(), "plan")  # sizes have no use here

@@ -70,6 +70,8 @@ class VerifyReport:
     dims: Mapping[str, Any]
     problems: tuple[Problem, ...]
     outputs: Any = None
+    inputs: Any = None  # the abstract arguments verify built, by parameter name
+
 
     def __post_init__(self) -> None:
         _mapping_of_sizes(self.mesh, "VerifyReport", "mesh")
@@ -100,6 +102,17 @@ class VerifyReport:
             "problems": [{"kind": p.kind, "message": p.message} for p in self.problems],
         }, indent=2)
 
+    def to_html(self, hbm: int | str | None = None, *, title: str | None = None) -> str:
+        """One self-contained HTML page: the problems, each linked to the arrays it names, and
+        the plan of the arguments verify built (memory per device against ``hbm``, a size such
+        as ``'80GiB'`` or a device kind such as ``'h100'``; see ``plan_html``)."""
+        from .verify_page import verify_html
+
+        return verify_html(self, hbm, title=title)
+
+    def _repr_html_(self) -> str:  # Jupyter and Colab show a report as its page
+        return self.to_html()
+
 
 class VerificationError(TypeCheckError):
     """``verify(..., raise_on_error=True)`` found problems; ``report`` has them all."""
@@ -110,7 +123,7 @@ class VerificationError(TypeCheckError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The report without its outputs (abstract values that need not pickle): every problem.
-        return (type(self), (dataclasses.replace(self.report, outputs=None),))
+        return (type(self), (dataclasses.replace(self.report, outputs=None, inputs=None),))
 
 
 def _names_and_multiples(annotations: list, mesh: Any) -> tuple[dict[str, int], set[str]]:
@@ -188,9 +201,10 @@ def verify(
     name = getattr(target, "__qualname__", repr(fn))
     problems: list[Problem] = []
     report_dims: dict[str, Any] = dict(dims)
+    args: dict[str, Any] = {}
 
     def finish(outputs: Any = None) -> VerifyReport:
-        report = VerifyReport(name, dict(mesh.shape), report_dims, tuple(problems), outputs)
+        report = VerifyReport(name, dict(mesh.shape), report_dims, tuple(problems), outputs, dict(args) or None)
         if raise_on_error and problems:
             raise VerificationError(report)
         return report
@@ -232,7 +246,6 @@ def verify(
             sizes[n] = multiples[n] * sym if multiples[n] > 1 else sym
             report_dims[n] = sizes[n]
 
-    args: dict[str, Any] = {}
     for pname, annotation in array_params.items():
         try:
             args[pname] = structs(annotation, sizes, mesh)
