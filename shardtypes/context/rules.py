@@ -41,6 +41,7 @@ __all__ = [
     "AxisRulesError",
     "axis_rules",
     "current_rules",
+    "RULES_HINT",
 ]
 
 _POLICIES = {
@@ -336,6 +337,12 @@ _JIT_RULES = JitKey(default=None)
 
 def _jit_context(active: Active) -> contextlib.AbstractContextManager[object]:
     return _JIT_RULES(active)
+
+
+# How a message tells the user to turn rules on: the Python API by default; the command line
+# sets its flag here for its own run.
+RULES_HINT: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "shardtypes.rules_hint", default="activate rules with shardtypes.axis_rules")
 
 
 def current_rules() -> tuple[AxisRules, str | None] | None:
