@@ -59,8 +59,7 @@ class AxisRulesError(ValueError):
 Target: TypeAlias = "tuple[str, ...]"  # a tuple of mesh axis names; () for "replicated"
 
 # One rule as written: (logical name, a mesh axis, a tuple of them, or None for replicated).
-Rule: TypeAlias = ("tuple[str, str | tuple[str, ...] | list[str] | None] | "
-                   "list[str | tuple[str, ...] | list[str] | None]")
+Rule: TypeAlias = "tuple[str, str | tuple[str, ...] | list[str] | None] | list[str | tuple[str, ...] | list[str] | None]"
 
 
 def _target(name: str, value: Any) -> Target:
