@@ -95,12 +95,15 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
     What that leaves unplaced is an error, or replicated where a policy says so."""
     mesh = dict(sizes_key) if sizes_key is not None else None
     mode_note = None
+    chosen = ""  # said in every error when auto_mode chose the mode
     if mode is None and rules.auto_mode is not None:
         dim_name, size, auto = rules.auto_mode
         for dim, n in zip(_expanded_dims(spec, ndim), shape or ()):
             if not dim.is_variadic and (dim.name == dim_name or dim_name in dim.sharding) and size_equal(n, size):
                 mode = auto
                 mode_note = f"mode {auto!r}, as dim {str(dim)!r} has size {size}"
+                chosen = (f" (mode {auto!r} was chosen by auto_mode={rules.auto_mode!r}, as dim "
+                          f"{str(dim)!r} has size {size})")
                 break
     ordered = rules.ordered(mode)
     label = rules._label() + (f" (mode {mode!r})" if mode else "")
@@ -118,7 +121,7 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
     def refuse(slot: tuple, text: str, policy: str, message: str) -> None:
         """A rule that cannot apply: an error by default, else passed over (noted)."""
         if policy == "error":
-            raise AxisRulesError(f"dim {slot[0]} {text!r}: {message}")
+            raise AxisRulesError(f"dim {slot[0]} {text!r}: {message}{chosen}")
         skipped[slot].append(message)
 
     def axes_of(i: int) -> list[str]:
@@ -172,14 +175,14 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
             if rules.on_missing == "error":
                 raise AxisRulesError(
                     f"dim {i} {text!r}: logical axis {logical!r} has no rule in {label} "
-                    f"(rules exist for {sorted(table)})"
+                    f"(rules exist for {sorted(table)}){chosen}"
                 )
             notes[i].append(f"{logical}: no rule, replicated (on_missing='replicate')")
             continue
         reasons = skipped[slot]
         conflict = any("already used" in r for r in reasons)
         if conflict and rules.on_conflict == "error":
-            raise AxisRulesError(f"dim {i} {text!r}: no rule for {logical!r} applies: " + "; ".join(reasons))
+            raise AxisRulesError(f"dim {i} {text!r}: no rule for {logical!r} applies: " + "; ".join(reasons) + chosen)
         notes[i].extend(f"passed over {r}" for r in reasons)
         notes[i].append(f"{logical}: replicated (no rule applies)")
 

@@ -41,6 +41,7 @@ __all__ = [
     "AxisRulesError",
     "axis_rules",
     "current_rules",
+    "RULES_HINT",
 ]
 
 _POLICIES = {
@@ -58,21 +59,25 @@ class AxisRulesError(ValueError):
 Target: TypeAlias = "tuple[str, ...]"  # a tuple of mesh axis names; () for "replicated"
 
 # One rule as written: (logical name, a mesh axis, a tuple of them, or None for replicated).
-Rule: TypeAlias = "tuple[str, str | tuple[str, ...] | None] | list[str | tuple[str, ...] | None]"
+Rule: TypeAlias = "tuple[str, str | tuple[str, ...] | list[str] | None] | list[str | tuple[str, ...] | list[str] | None]"
 
 
 def _target(name: str, value: Any) -> Target:
+    # As Flax and MaxText write them: None, () and [] replicate; a list is a tuple.
     if value is None:
         return ()
+    written = value
     if isinstance(value, str):
         value = (value,)
-    if not isinstance(value, tuple) or not value or not all(isinstance(a, str) and _IDENT.match(a) for a in value):
+    if isinstance(value, list):
+        value = tuple(value)
+    if not isinstance(value, tuple) or not all(isinstance(a, str) and _IDENT.match(a) for a in value):
         raise TypeError(
-            f"rule for {name!r}: the target must be a mesh axis name, a non-empty tuple of them, or "
-            f"None, got {value!r}"
+            f"rule for {name!r}: the target must be a mesh axis name, a tuple or list of them, or "
+            f"None (or () or []) for replicated, got {written!r}"
         )
     if len(set(value)) != len(value):
-        raise TypeError(f"rule for {name!r}: mesh axis named twice in {value!r}")
+        raise TypeError(f"rule for {name!r}: mesh axis named twice in {written!r}")
     return value
 
 
@@ -224,6 +229,24 @@ class AxisRules:
         named = {n for n, _ in mine}
         return mine + tuple(r for r in self.rules if r[0] not in named)
 
+    def logical_axes_on(self, mesh_axis: str, mode: str | None = None) -> tuple[str, ...]:
+        """The logical names whose rules (in ``mode``) can place them on ``mesh_axis``, in the
+        order they are tried: the reverse of the lookup.
+
+        >>> AxisRules([('batch', ('data', 'fsdp')), ('embed', 'fsdp'), ('mlp', 'model')]).logical_axes_on('fsdp')
+        ('batch', 'embed')
+        """
+        if not isinstance(mesh_axis, str) or not _IDENT.match(mesh_axis):
+            raise TypeError(f"AxisRules.logical_axes_on: mesh_axis must be a mesh axis name (an identifier), "
+                            f"got {mesh_axis!r}")
+        if mode is not None and not isinstance(mode, str):
+            raise TypeError(f"AxisRules.logical_axes_on: mode must be a str or None, got {mode!r}")
+        names: list[str] = []
+        for name, targets in self.table(mode).items():
+            if any(mesh_axis in t for t in targets) and name not in names:
+                names.append(name)
+        return tuple(names)
+
     def merge(self, other: "AxisRules") -> "AxisRules":
         """Both rule sets in one (as Flax's ``composite_rules``). A logical name that both map,
         differently, is a conflict and raises AxisRulesError naming it."""
@@ -313,6 +336,12 @@ _JIT_RULES = JitKey(default=None)
 
 def _jit_context(active: Active) -> contextlib.AbstractContextManager[object]:
     return _JIT_RULES(active)
+
+
+# How a message tells the user to turn rules on: the Python API by default; the command line
+# sets its flag here for its own run.
+RULES_HINT: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "shardtypes.rules_hint", default="activate rules with shardtypes.axis_rules")
 
 
 def current_rules() -> tuple[AxisRules, str | None] | None:

@@ -299,7 +299,9 @@ def _parse_shape(spec: str) -> ShapeSpec:
                 raise ShapeSpecError(
                     spec,
                     f"mesh axis {axis!r} shards both {seen_axes[axis]!r} and {text!r}; "
-                    "a mesh axis can shard at most one dim",
+                    f"a mesh axis can shard at most one dim (under axis rules {axis!r} is a "
+                    f"logical axis name, and one of those also names at most one dim of an "
+                    f"array: give the other dim a logical name of its own, with its own rule)",
                     m.span(),
                 )
             seen_axes[axis] = text

@@ -1,7 +1,7 @@
 """Layer 3, the annotation model: the one place that takes an annotation apart.
 
 The annotation classes (``f32[b'batch/d embed']``, the static spelling ``f32[jax.Array, ...]``,
-the categories ``floating``, ``integer``, ``anydtype``), trees (``pytree_dataclass``,
+the categories ``floating``, ``integer``, ``key``, ``anydtype`` and the rest), trees (``pytree_dataclass``,
 ``Array[axes, cls]``, ``Stacked``), and ``model(annotation)``: the node tree every other layer
 walks (array annotations with their ``Plan``, dataclass-likes of every model library, tuples,
 lists, dicts, NamedTuples, unions, ``Annotated``). ``typing.get_origin``/``get_args`` appear

@@ -1,4 +1,6 @@
-"""Annotation classes: one per dtype, plus the categories ``floating``, ``integer`` and ``anydtype``.
+"""Annotation classes: one per dtype, plus categories of dtypes (``floating``, ``integer``,
+``signed``, ``unsigned``, ``complexfloating``, ``inexact``, ``real``, ``numeric``, ``key``,
+``anydtype``).
 
 Subscripting one gives a class (cached: the same arguments give the same class)::
 
@@ -27,7 +29,7 @@ import numpy as np
 
 from ..language.shape import ShapeSpec
 
-__all__ = ["number", "dtype_names", "annotation_class", "is_annotation", "is_dtype_class", "subscript", "type_name"]
+__all__ = ["number", "CATEGORIES", "dtype_names", "annotation_class", "is_annotation", "is_dtype_class", "subscript", "type_name"]
 
 
 # Typeguard re-evaluates annotation expressions on every call, so subscription must be cheap: a
@@ -220,27 +222,51 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype) if _is_extended(dtype) else np.dtype(dtype).name
 
 
-def _category(name: str, test: Callable[[np.dtype], bool], description: str) -> type[number]:
+def _category(name: str, test: Callable[[np.dtype], bool], description: str,
+              extended: Callable[[Any], bool] | None = None) -> type[number]:
+    """A class accepting every dtype ``test`` accepts; ``extended`` decides for JAX's extended
+    dtypes (PRNG keys), which numpy cannot interpret and which no test sees."""
+
     def accepts(cls: type[number], dtype: Any) -> bool:
         if _is_extended(dtype):
-            return name == "anydtype"
+            return extended is not None and extended(dtype)
         return test(np.dtype(dtype))
 
     namespace = {"accepts": classmethod(accepts), "description": description}
     return cast("type[number]", _AnnotationMeta(name, (number,), namespace))
 
 
-def _is_float(dt: np.dtype) -> bool:
-    return bool(jnp.issubdtype(dt, jnp.floating))
+def _kind(kind: Any) -> Callable[[np.dtype], bool]:
+    """A test for numpy's abstract dtype ``kind`` (``jnp.floating``), as JAX reads it: bfloat16,
+    the float8 and float4 types are floating, int2 and int4 signed integers."""
+    return lambda dt: bool(jnp.issubdtype(dt, kind))
 
 
-def _is_int(dt: np.dtype) -> bool:
-    return bool(jnp.issubdtype(dt, jnp.integer))
+def _is_key(dtype: Any) -> bool:
+    return bool(jnp.issubdtype(dtype, jax.dtypes.prng_key))
 
 
-floating = _category("floating", _is_float, "any floating dtype")
-integer = _category("integer", _is_int, "any integer dtype")
-anydtype = _category("anydtype", lambda dt: True, "any dtype")
+def _is_real(dt: np.dtype) -> bool:
+    return bool(jnp.issubdtype(dt, jnp.integer) or jnp.issubdtype(dt, jnp.floating))
+
+
+# The categories, by numpy's names for its abstract dtypes (jaxtyping's names in brackets):
+# anydtype (Shaped), numeric (Num), real (Real), inexact (Inexact), floating (Float),
+# complexfloating (Complex), integer (Int), signed (SInt), unsigned (UInt), key (Key).
+floating = _category("floating", _kind(jnp.floating), "any floating dtype")
+integer = _category("integer", _kind(jnp.integer), "any integer dtype")
+signed = _category("signed", _kind(jnp.signedinteger), "any signed integer dtype")
+unsigned = _category("unsigned", _kind(jnp.unsignedinteger), "any unsigned integer dtype")
+complexfloating = _category("complexfloating", _kind(jnp.complexfloating), "any complex dtype")
+inexact = _category("inexact", _kind(jnp.inexact), "any floating or complex dtype")
+real = _category("real", _is_real, "any integer or floating dtype (not bool, not complex)")
+numeric = _category("numeric", _kind(jnp.number), "any integer, floating or complex dtype (not bool)")
+key = _category("key", lambda dt: False, "a typed PRNG key dtype such as key<fry> (from jax.random.key; "
+                "a raw uint32 key from jax.random.PRNGKey is not one)", extended=_is_key)
+anydtype = _category("anydtype", lambda dt: True, "any dtype", extended=lambda dt: True)
+
+CATEGORIES: tuple[type[number], ...] = (floating, integer, signed, unsigned, complexfloating, inexact, real,
+                                        numeric, key, anydtype)
 
 
 # One class per dtype. The class body holds the exact dtype it accepts.
@@ -349,7 +375,7 @@ class f8e8m0fnu(number):
 dtype_classes: dict[str, type[number]] = {
     cls.__name__: cls for cls in number.__subclasses__() if cls.dtype is not None
 }
-for _cls in (*dtype_classes.values(), floating, integer, anydtype):
+for _cls in (*dtype_classes.values(), *CATEGORIES):
     _cls.__module__ = "shardtypes"  # their public home, where pickle finds them
 
 

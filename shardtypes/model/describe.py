@@ -19,7 +19,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from ..context.settings import config
 from .annotations import dtype_name, type_name
-from ..context.rules import _ACTIVE as _ACTIVE_RULES
+from ..context.rules import _ACTIVE as _ACTIVE_RULES, RULES_HINT
 from ..language.shape import entry_axes
 
 __all__ = ["Mismatch", "describe", "axis_hint"]
@@ -144,7 +144,7 @@ def axis_hint(missing: list[str], axis_names) -> str:
     if close:
         text += f"; did you mean {' / '.join(repr(c) for c in close)}?"
     if _ACTIVE_RULES.get() is None:
-        text += " (if these are logical axis names, activate rules with shardtypes.axis_rules)"
+        text += f" (if these are logical axis names, {RULES_HINT.get()})"
     return text
 
 

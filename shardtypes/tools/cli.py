@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any, Iterator, Sequence
 
-from ..context.rules import AxisRules, axis_rules
+from ..context.rules import RULES_HINT, AxisRules, axis_rules
 from .html_page import write_html
 from .html_parts import DEVICE_KINDS, parse_capacity
 from .memory_plan import PlanReport, plan, plan_html
@@ -31,14 +31,18 @@ from .verification import VerifyReport, verify
 # 128 + SIGPIPE (13): the status a shell reports for a command killed by writing to a closed pipe.
 EXIT_BROKEN_PIPE = 141
 
-EXAMPLES = """\
-examples:
+PLAN_EXAMPLES = """\
   # one row per weight of a stacked layer on 4,096 devices, with 70B-class sizes
   shardtypes plan mymodel:Layers --mesh d=64,t=64 --dims layers=80,embed=8192,hidden=28672
 
   # the same as JSON, for a dashboard or a diff in review
   shardtypes plan mymodel:Weights --mesh d=64,t=64 --dims embed=8192,vocab=128256 --json
 
+  # logical axis names, resolved through rules defined in your module
+  shardtypes plan mymodel:Weights --mesh data=8,model=8 --rules mymodel:RULES --mode decode
+"""
+
+VERIFY_EXAMPLES = """\
   # evaluate a checked training step abstractly (no devices) and report every problem;
   # exit status 1 if there is one, so it can gate CI
   shardtypes verify mymodel:train_step --mesh d=64,t=64 --dims embed=8192,layers=80
@@ -47,11 +51,16 @@ examples:
   shardtypes verify mymodel:decode --mesh data=16,model=8 --static steps=4,greedy=True
 
   # logical axis names, resolved through rules defined in your module
-  shardtypes plan mymodel:Weights --mesh data=8,model=8 --rules mymodel:RULES --mode decode
+  shardtypes verify mymodel:train_step --mesh data=8,model=8 --rules mymodel:RULES
+"""
 
+TARGETS = """
 MODULE:OBJECT is imported like `from MODULE import OBJECT` (dots allowed in OBJECT); the
 current directory is on the import path.
 """
+
+# The top-level --help shows every example; each subcommand's --help only its own.
+EXAMPLES = "examples:\n" + PLAN_EXAMPLES + "\n" + VERIFY_EXAMPLES + TARGETS
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -237,12 +246,12 @@ def _main(argv: Sequence[str] | None) -> int:
     plan_cmd = commands.add_parser("plan", parents=[common], help="per-array layout and memory per device",
                                    description="One row per array: path, annotation, dtype, shape, "
                                    "PartitionSpec, per-device shape and bytes; totals and warnings.",
-                                   epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   epilog="examples:\n" + PLAN_EXAMPLES + TARGETS, formatter_class=argparse.RawDescriptionHelpFormatter)
     plan_cmd.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     verify_cmd = commands.add_parser("verify", parents=[common], help="evaluate a checked function abstractly",
                                      description="Build abstract inputs from the function's annotations, "
                                      "evaluate it with jax.eval_shape with every check on, and report "
-                                     "every problem.", epilog=EXAMPLES,
+                                     "every problem.", epilog="examples:\n" + VERIFY_EXAMPLES + TARGETS,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     verify_cmd.add_argument("--static", type=lambda t: _pairs(t, "--static", ast.literal_eval), default={},
                             metavar="NAME=VALUE,...", help="values of non-array parameters (Python literals)")
@@ -257,7 +266,7 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.html and not os.path.isdir(os.path.dirname(os.path.abspath(args.html))):
         parser.error(f"--html {args.html}: no such directory")
     target = _load(args.target)
-    contexts: dict[Any, Any] = {None: contextlib.nullcontext()}
+    contexts: dict[Any, Any]
     if args.rules:
         rules = _load(args.rules)
         if not isinstance(rules, AxisRules):
@@ -268,6 +277,8 @@ def _main(argv: Sequence[str] | None) -> int:
         contexts = {m: axis_rules(rules, mode=None if m == "default" and m not in rules.modes else m) for m in modes}
     elif args.mode:
         parser.error("--mode needs --rules")
+    else:  # a name that is not a mesh axis may be a logical one: say how to give rules here
+        contexts = {None: _rules_hint("pass --rules MODULE:OBJECT (an AxisRules defined in your module)")}
     reports: dict[Any, Any] = {}
     try:
         for mode, context in contexts.items():
@@ -301,6 +312,15 @@ def _main(argv: Sequence[str] | None) -> int:
         else:
             print("\n\n".join(f"mode {m}:\n{r}" for m, r in reports.items()))
     return 1 if failed else 0
+
+
+@contextlib.contextmanager
+def _rules_hint(text: str) -> Iterator[None]:
+    token = RULES_HINT.set(text)
+    try:
+        yield
+    finally:
+        RULES_HINT.reset(token)
 
 
 if __name__ == "__main__":

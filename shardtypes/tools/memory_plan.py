@@ -26,6 +26,7 @@ from ..context.mesh import abstract_mesh
 from ..language.shape import ELLIPSIS, VARIADIC, entry_axes
 from ..language.sizes import _mapping_of_sizes, check_dims
 from ..layout.specs import _dim_size, _partition_spec, check_dims_for, dims_used
+from ..model.describe import axis_hint
 from ..model.walk import _Leaf, _walk
 from .html_page import render_page
 from .html_parts import parse_capacity
@@ -207,7 +208,8 @@ def plan(
     def add(path: str, text: str, dtype: Any, shape: tuple, spec) -> None:
         missing = [a for entry in spec for a in entry_axes(entry) if a not in mesh_sizes]
         if missing:
-            errors.append(f"{path} ({text}): mesh axis {missing[0]!r} is not in the mesh (axes: {tuple(mesh_sizes)})")
+            errors.append(f"{path} ({text}): mesh axis {missing[0]!r} is not in the mesh (axes: {tuple(mesh_sizes)})"
+                          + axis_hint(missing[:1], mesh_sizes))
             return
         itemsize = np.dtype(dtype).itemsize
         device_shape = []

@@ -100,11 +100,12 @@ def test_rules_from_flax_style_pairs():
         ([("1batch", "data")], TypeError, "a logical axis name must be an identifier, got '1batch'"),
         ([("batch size", "data")], TypeError, "a logical axis name must be an identifier, got 'batch size'"),
         ([(3, "data")], TypeError, "a logical axis name must be an identifier, got 3"),
-        ([("batch", ())], TypeError,
-         "rule for 'batch': the target must be a mesh axis name, a non-empty tuple of them, or None, got ()"),
+        ([("batch", ("data", 3))], TypeError,
+         "rule for 'batch': the target must be a mesh axis name, a tuple or list of them, or None "
+         "(or () or []) for replicated, got ('data', 3)"),
         ([("batch", 3)], TypeError, "rule for 'batch': the target must be a mesh axis name"),
         ([("batch", "not an axis")], TypeError, "rule for 'batch': the target must be a mesh axis name"),
-        ([("batch", ["data"])], TypeError, "rule for 'batch': the target must be a mesh axis name"),
+        ([("batch", ["data", None])], TypeError, "rule for 'batch': the target must be a mesh axis name"),
         ([("batch", ("data", "data"))], TypeError, "rule for 'batch': mesh axis named twice in ('data', 'data')"),
         ([("batch", "data", "model")], TypeError,
          "each rule is a (logical name, mesh axes) pair, got ('batch', 'data', 'model')"),
@@ -154,7 +155,7 @@ def test_bad_mode_rules_name_the_mode():
     with pytest.raises(TypeError, match=re.escape("mode 'decode': each rule is a (logical name, mesh axes) pair")):
         AxisRules([("batch", "data")], modes={"decode": [("batch",)]})
     with pytest.raises(TypeError, match=re.escape("rule for 'batch': the target must be")):
-        AxisRules([("batch", "data")], modes={"decode": [("batch", ())]})
+        AxisRules([("batch", "data")], modes={"decode": [("batch", (3,))]})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -527,8 +528,8 @@ def test_merge_policies_keep_the_strict_one():
 def test_eformer_train_prefill_decode():
     rules = eformer_rules()
     dims = {"b": 8, "q": 4, "h": 4, "d": 2}
-    train = P(("dp", "fsdp"), "sp", "tp", None)
-    decode = P(("dp", "fsdp", "sp"), None, "tp", None)
+    train = P(("fsdp", "dp"), "sp", "tp", None)
+    decode = P(("fsdp", "dp", "sp"), None, "tp", None)
     assert spec_under(rules, ATTN) == train
     assert spec_under(rules, ATTN, mode="prefill") == train
     assert spec_under(rules, ATTN, mode="decode") == decode
@@ -544,7 +545,7 @@ def test_eformer_auto_mode_from_dims():
     rules = eformer_rules()
     assert rules.auto_mode == ("query", 1, "decode")
     one = {"b": 8, "q": 1, "h": 4, "d": 2}
-    assert struct_spec(rules, ATTN, one, EFORMER_MESH) == P(("dp", "fsdp", "sp"), None, "tp", None)
+    assert struct_spec(rules, ATTN, one, EFORMER_MESH) == P(("fsdp", "dp", "sp"), None, "tp", None)
     # An explicit mode wins over auto_mode: prefill shards the length-1 query over sp, which
     # does not divide it.
     message = "dim 1 'q/query': rule 'query' -> 'sp': size 1 does not divide over 2 devices"
@@ -553,7 +554,7 @@ def test_eformer_auto_mode_from_dims():
     with axis_rules(rules):
         text = explain(ATTN, EFORMER_MESH, one)
     assert "mode 'decode', as dim 'q/query' has size 1" in text
-    assert "dim 0 'b/batch': dp, fsdp, sp" in text
+    assert "dim 0 'b/batch': fsdp, dp, sp" in text
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -564,9 +565,9 @@ def test_eformer_auto_mode_from_a_real_array(kind):
     def attend(x: f32[b"b/batch q/query h/heads d/head_dim"]):
         return x
 
-    decode_x = put(m, np.ones((8, 1, 4, 2), np.float32), ("dp", "fsdp", "sp"), None, "tp")
-    train_x = put(m, np.ones((8, 4, 4, 2), np.float32), ("dp", "fsdp"), "sp", "tp")
-    wrong = put(m, np.ones((8, 1, 4, 2), np.float32), ("dp", "fsdp"), None, "tp")
+    decode_x = put(m, np.ones((8, 1, 4, 2), np.float32), ("fsdp", "dp", "sp"), None, "tp")
+    train_x = put(m, np.ones((8, 4, 4, 2), np.float32), ("fsdp", "dp"), "sp", "tp")
+    wrong = put(m, np.ones((8, 1, 4, 2), np.float32), ("fsdp", "dp"), None, "tp")
     with axis_rules(eformer_rules()):
         assert attend(decode_x) is decode_x
         assert attend(train_x) is train_x
@@ -602,8 +603,8 @@ def test_explicit_replicate_in_a_mode():
 
 def test_eformer_rules_axis_names():
     rules = eformer_rules(dp="data", fsdp="fsdp", tp="model", sp="seq", ep="expert")
-    assert spec_under(rules, ATTN) == P(("data", "fsdp"), "seq", "model", None)
-    assert spec_under(rules, ATTN, mode="decode") == P(("data", "fsdp", "seq"), None, "model", None)
+    assert spec_under(rules, ATTN) == P(("fsdp", "data"), "seq", "model", None)
+    assert spec_under(rules, ATTN, mode="decode") == P(("fsdp", "data", "seq"), None, "model", None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -966,8 +967,8 @@ def test_explain_under_rules():
 def test_explain_names_the_mode_and_passed_over_rules():
     with axis_rules(eformer_rules()):
         text = explain(ATTN, EFORMER_MESH, {"b": 8, "q": 1, "h": 4, "d": 2})
-    assert ("dim 0 'b/batch': dp, fsdp, sp  (mode 'decode', as dim 'q/query' has size 1; "
-            "batch -> ('dp', 'fsdp', 'sp'))") in text
+    assert ("dim 0 'b/batch': fsdp, dp, sp  (mode 'decode', as dim 'q/query' has size 1; "
+            "batch -> ('fsdp', 'dp', 'sp'))") in text
     assert "dim 2 'h/heads': tp  (heads -> 'tp')" in text
     rules = AxisRules([("a", "model"), ("b", "model"), ("b", "data")])
     with axis_rules(rules):

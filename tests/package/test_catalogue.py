@@ -326,7 +326,14 @@ case("AxisRules", "rule-not-a-pair", lambda: AxisRules([3]), TypeError, "each ru
 case("AxisRules", "rule-name-int", lambda: AxisRules([(3, "x")]), TypeError, "a logical axis name must be an identifier")
 case("AxisRules", "rule-name-empty", lambda: AxisRules([("", "x")]), TypeError, "a logical axis name must be an identifier")
 case("AxisRules", "rule-target-int", lambda: AxisRules([("a", 3)]), TypeError, "rule for 'a'", "the target must be")
-case("AxisRules", "rule-target-empty-tuple", lambda: AxisRules([("a", ())]), TypeError, "the target must be")
+case("AxisRules", "rule-target-list-with-None", lambda: AxisRules([("a", ["x", None])]), TypeError,
+     "rule for 'a'", "the target must be", "['x', None]")
+case("AxisRules", "rule-target-list-repeated", lambda: AxisRules([("a", ["x", "x"])]), TypeError,
+     "rule for 'a'", "mesh axis named twice in ['x', 'x']")
+case("AxisRules", "logical-axes-on-int", lambda: AxisRules([("a", "x")]).logical_axes_on(3), TypeError,
+     "AxisRules.logical_axes_on: mesh_axis must be a mesh axis name", "got 3")
+case("AxisRules", "logical-axes-on-unknown-mode", lambda: AxisRules([("a", "x")], name="r").logical_axes_on("x", "serve"),
+     AxisRulesError, "AxisRules 'r' has no mode 'serve'")
 case("AxisRules", "rule-target-not-identifier", lambda: AxisRules([("a", "x y")]), TypeError, "the target must be")
 case("AxisRules", "rule-target-twice", lambda: AxisRules([("a", ("x", "x"))]), TypeError, "mesh axis named twice")
 case("AxisRules", "modes-list", lambda: AxisRules([], modes=[("decode", [])]), TypeError, "modes must be a mapping")

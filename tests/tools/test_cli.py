@@ -457,9 +457,50 @@ def test_subcommand_help_shows_examples(capsys, command):
     assert code == 0
     assert "examples:" in out
     assert "--mesh AXIS=SIZE,..." in out and "--dims NAME=SIZE,..." in out
-    assert "shardtypes verify mymodel:decode --mesh data=16,model=8 --static steps=4,greedy=True" in out
+    # each subcommand's help shows its own examples only; the top-level help shows them all
+    examples = out.split("examples:")[1]
+    assert ("shardtypes verify mymodel:decode --mesh data=16,model=8 --static steps=4,greedy=True"
+            in examples) == (command == "verify")
+    assert ("shardtypes plan mymodel:Weights" in examples) == (command == "plan")
+    assert f"shardtypes {command} mymodel:" in examples and "--rules mymodel:RULES" in examples
     assert ("--strict" in out) == (command == "plan")
     assert ("--static" in out.split("examples:")[0]) == (command == "verify")
+
+
+def test_top_level_help_shows_every_example(capsys):
+    code, out, _ = run_main(capsys, "--help")
+    assert code == 0
+    assert "shardtypes plan mymodel:Layers" in out and "shardtypes verify mymodel:decode" in out
+
+
+@pytest.mark.parametrize("command, target, message", [
+    ("plan", "Logical", "error: Logical.w (f32[b'embed/fsdp hidden/tp']): mesh axis 'fsdp' is not in the mesh "
+     "(axes: ('d', 't')) (if these are logical axis names, pass --rules MODULE:OBJECT (an AxisRules defined "
+     "in your module))"),
+    ("verify", "step", "sharded over mesh axis"),
+])
+def test_logical_names_without_rules_hint_the_flag(capsys, here, command, target, message):
+    dims = "embed=8,hidden=16" if command == "plan" else "batch=8,embed=8,hidden=16"
+    if command == "verify":  # step's 'd' and 't' are mesh axes: rename them to logical names
+        code, out, _ = run_main(capsys, command, f"{MODULE}:step", "--mesh", "x=4,y=2", "--dims", dims,
+                                "--static", "n=1")
+    else:
+        code, out, _ = run_main(capsys, command, f"{MODULE}:{target}", "--mesh", "d=4,t=2", "--dims", dims)
+    assert code == 1
+    assert message in out
+    assert "pass --rules MODULE:OBJECT (an AxisRules defined in your module)" in out
+    assert "shardtypes.axis_rules" not in out
+    code, out, _ = run_main(capsys, "plan", f"{MODULE}:Logical", "--mesh", "d=4,t=2", "--dims", "embed=8,hidden=16",
+                            "--rules", f"{MODULE}:RULES")
+    assert code == 0, out
+
+
+def test_the_python_api_still_names_axis_rules():
+    from shardtypes import TypeCheckError, check, f32
+    with pytest.raises(TypeCheckError, match=r"activate rules with shardtypes.axis_rules"):
+        import jax
+        m = jax.make_mesh((4, 2), ("d", "t"))
+        check(f32, "a/fsdp", jax.device_put(jax.numpy.zeros(8), jax.sharding.NamedSharding(m, jax.sharding.PartitionSpec("d"))))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -757,7 +757,7 @@ def test_plan_errors():
     assert missing.errors == ("the annotation (f32[b'a/d b']): dim 1 'b' needs the size of 'b'; pass it in dims "
                               "(given: ['a'])",)
     axis = plan(f32[b"a/x b"], {"d": 8}, {"a": 64, "b": 2})
-    assert axis.errors == ("the annotation (f32[b'a/x b']): mesh axis 'x' is not in the mesh (axes: ('d',))",)
+    assert axis.errors == ("the annotation (f32[b'a/x b']): mesh axis 'x' is not in the mesh (axes: ('d',)) (if these are logical axis names, activate rules with shardtypes.axis_rules)",)
     category = plan({"w": floating[b"a/d b"]}, {"d": 8}, {"a": 64, "b": 2})
     assert category.errors == ("['w'] (floating[b'a/d b']): floating is a category; plan needs a dtype",)
     # the rows that can be planned still are
@@ -847,7 +847,8 @@ def test_plan_under_axis_rules():
     # without rules the logical names are mesh axes, which this mesh lacks
     outside = plan(annotation, {"d": 4, "t": 2}, sizes)
     assert outside.errors == ("['w'] (f32[b'embed/fsdp hidden/tp']): mesh axis 'fsdp' is not in the mesh "
-                              "(axes: ('d', 't'))",)
+                              "(axes: ('d', 't')) (if these are logical axis names, activate rules with "
+                              "shardtypes.axis_rules)",)
 
 
 def test_top_level_exports():
