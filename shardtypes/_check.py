@@ -34,6 +34,8 @@ from ._compile_time import COMPILE_TIME_CHECKS, _check_at_compile_time
 from ._config import config
 from ._describe import Mismatch, _fmt_layout, _fmt_shape, _fmt_size, _missing_axes_problem, _n_dims, _normalise, _type_of
 from ._dims import Table
+from ._kernel_layouts import gathered_axes, in_op, record_checked
+from ._compat import varying_axes
 from ._dtypes import dtype_name, number, type_name
 from ._plans import _ARRAY_TYPES, _MISSING
 from ._rules import _ACTIVE as _ACTIVE_RULES
@@ -281,6 +283,8 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
         if missing:
             raise Mismatch(_missing_axes_problem(missing, mesh.axis_names, "the mesh"))
 
+    # Inside a shard_map: a value whose layout the kernel knows is compared first (_kernel_layouts).
+    unknown = manual and not in_op() and record_checked(value, expected, context) is None
     if manual:
         # A local shard: scale each dim by the Manual axes it is annotated with.
         shape = tuple(
@@ -288,6 +292,8 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
             for size, axes in zip(shape, expected)
         )
     new = _match_sizes(shape, spec, table)
+    if unknown:
+        _varying_axes_named(aval, expected)
 
     if mesh.empty:
         if config.auto_sharding_check == "compile" and COMPILE_TIME_CHECKS.get():
@@ -308,3 +314,27 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
         _check_at_compile_time(value, spec, ndim, manual, context, expected, sizes)
     return new
 
+
+
+def _varying_axes_named(aval, expected) -> None:
+    """Inside a shard_map body, a value whose layout the kernel does not know must vary over no
+    manual axis its annotation does not name (``jax.typeof(x)``'s varying axes, tracked by JAX
+    under check_vma): one that does is split, or a partial sum, over that axis, not replicated
+    over it as annotated. Inside a ``typed_shard_map`` kernel, axes it gathered with
+    ``ops.all_gather`` are left out: JAX types a gathered value as varying over them although it
+    is the same on every device."""
+    varying = varying_axes(aval)
+    if not varying:
+        return
+    named = {a for axes in expected for a in axes}
+    extra = sorted(varying - named - gathered_axes())
+    if extra:
+        axes = ", ".join(repr(a) for a in extra)
+        raise Mismatch(
+            f"it varies over manual mesh {'axes' if len(extra) > 1 else 'axis'} {axes} "
+            f"(jax.typeof gives {aval}), which the annotation does not name: the block is split "
+            f"(or is a partial sum) over {axes}, not replicated over it as {_fmt_layout(expected)} "
+            "says. (A value that is the same on every device but typed varying, as "
+            "jax.lax.all_gather's result is, passes once gathered with shardtypes.ops.all_gather "
+            "in a typed_shard_map kernel or with jax.lax.all_gather(..., to='invarying') on JAX 0.10+)"
+        )

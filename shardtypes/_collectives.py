@@ -24,6 +24,7 @@ from ._check import check_value
 from ._describe import Mismatch, describe
 from ._dims import _TABLE, Table
 from ._dtypes import anydtype
+from ._kernel_layouts import op_check
 from ._rule_resolution import layout as rules_layout
 from ._shape import FIXED, NAMED, DimSpec, ShapeSpec, ShapeSpecError
 
@@ -41,8 +42,9 @@ def check(op: str, spec_text: Any, what: str, spec: ShapeSpec, value: Any, dtype
     """Checks ``value`` (the op's ``what``) against ``dtype[spec]`` and binds its new dims."""
     table = _TABLE.get()
     try:
-        new = check_value(value, dtype, spec, table if table is not None else Table(),
-                          lambda: f"{what} of shardtypes.ops.{op}({spec_text!r})")
+        with op_check():  # the op compares layouts itself (_kernel_layouts)
+            new = check_value(value, dtype, spec, table if table is not None else Table(),
+                              lambda: f"{what} of shardtypes.ops.{op}({spec_text!r})")
     except Mismatch as m:
         raise TypeCheckError(
             f"{_caller()}{call(op, spec_text)}: {what} is not {str(spec)!r}: "

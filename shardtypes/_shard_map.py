@@ -26,6 +26,7 @@ from ._compile_time import COMPILE_TIME_CHECKS
 from ._decorator import _typechecked
 from ._dims import scope
 from ._hints import resolve_hints
+from ._kernel_layouts import tracking
 from ._mesh import no_mesh_error
 from ._trees import tree_info
 from ._containers import _has_member
@@ -247,7 +248,8 @@ class _TypedShardMap:
                 given.update(zip(array_names, arrays))
                 positional = [given.pop(p.name) for p in parameters
                               if p.kind is inspect.Parameter.POSITIONAL_ONLY]
-                return body(*positional, **given)
+                with tracking(state.name):  # layouts follow values through this trace
+                    return body(*positional, **given)
 
             in_specs, out_specs = state.specs()
             options: dict = {"in_specs": in_specs, "out_specs": out_specs}
