@@ -255,7 +255,7 @@ def differences(have: Layout, want: Layout, there: str) -> str:
         else:
             text += f" (mesh axis {had[0]!r} is on another dim"
         if len(sizes) == 1 and None not in sizes:
-            text += f"; all of size {sizes.pop()}, so every block has the shape the op expects"
+            text += f"; all of size {sizes.pop()}, so every block has the shape {there} expects"
         text += ")"
     return text
 
