@@ -34,7 +34,7 @@ from ._compile_time import COMPILE_TIME_CHECKS, _check_at_compile_time
 from ._config import config
 from ._describe import Mismatch, _fmt_layout, _fmt_shape, _fmt_size, _missing_axes_problem, _n_dims, _normalise, _type_of
 from ._dims import Table
-from ._kernel_layouts import gathered_axes, in_op, record_checked
+from ._kernel_layouts import in_op, record_checked, vma_exempt
 from ._compat import varying_axes
 from ._dtypes import dtype_name, number, type_name
 from ._plans import _ARRAY_TYPES, _MISSING
@@ -323,11 +323,12 @@ def _varying_axes_named(aval, expected) -> None:
     over it as annotated. Inside a ``typed_shard_map`` kernel, axes it gathered with
     ``ops.all_gather`` are left out: JAX types a gathered value as varying over them although it
     is the same on every device."""
-    varying = varying_axes(aval)
+    exempt = vma_exempt()
+    varying = varying_axes(aval) if exempt is not None else frozenset()
     if not varying:
         return
     named = {a for axes in expected for a in axes}
-    extra = sorted(varying - named - gathered_axes())
+    extra = sorted(varying - named - exempt)
     if extra:
         axes = ", ".join(repr(a) for a in extra)
         raise Mismatch(

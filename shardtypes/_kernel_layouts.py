@@ -76,13 +76,16 @@ class _Trace:
 
 
 _TRACE: contextvars.ContextVar[_Trace | None] = contextvars.ContextVar("shardtypes.kernel_layouts", default=None)
+# A kernel body traced with tracking off: nothing is recorded, and varying axes are not compared
+# (without the record of what the kernel gathered they would reject gathered values).
+_OFF = _Trace("")
 
 
 @contextlib.contextmanager
 def tracking(kernel: str) -> Iterator[None]:
     """Layouts are tracked inside: one trace of kernel ``kernel``'s body."""
     if not ENABLED or not checks_on():
-        token = _TRACE.set(None)  # an outer kernel's table is not this body's
+        token = _TRACE.set(_OFF)  # an outer kernel's table is not this body's
         try:
             yield
         finally:
@@ -116,23 +119,27 @@ def in_op() -> bool:
 
 
 def gathered(axes: Any) -> None:
-    trace = _TRACE.get()
+    trace = _active()
     if trace is not None:
         trace.gathered.update(axes)
 
 
-def gathered_axes() -> frozenset:
+def vma_exempt() -> frozenset | None:
+    """The manual axes whose varying says nothing here (gathered by ops.all_gather in this
+    kernel trace), or None where varying axes are not compared at all (tracking off)."""
     trace = _TRACE.get()
+    if trace is _OFF:
+        return None
     return frozenset(trace.gathered) if trace is not None else frozenset()
 
 
-def kernel_name() -> str | None:
+def _active() -> _Trace | None:
     trace = _TRACE.get()
-    return trace.kernel if trace is not None else None
+    return None if trace is _OFF else trace
 
 
 def known(value: Any) -> Known | None:
-    trace = _TRACE.get()
+    trace = _active()
     if trace is None:
         return None
     entry = trace.entries.get(id(value))
@@ -140,7 +147,7 @@ def known(value: Any) -> Known | None:
 
 
 def record(value: Any, layout: Layout, origin: str, owed: frozenset = frozenset(), owed_by: str = "") -> None:
-    trace = _TRACE.get()
+    trace = _active()
     if trace is not None and isinstance(value, jax.Array):
         trace.entries[id(value)] = Known(value, tuple(layout), origin, frozenset(owed), owed_by)
 
@@ -153,7 +160,7 @@ def record_checked(value: Any, expected: Layout, context: Callable[[], str]) -> 
     """A value checked against an annotation whose layout is ``expected``: a known value must be
     laid out so and owe no sum (else ``Mismatch``); an unknown one is known from now on.
     Returns the value's entry from before the check (None if it was unknown)."""
-    trace = _TRACE.get()
+    trace = _active()
     if trace is None or not isinstance(value, jax.Array):
         return None
     entry = trace.entries.get(id(value))
@@ -192,7 +199,7 @@ def operand(op_call: str, what: str, value: Any, spec: ShapeSpec, op: str) -> fr
     entry = known(value)
     if entry is None:
         return frozenset()
-    trace = _TRACE.get()
+    trace = _active()
     head = f"in kernel {trace.kernel}(), {op_call}" if trace is not None else op_call
     if entry.owed and op not in REDUCERS:
         raise TypeCheckError(
@@ -215,7 +222,7 @@ def operand(op_call: str, what: str, value: Any, spec: ShapeSpec, op: str) -> fr
 def op_operand(op: str, spec_text: Any, what: str, value: Any, spec: ShapeSpec) -> Known | None:
     """``operand`` for op ``op`` called with ``spec_text``; the operand's entry (None if
     unknown)."""
-    if _TRACE.get() is None:
+    if _active() is None:
         return None
     operand(f"shardtypes.ops.{op}({spec_text!r})", what, value, spec, op)
     return known(value)
@@ -231,7 +238,7 @@ def still_owed(entry: Known | None, paid: Any) -> tuple[frozenset, str]:
 def op_result(op: str, spec_text: Any, value: Any, spec: ShapeSpec, owed: frozenset = frozenset(),
               owed_by: str = "") -> None:
     """Records an op's result as laid out by ``spec``, owing a sum over ``owed``."""
-    if _TRACE.get() is None or not isinstance(value, jax.Array):
+    if _active() is None or not isinstance(value, jax.Array):
         return
     call = f"shardtypes.ops.{op}({spec_text!r})"
     record(value, layout_of(spec, value.ndim), f"the result of {call}", owed, owed_by or call)
