@@ -21,10 +21,11 @@ import jax.numpy as jnp
 from typeguard import TypeCheckError
 
 from ._check import check_value
-from ._describe import Mismatch, describe
+from ._describe import Mismatch, axis_hint, describe
 from ._dims import _TABLE, Table
 from ._dtypes import anydtype
-from ._kernel_layouts import op_check
+from ._kernel_layouts import op_check, with_op_context
+from ._rules import AxisRulesError
 from ._rule_resolution import layout as rules_layout
 from ._shape import FIXED, NAMED, DimSpec, ShapeSpec, ShapeSpecError
 
@@ -77,13 +78,16 @@ def own_table(op: _Op) -> _Op:
 
     @functools.wraps(op)
     def wrapper(*args, **kwargs):
-        if _TABLE.get() is not None:
-            return op(*args, **kwargs)
-        token = _TABLE.set(Table())
         try:
-            return op(*args, **kwargs)
-        finally:
-            _TABLE.reset(token)
+            if _TABLE.get() is not None:
+                return op(*args, **kwargs)
+            token = _TABLE.set(Table())
+            try:
+                return op(*args, **kwargs)
+            finally:
+                _TABLE.reset(token)
+        except AxisRulesError as e:  # the rules could not place a logical name of the spec
+            raise with_op_context(e, op.__name__, args[0] if args else kwargs.get("spec")) from None
 
     return cast(_Op, wrapper)
 
@@ -178,7 +182,8 @@ def manual(op: str, spec_text: Any, names: tuple[str, ...], where: str) -> dict[
     for name in names:
         if name not in mesh.axis_names:
             known = ", ".join(repr(a) for a in mesh.axis_names)
-            raise ValueError(f"{head}: mesh axis {name!r} is not in the mesh (its axes: {known})")
+            raise ValueError(f"{head}: mesh axis {name!r} is not in the mesh (its axes: {known})"
+                             f"{axis_hint([name], mesh.axis_names)}")
         if name not in here:
             manual_ = ", ".join(repr(a) for a in here)
             raise ValueError(f"{head}: mesh axis {name!r} is not manual in this shard_map (manual "

@@ -293,3 +293,10 @@ def einsum_owed(spec_text: str, inputs: tuple[ShapeSpec, ...], output: ShapeSpec
                     "out alike everywhere in an einsum (move mesh axes with the collectives)")
     out = {d.shape for d in output.dims}
     return frozenset(a for name, (_, axes) in seen.items() if name not in out for a in axes)
+
+
+def with_op_context(error: Exception, op: str, spec_text: Any) -> Exception:
+    """``error`` (an AxisRulesError from an op's spec string) saying the kernel, op and spec."""
+    trace = _active()
+    where = f"in kernel {trace.kernel}(), " if trace is not None else ""
+    return type(error)(f"{where}shardtypes.ops.{op}({spec_text!r}): the spec string's {error}")

@@ -27,6 +27,7 @@ from ._decorator import _typechecked
 from ._dims import scope
 from ._hints import resolve_hints
 from ._kernel_layouts import tracking
+from ._kernel_params import bare_array_annotation, check_kernel, check_static, conform_specs
 from ._mesh import no_mesh_error
 from ._trees import tree_info
 from ._containers import _has_member
@@ -111,6 +112,7 @@ def _typed_shard_map(f: Callable[_P, _R], mesh: Mesh | AbstractMesh | None, axis
                      check_vma: bool | None, scope_vars: dict[str, Any]) -> Callable[_P, _R]:
     if not callable(f):
         raise TypeError(f"typed_shard_map expects a function, got {f!r}")
+    check_kernel(inspect.unwrap(f), getattr(f, "__qualname__", repr(f)))
     if getattr(f, "__shardtypes_scope__", False):
         # typed_shard_map(scope(f)): the kernel's checks, outside and inside, get a fresh table.
         return scope(_typed_shard_map(getattr(f, "__wrapped__"), mesh, axis_names, check_vma, scope_vars))
@@ -171,6 +173,7 @@ class _TypedShardMap:
                     f"typed_shard_map: {self.name} has {stars}{p.name}; annotate each array "
                     "parameter instead"
                 )
+            bare_array_annotation(hints.get(p.name), f'argument "{p.name}"', self.name)
             spec = self._specs_of(hints.get(p.name), f'argument "{p.name}"', static_ok=True)
             if spec is not None:
                 arrays.append(p.name)
@@ -242,6 +245,7 @@ class _TypedShardMap:
             bound.apply_defaults()
             values = bound.arguments
             static = {n: v for n, v in values.items() if n not in array_names}
+            check_static(static, state.name)
 
             def mapped(*arrays):
                 given = dict(static)
@@ -252,6 +256,7 @@ class _TypedShardMap:
                     return body(*positional, **given)
 
             in_specs, out_specs = state.specs()
+            in_specs = conform_specs(in_specs, [values[n] for n in array_names], array_names, state.name)
             options: dict = {"in_specs": in_specs, "out_specs": out_specs}
             if state.mesh is not None:
                 options["mesh"] = state.mesh

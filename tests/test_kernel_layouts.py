@@ -275,3 +275,94 @@ def test_verify_reports_a_same_size_swap_with_op_and_operand():
     report = verify(typed_shard_map(returns_partial, check_vma=False), {"embed": 64, "mlp": 64})
     (problem,) = report.problems
     assert "partial sum still owing a sum over mesh axis 'mlp'" in str(problem)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels never crash raw (item 6), and rules errors inside collectives keep their context (7).
+
+
+def bare_array(x: f32[b"B/d M"], w: jax.Array) -> f32[b"B/d M"]:
+    return x * w.sum()
+
+
+def generator_kernel(x: f32[b"B/d M"]) -> f32[b"B/d M"]:
+    yield x
+
+
+def static_scale(x: f32[b"B/d M"], scale) -> f32[b"B/d M"]:
+    return x * scale
+
+
+@pytree_dataclass
+class Layer:
+    w: f32[b"M F/t"]
+
+
+from shardtypes import Array, AxisRules, axis_rules  # noqa: E402
+
+
+@typechecked
+def first_layer(layer: Layer) -> f32[b"M F/t"]:
+    return layer.w
+
+
+def over_layers(layers: Array["layers", Layer]) -> f32[b"M F/t"]:
+    return first_layer(jax.tree.map(lambda a: a[0], layers))  # a slice, as lax.scan hands it
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_kernels_never_crash_raw(kind):
+    mesh = make_mesh(kind)
+    with jax.set_mesh(mesh):
+        x = put(mesh, np.ones((8, 4), np.float32), "d")
+        with pytest.raises(TypeError, match=r"typed_shard_map: argument \"w\" of bare_array is annotated "
+                           r"jax.Array, which says nothing of its dtype, dims or sharding"):
+            typed_shard_map(bare_array)(x, jnp.ones(3))
+        with pytest.raises(TypeError, match=r"typed_shard_map: argument 'scale' of static_scale is given an "
+                           r"array, but its annotation has no array type in it"):
+            typed_shard_map(static_scale)(x, jnp.ones(()))
+        close(typed_shard_map(static_scale)(x, 2.0), 2 * np.ones((8, 4)))
+        stack = Layer(put(mesh, np.ones((3, 4, 6), np.float32), None, None, "t"))
+        close(jax.jit(typed_shard_map(over_layers))(stack), np.ones((4, 6)))
+    with pytest.raises(TypeError, match="typed_shard_map: generator_kernel is a generator function; a kernel "
+                       "must return its arrays"):
+        typed_shard_map(generator_kernel)
+
+
+def typo_in_spec(x: f32[b"B/batch M/embed"]) -> f32[b"B/batch M"]:
+    return ops.all_gather("B/batch M/embd -> B/batch M", x)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_typo_in_an_ops_spec_names_kernel_op_and_closest_name(kind):
+    from shardtypes import AxisRulesError
+
+    mesh = make_mesh(kind)
+    rules = AxisRules([("batch", "d"), ("embed", "t")])
+    with jax.set_mesh(mesh), axis_rules(rules):
+        x = put(mesh, np.ones((8, 4), np.float32), "d", "t")
+        with pytest.raises(AxisRulesError, match=(
+                r"in kernel typo_in_spec\(\), shardtypes.ops.all_gather\('B/batch M/embd -> B/batch M'\): "
+                r"the spec string's dim 1 'M/embd': logical axis 'embd' has no rule .*; did you mean 'embed'\?")):
+            typed_shard_map(typo_in_spec, check_vma=False)(x)
+
+
+def test_no_rule_and_unknown_mesh_axis_messages_offer_the_closest_name():
+    from shardtypes import AxisRulesError, make_partition_specs, make_shardings
+
+    mesh = make_mesh("explicit", (4, 2), ("data", "model"))
+    with axis_rules(AxisRules([("embed", "model")])):
+        with pytest.raises(AxisRulesError, match=r"logical axis 'embd' has no rule.*did you mean 'embed'\?"):
+            make_partition_specs(f32[b"B M/embd"])
+    with axis_rules(AxisRules([("embed", "modle")])):
+        with pytest.raises(AxisRulesError, match=r"names mesh axis 'modle'.*did you mean 'model'\?"):
+            make_shardings(f32[b"B M/embed"], mesh)
+
+    def gather_over(x: f32[b"B/data M/model"]) -> f32[b"B/data M/model"]:
+        ops.all_gather("B/data M/modle -> B/data M", x)
+        return x
+
+    with jax.set_mesh(mesh), pytest.raises(ValueError, match=(
+            r"shardtypes.ops.all_gather\('B/data M/modle -> B/data M'\): the spec: mesh axis 'modle' is not "
+            r"in the mesh.*did you mean 'model'\?")):
+        typed_shard_map(gather_over, check_vma=False)(put(mesh, np.ones((8, 4), np.float32), "data", "model"))
