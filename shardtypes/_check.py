@@ -324,7 +324,9 @@ def _varying_axes_named(aval, expected) -> None:
     ``ops.all_gather`` are left out: JAX types a gathered value as varying over them although it
     is the same on every device."""
     exempt = vma_exempt()
-    varying = varying_axes(aval) if exempt is not None else frozenset()
+    if exempt is None:  # a kernel traced with tracking off
+        return
+    varying = varying_axes(aval)
     if not varying:
         return
     named = {a for axes in expected for a in axes}

@@ -86,14 +86,15 @@ def conform_specs(specs: tuple, values: list, names: list, kernel: str) -> tuple
             out.append(spec)
             continue
         value_def = jax.tree.structure(value)
+        count: int = getattr(value_def, "num_leaves")
         key = (id(spec), value_def)
         found = _CONFORMED.get(key)
         if found is None or found[0] is not spec:
             leaves = jax.tree.leaves(spec, is_leaf=_is_spec)
-            if value_def.num_leaves != len(leaves):
+            if count != len(leaves):
                 spec_def = jax.tree.structure(spec, is_leaf=_is_spec)
                 raise TypeError(
-                    f"typed_shard_map: argument {pname!r} of {kernel} has {value_def.num_leaves} "
+                    f"typed_shard_map: argument {pname!r} of {kernel} has {count} "
                     f"array leaves ({value_def}), but its annotation has {len(leaves)} ({spec_def})"
                 )
             if len(_CONFORMED) > 256:
