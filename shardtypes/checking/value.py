@@ -40,6 +40,8 @@ from ..context.rules import _ACTIVE as _ACTIVE_RULES
 from ..language.shape import BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec
 from .sharding import _expected_layout, _missing_axes, _named_sharding_problem, _unnamed_sharding_problem
 from ..language.sizes import evaluate, size_equal
+from .kernel_layouts import in_op, record_checked, vma_exempt
+from ..context.compat import varying_axes
 
 __all__ = ["check_value"]
 
@@ -281,6 +283,8 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
         if missing:
             raise Mismatch(_missing_axes_problem(missing, mesh.axis_names, "the mesh"))
 
+    # Inside a shard_map: a value whose layout the kernel knows is compared first (_kernel_layouts).
+    unknown = manual and not in_op() and record_checked(value, expected, context) is None
     if manual:
         # A local shard: scale each dim by the Manual axes it is annotated with.
         shape = tuple(
@@ -288,6 +292,8 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
             for size, axes in zip(shape, expected)
         )
     new = _match_sizes(shape, spec, table)
+    if unknown:
+        _varying_axes_named(aval, expected)
 
     if mesh.empty:
         if config.auto_sharding_check == "compile" and COMPILE_TIME_CHECKS.get():
@@ -308,3 +314,30 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
         _check_at_compile_time(value, spec, ndim, manual, context, expected, sizes)
     return new
 
+
+
+def _varying_axes_named(aval, expected) -> None:
+    """Inside a shard_map body, a value whose layout the kernel does not know must vary over no
+    manual axis its annotation does not name (``jax.typeof(x)``'s varying axes, tracked by JAX
+    under check_vma): one that does is split, or a partial sum, over that axis, not replicated
+    over it as annotated. Inside a ``typed_shard_map`` kernel, axes it gathered with
+    ``ops.all_gather`` are left out: JAX types a gathered value as varying over them although it
+    is the same on every device."""
+    exempt = vma_exempt()
+    if exempt is None:  # a kernel traced with tracking off
+        return
+    varying = varying_axes(aval)
+    if not varying:
+        return
+    named = {a for axes in expected for a in axes}
+    extra = sorted(varying - named - exempt)
+    if extra:
+        axes = ", ".join(repr(a) for a in extra)
+        raise Mismatch(
+            f"it varies over manual mesh {'axes' if len(extra) > 1 else 'axis'} {axes} "
+            f"(jax.typeof gives {aval}), which the annotation does not name: the block is split "
+            f"(or is a partial sum) over {axes}, not replicated over it as {_fmt_layout(expected)} "
+            "says. (A value that is the same on every device but typed varying, as "
+            "jax.lax.all_gather's result is, passes once gathered with shardtypes.ops.all_gather "
+            "in a typed_shard_map kernel or with jax.lax.all_gather(..., to='invarying') on JAX 0.10+)"
+        )

@@ -4,7 +4,8 @@ shardtypes supports JAX from ``OLDEST_JAX`` to the newest release; ``.ci/run`` r
 suite on both ends. Everything that depends on the version lives here, so the rest of the package
 is written against one API.
 
-Today one thing differs: a value that is part of ``jax.jit``'s cache key
+Two things differ. The varying manual axes of a value inside ``shard_map`` (``varying_axes``):
+``jax.typeof(x).vma`` on JAX 0.9, ``jax.typeof(x).mat.varying`` from 0.10. And a value that is part of ``jax.jit``'s cache key
 (``jax.make_user_context``). JAX 0.10 can set its process-wide value (``set_global``); older
 JAX can only set it inside a ``with`` block. There, a process-wide setting that tracing depends
 on (``shardtypes.config``) empties jit's caches when it changes (``jax.clear_caches``), so no
@@ -18,7 +19,7 @@ from typing import Any
 
 import jax
 
-__all__ = ["OLDEST_JAX", "JitKey", "jax_version"]
+__all__ = ["OLDEST_JAX", "JitKey", "jax_version", "varying_axes"]
 
 OLDEST_JAX = "0.9.2"
 
@@ -66,3 +67,22 @@ class JitKey:
         else:
             jax.clear_caches()
         self._global = value
+
+
+def _varying_0_10(aval: Any) -> frozenset:
+    mat = getattr(aval, "mat", None)
+    return frozenset(mat.varying) if mat is not None else frozenset()
+
+
+def _varying_0_9(aval: Any) -> frozenset:
+    return frozenset(getattr(aval, "vma", None) or ())
+
+
+_VARYING = _varying_0_10 if jax_version() >= (0, 10) else _varying_0_9
+
+
+def varying_axes(aval: Any) -> frozenset:
+    """The manual mesh axes a value inside ``shard_map`` varies over (``{V:d}`` in
+    ``jax.typeof(x)``), from its aval; empty where JAX does not track them (``check_vma=False``,
+    outside ``shard_map``)."""
+    return _VARYING(aval)

@@ -143,7 +143,7 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
             if unknown:
                 refuse(slot, text, rules.on_unknown_axis,
                        f"rule {logical!r} -> {_fmt_target(target)} names mesh axis {unknown[0]!r}, "
-                       f"which the mesh does not have (axes: {tuple(mesh or ())})")
+                       f"which the mesh does not have (axes: {tuple(mesh or ())}){_closest(unknown[0], mesh or ())}")
                 continue
             taken = [a for a in target if a in used]
             if taken:
@@ -175,7 +175,7 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
             if rules.on_missing == "error":
                 raise AxisRulesError(
                     f"dim {i} {text!r}: logical axis {logical!r} has no rule in {label} "
-                    f"(rules exist for {sorted(table)}){chosen}"
+                    f"(rules exist for {sorted(table)}){_closest(logical, table)}{chosen}"
                 )
             notes[i].append(f"{logical}: no rule, replicated (on_missing='replicate')")
             continue
@@ -196,3 +196,11 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
             dim_notes.insert(0, mode_note)
         story.append(DimChoice(i, str(dim), axes, tuple(dim_notes)))
     return tuple(result), tuple(story)
+
+
+def _closest(name: str, names) -> str:
+    """``; did you mean 'embed'?`` when one of ``names`` is close to ``name`` (a typo)."""
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""

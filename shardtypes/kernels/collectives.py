@@ -21,7 +21,9 @@ import jax.numpy as jnp
 from typeguard import TypeCheckError
 
 from ..checking.value import check_value
-from ..model.describe import Mismatch, describe
+from ..model.describe import Mismatch, axis_hint, describe
+from ..checking.kernel_layouts import op_check, with_op_context
+from ..context.rules import AxisRulesError
 from ..context.tables import _TABLE, Table
 from ..model.annotations import anydtype
 from ..context.rule_resolution import layout as rules_layout
@@ -41,8 +43,9 @@ def check(op: str, spec_text: Any, what: str, spec: ShapeSpec, value: Any, dtype
     """Checks ``value`` (the op's ``what``) against ``dtype[spec]`` and binds its new dims."""
     table = _TABLE.get()
     try:
-        new = check_value(value, dtype, spec, table if table is not None else Table(),
-                          lambda: f"{what} of shardtypes.ops.{op}({spec_text!r})")
+        with op_check():  # the op compares layouts itself (_kernel_layouts)
+            new = check_value(value, dtype, spec, table if table is not None else Table(),
+                              lambda: f"{what} of shardtypes.ops.{op}({spec_text!r})")
     except Mismatch as m:
         raise TypeCheckError(
             f"{_caller()}{call(op, spec_text)}: {what} is not {str(spec)!r}: "
@@ -75,13 +78,16 @@ def own_table(op: _Op) -> _Op:
 
     @functools.wraps(op)
     def wrapper(*args, **kwargs):
-        if _TABLE.get() is not None:
-            return op(*args, **kwargs)
-        token = _TABLE.set(Table())
         try:
-            return op(*args, **kwargs)
-        finally:
-            _TABLE.reset(token)
+            if _TABLE.get() is not None:
+                return op(*args, **kwargs)
+            token = _TABLE.set(Table())
+            try:
+                return op(*args, **kwargs)
+            finally:
+                _TABLE.reset(token)
+        except AxisRulesError as e:  # the rules could not place a logical name of the spec
+            raise with_op_context(e, op.__name__, args[0] if args else kwargs.get("spec")) from None
 
     return cast(_Op, wrapper)
 
@@ -176,7 +182,8 @@ def manual(op: str, spec_text: Any, names: tuple[str, ...], where: str) -> dict[
     for name in names:
         if name not in mesh.axis_names:
             known = ", ".join(repr(a) for a in mesh.axis_names)
-            raise ValueError(f"{head}: mesh axis {name!r} is not in the mesh (its axes: {known})")
+            raise ValueError(f"{head}: mesh axis {name!r} is not in the mesh (its axes: {known})"
+                             f"{axis_hint([name], mesh.axis_names)}")
         if name not in here:
             manual_ = ", ".join(repr(a) for a in here)
             raise ValueError(f"{head}: mesh axis {name!r} is not manual in this shard_map (manual "

@@ -32,6 +32,8 @@ from ..model.forms import holds_shardtypes
 from ..context.rules import axis_rules, current_rules
 from ..language.shape import axes_entry, entry_axes
 from ..layout.specs import make_partition_specs
+from ..checking.kernel_layouts import tracking
+from .params import bare_array_annotation, check_kernel, check_static, conform_specs
 
 __all__ = ["typed_shard_map"]
 
@@ -110,6 +112,7 @@ def _typed_shard_map(f: Callable[_P, _R], mesh: Mesh | AbstractMesh | None, axis
                      check_vma: bool | None, scope_vars: dict[str, Any]) -> Callable[_P, _R]:
     if not callable(f):
         raise TypeError(f"typed_shard_map expects a function, got {f!r}")
+    check_kernel(inspect.unwrap(f), getattr(f, "__qualname__", repr(f)))
     if getattr(f, "__shardtypes_scope__", False):
         # typed_shard_map(scope(f)): the kernel's checks, outside and inside, get a fresh table.
         return scope(_typed_shard_map(getattr(f, "__wrapped__"), mesh, axis_names, check_vma, scope_vars))
@@ -170,6 +173,7 @@ class _TypedShardMap:
                     f"typed_shard_map: {self.name} has {stars}{p.name}; annotate each array "
                     "parameter instead"
                 )
+            bare_array_annotation(hints.get(p.name), f'argument "{p.name}"', self.name)
             spec = self._specs_of(hints.get(p.name), f'argument "{p.name}"', static_ok=True)
             if spec is not None:
                 arrays.append(p.name)
@@ -241,15 +245,18 @@ class _TypedShardMap:
             bound.apply_defaults()
             values = bound.arguments
             static = {n: v for n, v in values.items() if n not in array_names}
+            check_static(static, state.name)
 
             def mapped(*arrays):
                 given = dict(static)
                 given.update(zip(array_names, arrays))
                 positional = [given.pop(p.name) for p in parameters
                               if p.kind is inspect.Parameter.POSITIONAL_ONLY]
-                return body(*positional, **given)
+                with tracking(state.name):  # layouts follow values through this trace
+                    return body(*positional, **given)
 
             in_specs, out_specs = state.specs()
+            in_specs = conform_specs(in_specs, [values[n] for n in array_names], array_names, state.name)
             options: dict = {"in_specs": in_specs, "out_specs": out_specs}
             if state.mesh is not None:
                 options["mesh"] = state.mesh

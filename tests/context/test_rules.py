@@ -257,7 +257,7 @@ def test_unknown_mesh_axis_is_an_error():
         assert make_partition_specs(f32[b"x/a y/b"]) == P("data", "modle")
     assert str(info.value) == (
         "the annotation (f32[b'x/a y/b']): dim 1 'y/b': rule 'b' -> 'modle' names mesh axis 'modle', "
-        "which the mesh does not have (axes: ('data', 'fsdp', 'model'))"
+        "which the mesh does not have (axes: ('data', 'fsdp', 'model')); did you mean 'model'?"
     )
     # Dropped: a later rule for the name is used, or the dim is replicated.
     with axis_rules(AxisRules([("a", "data"), ("b", "modle"), ("b", "model")], on_unknown_axis="drop")):

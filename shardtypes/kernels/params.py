@@ -1,0 +1,104 @@
+"""What ``typed_shard_map`` checks of a kernel and its parameters before JAX sees them, so that a
+kernel never fails with JAX's own error about shardtypes' input:
+
+* a generator (or async) function cannot be a kernel: a kernel returns its arrays;
+* a parameter annotated with a bare array type (``jax.Array``, ``numpy.ndarray``) gives no
+  ``in_specs``: its annotation must say dtype, dims and sharding;
+* an array passed to a parameter that takes static values (unannotated, or annotated with no
+  array type) would be closed over by the mapped function, unchecked;
+* a dataclass argument whose annotation is a stacked class (``Array['layers', Layer]``) is a
+  ``Layer`` value: its ``in_specs`` are laid out in the value's own tree structure.
+
+Imports: JAX and the annotation model only.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import PartitionSpec
+
+__all__ = ["check_kernel", "bare_array_annotation", "check_static", "conform_specs"]
+
+_BARE = (jax.Array, np.ndarray)
+_NAMES = {jax.Array: "jax.Array", np.ndarray: "numpy.ndarray"}
+
+
+def check_kernel(f: Any, name: str) -> None:
+    """A kernel must be a plain function that returns its arrays."""
+    kind = ("a generator function" if inspect.isgeneratorfunction(f)
+            else "an async generator function" if inspect.isasyncgenfunction(f)
+            else "a coroutine function" if inspect.iscoroutinefunction(f) else None)
+    if kind is not None:
+        raise TypeError(f"typed_shard_map: {name} is {kind}; a kernel must return its arrays "
+                        "(jax.shard_map traces it once and maps what it returns)")
+
+
+def bare_array_annotation(annotation: Any, what: str, name: str) -> None:
+    """A parameter annotated ``jax.Array`` (or ``numpy.ndarray``) alone: no layout to map it by."""
+    if annotation in _BARE:
+        raise TypeError(
+            f"typed_shard_map: {what} of {name} is annotated {_NAMES[annotation]}, "
+            "which says nothing of its dtype, dims or sharding, so no in_specs can come from it; "
+            "annotate it with them, as f32[b'batch/d embed'] (or f32[jax.Array, b'batch/d embed'])"
+        )
+
+
+def check_static(static: dict, name: str) -> None:
+    """Static parameters are closed over by the mapped function: an array there would enter the
+    kernel unchecked (and on Explicit axes JAX refuses to close over it)."""
+    for pname, value in static.items():
+        if isinstance(value, jax.Array) or any(isinstance(v, jax.Array) for v in _leaves(value)):
+            raise TypeError(
+                f"typed_shard_map: argument {pname!r} of {name} is given an array, but its "
+                "annotation has no array type in it, so it is a static parameter that the kernel "
+                "would close over unchecked; annotate it with its dtype, dims and sharding "
+                "(f32[b'batch/d embed'])"
+            )
+
+
+def _leaves(value: Any) -> list:
+    if isinstance(value, (list, tuple, dict)) and value:
+        try:
+            return jax.tree.leaves(value)
+        except Exception:
+            return []
+    return []
+
+
+def _is_spec(x: Any) -> bool:
+    return isinstance(x, PartitionSpec)
+
+
+_CONFORMED: dict = {}  # (id(spec), value treedef) -> (spec, spec in the value's structure)
+
+
+def conform_specs(specs: tuple, values: list, names: list, kernel: str) -> tuple:
+    """``specs`` (one tree per array parameter), each in its value's tree structure where only
+    the node types differ (a stacked class's specs for a value of the unstacked class: JAX's
+    treedefs compare equal, but shard_map's prefix check compares node types)."""
+    out = []
+    for spec, value, pname in zip(specs, values, names):
+        if _is_spec(spec):
+            out.append(spec)
+            continue
+        value_def = jax.tree.structure(value)
+        count: int = getattr(value_def, "num_leaves")
+        key = (id(spec), value_def)
+        found = _CONFORMED.get(key)
+        if found is None or found[0] is not spec:
+            leaves = jax.tree.leaves(spec, is_leaf=_is_spec)
+            if count != len(leaves):
+                spec_def = jax.tree.structure(spec, is_leaf=_is_spec)
+                raise TypeError(
+                    f"typed_shard_map: argument {pname!r} of {kernel} has {count} "
+                    f"array leaves ({value_def}), but its annotation has {len(leaves)} ({spec_def})"
+                )
+            if len(_CONFORMED) > 256:
+                _CONFORMED.clear()
+            found = _CONFORMED[key] = (spec, jax.tree.unflatten(value_def, leaves))
+        out.append(found[1])
+    return tuple(out)
