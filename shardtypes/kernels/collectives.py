@@ -103,10 +103,10 @@ def _arrow(op: str, text: str, n_inputs: int) -> tuple[tuple[ShapeSpec, ...], Sh
     if text.count("->") != 1:
         raise ShapeSpecError(text, f"shardtypes.ops.{op} wants 'inputs -> output', as in 'B/d M -> B M'")
     lhs, rhs = text.split("->")
-    inputs = tuple(ShapeSpec.parse(part.strip()) for part in lhs.split(","))
+    inputs = tuple(parse(op, part.strip()) for part in lhs.split(","))
     if len(inputs) != n_inputs:
         raise ShapeSpecError(text, f"shardtypes.ops.{op} takes {n_inputs} input spec(s), found {len(inputs)}")
-    return inputs, ShapeSpec.parse(rhs.strip())
+    return inputs, parse(op, rhs.strip())
 
 
 def single(op: str, text: Any, example: str) -> ShapeSpec:
@@ -116,7 +116,15 @@ def single(op: str, text: Any, example: str) -> ShapeSpec:
                                    f"not a {type(text).__name__}")
     if (text.decode("utf-8", "replace") if isinstance(text, bytes) else text).count("->"):
         raise ShapeSpecError(text, f"shardtypes.ops.{op} keeps the layout: write one shape, as in {example}")
-    return ShapeSpec.parse(text)
+    return parse(op, text)
+
+
+def parse(op: str, text: str | bytes) -> ShapeSpec:
+    """``ShapeSpec.parse(text)``, its error naming the op the spec was given to."""
+    try:
+        return ShapeSpec.parse(text)
+    except ShapeSpecError as e:
+        raise ShapeSpecError(e.spec, f"shardtypes.ops.{op}: {e.problem}", e.span) from None
 
 
 def same_dims(op: str, text: str, a: ShapeSpec, b: ShapeSpec) -> None:
