@@ -261,10 +261,12 @@ def _where(plain: str, e: ShapeSpecError) -> str:
     """``e``'s problem, saying which part of the spec it is in."""
     lhs, _, rhs = plain.partition("->")
     parts = [p.strip() for p in lhs.split(",")] + [rhs.strip()]
+    head = "shardtypes.ops.index_unreduced: "
+    problem = e.problem.removeprefix(head)
     for side, part in zip(("the table", "the ids", "the output"), parts[:2] + parts[-1:]):
         if e.spec == part:
-            return f"in {side}: {e.problem}"
-    return e.problem
+            return f"{head}in {side}: {problem}"
+    return head + problem
 
 
 def _validate_index_dims(text: str, spec: IndexSpec) -> None:
