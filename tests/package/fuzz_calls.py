@@ -169,12 +169,14 @@ def layout_calls(draw: Any) -> Any:
         "make_global_array": (lambda: make_global_array(np.zeros((8, 4), np.float32), a, shape, m), f"make_global_array(np.zeros((8, 4)), {t}, {shape!r}, {m!r})"),
     }
     fn, text = calls[which]
+    if which == "shard" and PENDING["shard_abstract_mesh"] and isinstance(m, jax.sharding.AbstractMesh):
+        m = mesh("explicit")
     if which == "shard" and PENDING["plain_dataclass"] and ann.text == "PlainLayer":
         a, t = Layer, "Layer"
     jitted = None
-    if which == "shard" and isinstance(a, type) and v.jittable and not isinstance(m, (str, int, dict, list, type(None))) and isinstance(m, jax.sharding.Mesh):
+    if which == "shard" and not PENDING["shard_under_jit_without_set_mesh"] and isinstance(a, type) and v.jittable and not isinstance(m, (str, int, dict, list, type(None))) and isinstance(m, jax.sharding.Mesh):
         jitted = lambda: jitted_shard(a, m)(v.value)  # noqa: E731
-    return call(which, text, fn, t, "the annotation", "dims[", "mesh", "names", "spec", jitted=jitted)
+    return call(which, text, fn, t, repr(a), "the annotation", "dims[", "mesh", "names", "spec", jitted=jitted)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -228,3 +228,24 @@ def test_pending_shard_plain_dataclass() -> None:
     mesh = jax.make_mesh((4, 2), ("d", "t"))
     with pytest.raises((TypeError, ValueError), match="shard"):
         shard(jnp.zeros(()), Plain, mesh)
+
+
+@pytest.mark.xfail(strict=True, reason="found by the fuzzer: shard() on an AbstractMesh raises JAX's error")
+def test_pending_shard_on_an_abstract_mesh_names_shard() -> None:
+    from jax.sharding import AbstractMesh
+
+    from shardtypes import anydtype, shard
+
+    with pytest.raises((TypeError, ValueError), match="^shard: "):
+        shard(jnp.zeros((8,)), anydtype[b"a/d"], AbstractMesh((4, 2), ("d", "t")))
+
+
+@pytest.mark.xfail(strict=True, reason="found by the fuzzer: shard() under jit without jax.set_mesh raises JAX's error")
+def test_pending_shard_under_jit_without_set_mesh() -> None:
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from shardtypes import anydtype, shard
+
+    mesh = jax.make_mesh((4, 2), ("d", "t"))
+    x = jax.device_put(jnp.zeros(()), NamedSharding(mesh, P()))
+    jax.jit(lambda v: shard(v, anydtype[b""], mesh))(x)
