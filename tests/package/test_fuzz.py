@@ -27,7 +27,7 @@ A CI run makes about 5,200 calls (see ``_DEFAULT_TOTAL``). For a long run, set
 
 Every failure the fuzzer finds becomes a catalogue entry (test_catalogue.py) once fixed; a
 failure that belongs to another item of issue 19 is pinned below as a strict xfail and kept out of
-the generated cases by a switch in ``PENDING`` until its fix lands.
+the generated cases by a switch in ``PENDING`` (fuzz_strategies.py) until its fix lands.
 """
 
 from __future__ import annotations
