@@ -105,6 +105,15 @@ class Config:
         self._auto = mode
         self._publish()
 
+    def __setattr__(self, name: str, value: object) -> None:
+        # A typo (config.check = False) must not pass as a no-op or an anonymous AttributeError.
+        if name not in ("checks", "auto_sharding_check", "_auto", "_checks"):
+            raise AttributeError(
+                f"shardtypes.config has no setting {name!r}: the settings are 'checks' and "
+                "'auto_sharding_check'"
+            )
+        object.__setattr__(self, name, value)
+
     def _publish(self) -> None:
         _JIT_STATE.set_global((self._checks, self._auto))
 

@@ -10,8 +10,7 @@ from jax.sharding import NamedSharding
 from ..context.tables import Scope
 from ..model.forms import item_annotation, variable_annotation
 from ..model.hints import resolve_hints
-from ..context.mesh import current_mesh
-from ..layout.specs import make_partition_specs
+from ..layout.specs import make_partition_specs, mesh_arg
 from typeguard import TypeCheckError
 
 __all__ = ["annotations", "partition_specs", "shardings", "check"]
@@ -31,6 +30,7 @@ def annotations(model: Any, *filters: Any) -> Any:
     nnx = _nnx()
     if not isinstance(model, nnx.Module):
         raise TypeError(f"shardtypes.nnx: model must be an nnx.Module, got {type(model).__qualname__}")
+    _check_filters(filters, "filters")
     state = nnx.state(model, *filters)
     found = {}
     missing = []
@@ -49,6 +49,21 @@ def annotations(model: Any, *filters: Any) -> Any:
     return jax.tree_util.tree_map_with_path(lambda path, _: found[path], state)
 
 
+def _check_filters(filters: Any, where: str) -> None:
+    """The filters ``nnx.state`` takes (Flax's ``filterlib.to_predicate``): a str tag, a type, a
+    bool, ``...``, None, a callable, or a list or tuple of filters. Checked here, since Flax's own
+    message for a bad one fails to format (a ValueError about a format specifier)."""
+    for i, f in enumerate(filters):
+        at = f"{where}[{i}]"
+        if isinstance(f, (list, tuple)):
+            _check_filters(f, at)
+        elif not (isinstance(f, (str, type, bool)) or f is Ellipsis or f is None or callable(f)):
+            raise TypeError(
+                f"shardtypes.nnx: {at} is {f!r} ({type(f).__qualname__}), not an nnx filter: pass a "
+                "Variable type (nnx.Param), a str tag, a predicate, ..., None, or a tuple of them"
+            )
+
+
 def partition_specs(model: Any, *filters: Any) -> Any:
     """An ``nnx.State`` of the PartitionSpec of each variable (``nnx.get_partition_spec``'s
     shape), derived from the annotations on the module classes."""
@@ -58,7 +73,7 @@ def partition_specs(model: Any, *filters: Any) -> Any:
 def shardings(model: Any, mesh: Any = None, *filters: Any) -> Any:
     """An ``nnx.State`` of NamedShardings over ``mesh`` (default: the current one), for
     ``jax.device_put(nnx.state(model, *filters), ...)`` and ``nnx.update``."""
-    mesh = current_mesh(mesh, "shardtypes.nnx.shardings")
+    mesh = mesh_arg(mesh, "shardtypes.nnx.shardings")
     specs = partition_specs(model, *filters)
     return jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
                         is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))

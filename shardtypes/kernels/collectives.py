@@ -109,10 +109,10 @@ def _arrow(op: str, text: str, n_inputs: int) -> tuple[tuple[ShapeSpec, ...], Sh
     if text.count("->") != 1:
         raise ShapeSpecError(text, f"shardtypes.ops.{op} wants 'inputs -> output', as in 'B/d M -> B M'")
     lhs, rhs = text.split("->")
-    inputs = tuple(ShapeSpec.parse(part.strip()) for part in lhs.split(","))
+    inputs = tuple(parse(op, part.strip()) for part in lhs.split(","))
     if len(inputs) != n_inputs:
         raise ShapeSpecError(text, f"shardtypes.ops.{op} takes {n_inputs} input spec(s), found {len(inputs)}")
-    return inputs, ShapeSpec.parse(rhs.strip())
+    return inputs, parse(op, rhs.strip())
 
 
 def single(op: str, text: Any, example: str) -> ShapeSpec:
@@ -122,7 +122,15 @@ def single(op: str, text: Any, example: str) -> ShapeSpec:
                                    f"not a {type(text).__name__}")
     if (text.decode("utf-8", "replace") if isinstance(text, bytes) else text).count("->"):
         raise ShapeSpecError(text, f"shardtypes.ops.{op} keeps the layout: write one shape, as in {example}")
-    return ShapeSpec.parse(text)
+    return parse(op, text)
+
+
+def parse(op: str, text: str | bytes) -> ShapeSpec:
+    """``ShapeSpec.parse(text)``, its error naming the op the spec was given to."""
+    try:
+        return ShapeSpec.parse(text)
+    except ShapeSpecError as e:
+        raise ShapeSpecError(e.spec, f"shardtypes.ops.{op}: {e.problem}", e.span) from None
 
 
 def same_dims(op: str, text: str, a: ShapeSpec, b: ShapeSpec) -> None:
@@ -260,10 +268,12 @@ def _where(plain: str, e: ShapeSpecError) -> str:
     """``e``'s problem, saying which part of the spec it is in."""
     lhs, _, rhs = plain.partition("->")
     parts = [p.strip() for p in lhs.split(",")] + [rhs.strip()]
+    head = "shardtypes.ops.index_unreduced: "
+    problem = e.problem.removeprefix(head)
     for side, part in zip(("the table", "the ids", "the output"), parts[:2] + parts[-1:]):
         if e.spec == part:
-            return f"in {side}: {e.problem}"
-    return e.problem
+            return f"{head}in {side}: {problem}"
+    return head + problem
 
 
 def _validate_index_dims(text: str, spec: IndexSpec) -> None:

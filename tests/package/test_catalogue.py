@@ -179,6 +179,19 @@ def define_pytree(**options: Any) -> type:
     return pytree_dataclass(**options)(C)
 
 
+@functools.cache
+def nnx_block() -> Any:
+    from flax import nnx as flax_nnx
+
+    class Block(flax_nnx.Module):
+        w: flax_nnx.Param[f32[jax.Array, b"embed/d hidden/t"]]
+
+        def __init__(self) -> None:
+            self.w = flax_nnx.Param(jnp.zeros((8, 4)))
+
+    return Block()
+
+
 def init_false_field() -> type:
     @dataclasses.dataclass
     class C:
@@ -610,6 +623,7 @@ case("dims", "argument", lambda: dims(3), TypeError, "dims()")
 case("config", "checks-str", lambda: setattr(config, "checks", "yes"), TypeError, "shardtypes.config.checks must be True or False")
 case("config", "checks-int", lambda: setattr(config, "checks", 1), TypeError, "shardtypes.config.checks must be True or False")
 case("config", "auto-sharding-check", lambda: setattr(config, "auto_sharding_check", "never"), ValueError, "auto_sharding_check must be one of")
+case("config", "unknown-setting", lambda: setattr(config, "check", False), AttributeError, "shardtypes.config has no setting 'check'", "'checks'")
 case("config", "auto-sharding-check-None", lambda: setattr(config, "auto_sharding_check", None), ValueError, "auto_sharding_check must be one of")
 
 case("typed_shard_map", "int", lambda: typed_shard_map(3), TypeError, "typed_shard_map expects a function")
@@ -624,13 +638,19 @@ case("nnx", "annotations-int", lambda: nnx.annotations(3), TypeError, "shardtype
 case("nnx", "partition-specs-None", lambda: nnx.partition_specs(None), TypeError, "shardtypes.nnx: model must be an nnx.Module")
 case("nnx", "shardings-str", lambda: nnx.shardings("model", MESH()), TypeError, "shardtypes.nnx: model must be an nnx.Module")
 case("nnx", "check-list", lambda: nnx.check([1]), TypeError, "shardtypes.nnx: model must be an nnx.Module")
+# Found by the fuzzer (test_fuzz.py):
+case("nnx", "annotations-filter-int", lambda: nnx.annotations(nnx_block(), 3), TypeError, "shardtypes.nnx: filters[0] is 3", "not an nnx filter")
+case("nnx", "check-filter-nested-int", lambda: nnx.check(nnx_block(), (3,)), TypeError, "shardtypes.nnx: filters[0][0] is 3")
+case("nnx", "shardings-mesh-str", lambda: nnx.shardings(nnx_block(), "x"), TypeError, "shardtypes.nnx.shardings: mesh must be a Mesh")
 
 # --- shardtypes.ops ----------------------------------------------------------------------------
 
 case("ops", "all_gather-spec-int", lambda: ops.all_gather(3, X()), ShapeSpecError, "shardtypes.ops.all_gather wants a str spec")
 case("ops", "all_gather-spec-None", lambda: ops.all_gather(None, X()), ShapeSpecError, "shardtypes.ops.all_gather wants a str spec")
 case("ops", "all_gather-no-arrow", lambda: ops.all_gather("a/d", X()), ShapeSpecError, "wants 'inputs -> output'")
-case("ops", "all_gather-bad-dim", lambda: ops.all_gather("a/ -> a", X()), ShapeSpecError, "empty mesh axis name")
+case("ops", "all_gather-bad-dim", lambda: ops.all_gather("a/ -> a", X()), ShapeSpecError, "shardtypes.ops.all_gather: dim 0", "empty mesh axis name")
+case("ops", "all_gather-bracket-dim", lambda: ops.all_gather("[a/d] b -> a b", X()), ShapeSpecError, "shardtypes.ops.all_gather:", "'d]' is not an identifier")
+case("ops", "psum-bad-dim", lambda: ops.psum("a/", X(), "d"), ShapeSpecError, "shardtypes.ops.psum:", "empty mesh axis name")
 case("ops", "all_gather-different-dims", lambda: ops.all_gather("a/d -> b", X()), ShapeSpecError, "same dims")
 case("ops", "all_gather-outside-shard-map", lambda: ops.all_gather("a/d b -> a b", X()), ValueError, "no shard_map is running")
 case("ops", "all_gather-unknown-axis", lambda: in_shard_map(lambda x: ops.all_gather("a/zz -> a", x)), ValueError, "mesh axis 'zz' is not in the mesh")
@@ -721,7 +741,8 @@ def test_bad_input(c: Case) -> None:
         config.checks, config.auto_sharding_check = saved
     error = info.value
     assert isinstance(error, c.expected), f"expected {c.expected}, got {type(error).__name__}: {error}"
-    assert not isinstance(error, RAW), f"a raw {type(error).__name__}: {error}"
+    # AttributeError only where a case expects it: an unknown setting of shardtypes.config
+    assert c.expected is AttributeError or not isinstance(error, RAW), f"a raw {type(error).__name__}: {error}"
     module = type(error).__module__
     assert module.split(".")[0] in ("builtins", "shardtypes", "typeguard", __name__), (
         f"another library's error: {module}.{type(error).__name__}: {error}")
