@@ -53,6 +53,7 @@ from .plans import (
 )
 from .value_trees import (
     Like as Like,
+    annotated_instances as annotated_instances,
     holds_annotated_class as holds_annotated_class,
     is_value_tree as is_value_tree,
     walk_value as walk_value,
@@ -81,6 +82,7 @@ __all__ = [
     "ShardtypesWarning",
     "Stacked",
     "UnionNode",
+    "annotated_instances",
     "annotation_class",
     "axis_hint",
     "describe",

@@ -31,7 +31,8 @@ from .describe import describe
 from .forms import safe_is_checked_class
 from .nodes import ArrayNode, ClassNode, DictNode, Node, SeqNode, UnionNode, follow, model
 
-__all__ = ["Like", "walk_value", "is_value_tree", "is_array_value", "holds_annotated_class", "scalar_annotation"]
+__all__ = ["Like", "walk_value", "is_value_tree", "is_array_value", "holds_annotated_class", "scalar_annotation",
+           "annotated_instances"]
 
 # An annotation's walk at one path: ``(annotation, path) -> result``.
 AnnotationWalk = Callable[[Any, str], Any]
@@ -87,6 +88,16 @@ def holds_annotated_class(tree: Any) -> bool:
     return any(_own_node(x) is not None for x in leaves)
 
 
+def annotated_instances(tree: Any) -> list[tuple[str, Any]]:
+    """``(key path text, instance)`` for each outermost instance of an annotated class inside the
+    value tree ``tree`` (``[0].mu`` of an optax state): what a check of a field annotated ``Any``
+    still checks."""
+    if tree is None or isinstance(tree, (bool, int, float, str, bytes)):
+        return []
+    flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: _own_node(x) is not None)[0]
+    return [(jax.tree_util.keystr(p), x) for p, x in flat if _own_node(x) is not None]
+
+
 def _is_hole(x: Any) -> bool:
     """An empty NamedTuple (``optax.MaskedNode()``, ``optax.EmptyState()``): a node with no
     leaves that stands where ``like`` may have a leaf (``optax.masked``'s left-out params)."""
@@ -123,6 +134,13 @@ class Like:
         if tuple(jax.tree_util.keystr(p) for p, _ in flat) != self.paths:
             return None
         return [treedef, flat]
+
+    def resembles(self, value: Any) -> bool:
+        """Whether ``value``'s leaves share at least half their key paths, or ``like``'s, with ``like``:
+        then it is the subtree a message compares with ``like``."""
+        paths = {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(value)[0]}
+        shared = len(paths & set(self.paths))
+        return shared > 0 and 2 * shared >= min(len(paths), len(self.paths))
 
     def difference(self, value: Any) -> str:
         """What ``value``'s key paths lack and add, compared with ``like``'s."""
@@ -207,7 +225,7 @@ def _walk_value(value: Any, path: str, node: Node | None, owner: type | None, an
         matched = like.match(value)
         if matched is not None:
             return _follow_like(value, path, matched, like, annotation_walk)
-        if type(value) is like.root_type and not is_leaf:
+        if type(value) is like.root_type and not is_leaf and like.resembles(value):
             near = (path, value)
     if is_leaf:
         if node is None and is_array_value(value):
