@@ -51,6 +51,7 @@ from .plans import (
     plan_for as plan_for,
     plan_of as plan_of,
 )
+from .linen_boxes import box_annotation as box_annotation, is_box as is_box
 from .value_trees import (
     Like as Like,
     annotated_instances as annotated_instances,
@@ -84,12 +85,14 @@ __all__ = [
     "UnionNode",
     "annotated_instances",
     "annotation_class",
+    "box_annotation",
     "axis_hint",
     "describe",
     "dtype_names",
     "follow",
     "holds_annotated_class",
     "is_annotation",
+    "is_box",
     "is_dtype_class",
     "is_value_tree",
     "model",

@@ -12,6 +12,7 @@ them the parameters' own annotated classes (``mu`` and ``nu`` are ``Params`` ins
   class with no dims (``i32[b'']``);
 * where a ``like=`` tree is given, a subtree with no annotation above it whose key paths are
   ``like``'s (``MaskedNode`` holes allowed) takes ``like``'s layout, leaf for leaf;
+* a Flax Linen box (``nn.LogicallyPartitioned``) takes the layout its names say (``linen_boxes``);
 * any other leaf is an error naming its path; empty nodes (``EmptyState()``, ``None``) stay.
 
 >>> state = jax.eval_shape(optax.adamw(1e-3).init, params)        # doctest: +SKIP
@@ -29,6 +30,7 @@ import jax
 from .annotations import anydtype, dtype_classes, subscript
 from .describe import describe
 from .forms import safe_is_checked_class
+from .linen_boxes import box_annotation, is_box
 from .nodes import ArrayNode, ClassNode, DictNode, Node, SeqNode, UnionNode, follow, model
 
 __all__ = ["Like", "walk_value", "is_value_tree", "is_array_value", "holds_annotated_class", "scalar_annotation",
@@ -83,9 +85,10 @@ def _is_value_node(x: Any) -> bool:
 
 
 def holds_annotated_class(tree: Any) -> bool:
-    """Whether the value tree ``tree`` holds an instance of an annotated class anywhere."""
-    leaves = jax.tree.leaves(tree, is_leaf=lambda x: _own_node(x) is not None)
-    return any(_own_node(x) is not None for x in leaves)
+    """Whether the value tree ``tree`` holds an instance of an annotated class (or a Linen box)
+    anywhere."""
+    leaves = jax.tree.leaves(tree, is_leaf=lambda x: is_box(x) or _own_node(x) is not None)
+    return any(is_box(x) or _own_node(x) is not None for x in leaves)
 
 
 def annotated_instances(tree: Any) -> list[tuple[str, Any]]:
@@ -205,6 +208,8 @@ def walk_value(value: Any, path: str, annotation_walk: AnnotationWalk, like: Lik
 def _walk_value(value: Any, path: str, node: Node | None, owner: type | None, annotation_walk: AnnotationWalk,
                 like: Like | None, near: tuple | None) -> Any:
     node = _unwrap(node)
+    if node is None and is_box(value):  # a Linen box: its names are its annotation
+        return annotation_walk(box_annotation(value, path), path)
     flat, treedef = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda x: x is not value)
     is_leaf = treedef.num_leaves == 1 and treedef.num_nodes == 1  # (an empty node is one node too)
     if isinstance(node, ArrayNode):
