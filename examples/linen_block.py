@@ -20,6 +20,7 @@ import jax
 jax.config.update("jax_num_cpu_devices", 8)
 
 import flax.linen as nn  # noqa: E402
+from flax.linen.spmd import logical_to_mesh_sharding  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax.sharding import AxisType, PartitionSpec  # noqa: E402
 
@@ -82,7 +83,7 @@ def main() -> None:
 
     # A rule table that forgot 'heads': Flax replicates every attention kernel silently...
     forgot = [("embed", "d"), ("mlp", "t"), ("head_dim", None)]
-    flax_specs = nn.logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh, forgot)
+    flax_specs = logical_to_mesh_sharding(nn.get_partition_spec(abstract), mesh, forgot)
     flax_query = flax_specs["params"]["MultiHeadDotProductAttention_0"]["query"]["kernel"].spec
     print("flax, 'heads' forgotten:", flax_query)
     assert flax_query == PartitionSpec("d", None, None)
@@ -93,7 +94,7 @@ def main() -> None:
     except AxisRulesError as e:
         print(f"caught: {str(e).splitlines()[0]}")
     # A Linen params tree checked against annotations written by hand.
-    written = {"kernel": f32[b"embed/embed mlp/mlp"]}
+    written = {"kernel": f32[jax.Array, b"embed/embed mlp/mlp"]}
     with axis_rules(RULES):
         shardtypes.linen.check({"kernel": params["Dense_0"]["kernel"]}, written)
     print("checked Dense_0 against a written annotation")

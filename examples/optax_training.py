@@ -13,7 +13,7 @@ the step counter is replicated). The state is initialised sharded, on device, un
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, cast
 
 import jax
 
@@ -56,7 +56,8 @@ def init(key: jax.Array) -> TrainState:
     k1, k2 = jax.random.split(key)
     params = Params(jax.random.normal(k1, (EMBED, HIDDEN)) / EMBED**0.5,
                     jax.random.normal(k2, (HIDDEN, EMBED)) / HIDDEN**0.5)
-    return TrainState(params, OPTIMIZER.init(params), jnp.zeros((), jnp.int32))
+    # optax types its trees as arrays, lists and dicts; a pytree dataclass is a tree too.
+    return TrainState(params, OPTIMIZER.init(cast(Any, params)), jnp.zeros((), jnp.int32))
 
 
 def batch_layout() -> PartitionSpec | None:
@@ -75,10 +76,10 @@ def loss_fn(params: Params, x: jax.Array) -> jax.Array:
 
 @typechecked
 def train_step(state: TrainState, x: f32[jax.Array, b"batch/d embed"]) -> tuple[TrainState, f32[jax.Array, b""]]:
-    loss, grads = jax.value_and_grad(loss_fn)(state.params, x)
-    updates, opt_state = OPTIMIZER.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    return TrainState(params, opt_state, state.step + 1), loss
+    params: Any = state.params  # (optax types its trees as arrays, lists and dicts)
+    loss, grads = jax.value_and_grad(loss_fn)(params, x)
+    updates, opt_state = OPTIMIZER.update(grads, state.opt_state, params)
+    return TrainState(optax.apply_updates(params, updates), opt_state, state.step + 1), loss
 
 
 def main() -> None:
@@ -95,8 +96,9 @@ def main() -> None:
         state = jax.jit(init, out_shardings=shardings)(jax.random.key(0))  # no host round trip
         adam = state.opt_state[1][0]
         print("mu.w_up:", adam.mu.w_up.sharding.spec, "count:", adam.count.sharding.spec)
-        x = shard(jax.random.normal(jax.random.key(1), (BATCH, EMBED)), f32[b"batch/d embed"])
+        x = shard(jax.random.normal(jax.random.key(1), (BATCH, EMBED)), f32[jax.Array, b"batch/d embed"])
         step = jax.jit(train_step, donate_argnums=0)
+        loss = jnp.zeros(())
         for _ in range(5):
             state, loss = step(state, x)
         print(f"step {int(state.step)}: loss {float(loss):.4f}")

@@ -1,8 +1,6 @@
 """Flax Linen: the implementation behind the public module ``shardtypes.linen``, whose
 docstring is the user's guide."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import jax

@@ -78,10 +78,10 @@ def _is_value_node(x: Any) -> bool:
     if dataclasses.is_dataclass(x) or (isinstance(x, tuple) and hasattr(type(x), "_fields")):
         return True
     try:
-        treedef = jax.tree_util.tree_structure(x)
+        leaves = jax.tree.leaves(x)
     except Exception:  # an object JAX cannot flatten: not a value tree; the walk says why
         return False
-    return treedef.num_nodes > 1 or treedef.num_leaves == 0
+    return len(leaves) != 1 or leaves[0] is not x
 
 
 def holds_annotated_class(tree: Any) -> bool:
@@ -211,7 +211,7 @@ def _walk_value(value: Any, path: str, node: Node | None, owner: type | None, an
     if node is None and is_box(value):  # a Linen box: its names are its annotation
         return annotation_walk(box_annotation(value, path), path)
     flat, treedef = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda x: x is not value)
-    is_leaf = treedef.num_leaves == 1 and treedef.num_nodes == 1  # (an empty node is one node too)
+    is_leaf = len(flat) == 1 and flat[0][0] == ()  # (an empty node has no leaves, not itself)
     if isinstance(node, ArrayNode):
         if is_leaf:
             return annotation_walk(node.annotation, path)
