@@ -79,7 +79,7 @@ def train_step(state: TrainState, x: f32[jax.Array, b"batch/d embed"]) -> tuple[
     params: Any = state.params  # (optax types its trees as arrays, lists and dicts)
     loss, grads = jax.value_and_grad(loss_fn)(params, x)
     updates, opt_state = OPTIMIZER.update(grads, state.opt_state, params)
-    return TrainState(optax.apply_updates(params, updates), opt_state, state.step + 1), loss
+    return TrainState(cast(Params, optax.apply_updates(params, updates)), opt_state, state.step + 1), loss
 
 
 def main() -> None:
