@@ -132,7 +132,7 @@ from dataclasses import field as field
 from .tools.memory_plan import PlanReport as PlanReport, plan as plan, plan_html as plan_html
 from .tools.verification import Problem as Problem, VerifyReport as VerifyReport, verify as verify
 
-from . import _legacy, nnx as nnx, ops as ops
+from . import _legacy, linen as linen, nnx as nnx, ops as ops
 from .integrations.decorator import typechecked as typechecked
 from .checking.entry import check as check
 from .model.errors import FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
@@ -200,6 +200,7 @@ __all__ = [
     "make_partition_specs",
     "make_shape_dtype_structs",
     "make_shardings",
+    "linen",
     "nnx",
     "number",
     "ops",

@@ -14,7 +14,8 @@ from typeguard import TypeCheckError, TypeCheckMemo
 
 from ..model.errors import FieldError, _qualified
 from ..model.hints import resolve_hints
-from ..model.forms import type_text
+from ..model.forms import holds_shardtypes, type_text
+from ..model.value_trees import annotated_instances
 from ..model.trees import tree_info
 from ..checking.frames import _FIELD_PATH, _role, _snapshot
 
@@ -87,13 +88,30 @@ def _check_fields(value: Any, types: dict, names: tuple, memo: TypeCheckMemo) ->
     try:
         for name in names:
             _FIELD_PATH.set((*outer, name))
+            field = getattr(value, name)
             try:
-                typeguard.check_type_internal(getattr(value, name), types[name], memo)
+                typeguard.check_type_internal(field, types[name], memo)
             except TypeCheckError as e:
                 restore()
                 raise _field_error(e, name) from None
+            if not holds_shardtypes((types[name],)):
+                _check_instances_inside(field, name, memo, restore, outer)
     finally:
         _FIELD_PATH.set(outer)
+
+
+def _check_instances_inside(field: Any, name: str, memo: TypeCheckMemo, restore: Any, outer: tuple) -> None:
+    """A field whose annotation holds no shardtypes one (``opt_state: Any``, an optax state):
+    each annotated class inside it (``mu``, a ``Params``) is still checked against its own class,
+    so nothing that carries annotations passes unchecked."""
+    for path, instance in annotated_instances(field):
+        where = f"{name}{path}"
+        _FIELD_PATH.set((*outer, where))
+        try:
+            typeguard.check_type_internal(instance, type(instance), memo)
+        except TypeCheckError as e:
+            restore()
+            raise _field_error(e, where) from None
 
 
 def _field_error(e: TypeCheckError, name: str) -> FieldError:

@@ -55,14 +55,16 @@ def tree_guard(what: str, arg: str, *trees: Any) -> Iterator[None]:
         raise
 
 
-def shard(value: Any, annotation: Any, mesh: Any = None) -> Any:
+def shard(value: Any, annotation: Any, mesh: Any = None, *, like: Any = None) -> Any:
     """Lays ``value`` (an array or a tree) out as ``annotation`` says.
 
     Eagerly this is ``jax.device_put``; under jit, ``jax.sharding.reshard`` on Explicit mesh axes
-    and ``jax.lax.with_sharding_constraint`` on Auto ones.
+    and ``jax.lax.with_sharding_constraint`` on Auto ones. For a tree of values whose annotated
+    classes say the layout (an optax state), pass the tree itself, or its abstract form, as the
+    annotation: ``shard(opt_state, opt_state)``; ``like`` is ``make_shardings``'.
     """
     mesh = mesh_arg(mesh, "shard")
-    shardings = make_shardings(annotation, mesh)
+    shardings = make_shardings(annotation, mesh, like=like)
     # None in the value is an Optional left empty: a leaf here, so it lines up with the
     # annotation's leaf, and it stays None.
     with tree_guard("shard", "value", value):
@@ -76,7 +78,7 @@ def shard(value: Any, annotation: Any, mesh: Any = None) -> Any:
             f"{value_keys[:6]}{'...' if len(value_keys) > 6 else ''}, annotation has "
             f"{sharding_keys[:6]}{'...' if len(sharding_keys) > 6 else ''}"
         )
-    infos = jax.tree.leaves(_walk(annotation, _ShardLeaf))  # aligned with shardings
+    infos = jax.tree.leaves(_walk(annotation, _ShardLeaf, like=like))  # aligned with shardings
     placed: list[Any] = []
     for (path, x), (_, sharding), info in zip(value_leaves, sharding_leaves, infos):
         at = f"value{jax.tree_util.keystr(path)}"

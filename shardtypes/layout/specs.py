@@ -35,13 +35,22 @@ __all__ = [
 ]
 
 
-def make_partition_specs(annotation: Any) -> Any:
+def make_partition_specs(annotation: Any, *, like: Any = None) -> Any:
     """The tree of ``PartitionSpec`` an annotation describes.
 
     >>> make_partition_specs(f32[b'batch/d seq embed/t'])
     P('d', None, 't')
+
+    ``annotation`` may also be a tree of values (an optax state, abstract or real): each
+    annotated class inside gives its subtree's layout, scalars no annotation covers (``count``)
+    are replicated, and ``like`` (an annotation tree, as the parameters' class) gives the layout
+    of every subtree with its structure that no annotation covers (an optax state of plain dict
+    parameters). Any other leaf is an error naming its path.
+
+    >>> make_partition_specs(jax.eval_shape(optax.adamw(1e-3).init, params))  # doctest: +SKIP
+    (ScaleByAdamState(count=P(), mu=Params(w=P('d', 't'), ...), nu=...), EmptyState(), EmptyState())
     """
-    return _walk(annotation, lambda leaf: _partition_spec(leaf))
+    return _walk(annotation, lambda leaf: _partition_spec(leaf), like=like)
 
 
 def _partition_spec(leaf: _Leaf, ndim: int | None = None, mesh_sizes: Mapping[str, int] | None = None,
@@ -157,7 +166,7 @@ def mesh_arg(mesh: Any, what: str) -> Mesh | AbstractMesh:
     return current_mesh(mesh, what)
 
 
-def dims_used(annotation: Any) -> tuple[set[str], set[str]]:
+def dims_used(annotation: Any, like: Any = None) -> tuple[set[str], set[str]]:
     """The dim names an annotation tree uses: (single dims, ``*name`` dims)."""
     single: set[str] = set()
     variadic: set[str] = set()
@@ -169,7 +178,7 @@ def dims_used(annotation: Any) -> tuple[set[str], set[str]]:
             else:
                 single.update(dim.names)
 
-    _walk(annotation, leaf)
+    _walk(annotation, leaf, like=like)
     return single, variadic
 
 
@@ -201,11 +210,13 @@ def check_dims_for(dims: Any, single: set[str], variadic: set[str], what: str, s
     return dims
 
 
-def make_shardings(annotation: Any, mesh: Any = None) -> Any:
+def make_shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Any:
     """The tree of ``NamedSharding`` an annotation describes, over ``mesh`` or the current mesh.
 
     An axis the mesh lacks, or a fixed-size dim that its axes do not divide, is an error naming
-    the path.
+    the path. ``annotation`` may be a tree of values and ``like`` an annotation tree, as in
+    ``make_partition_specs``: ``make_shardings(jax.eval_shape(tx.init, params), mesh)`` gives the
+    optimizer state the parameters' layout.
     """
     mesh = mesh_arg(mesh, "make_shardings")
     key = (mesh, current_rules())
@@ -220,7 +231,7 @@ def make_shardings(annotation: Any, mesh: Any = None) -> Any:
         cache[leaf.annotation] = sharding
         return sharding
 
-    return _walk(annotation, leaf, fast=cache.get)
+    return _walk(annotation, leaf, fast=cache.get, like=like)
 
 
 # (mesh, active rules) -> {array annotation -> NamedSharding}: a sharding is a function of these
@@ -229,7 +240,8 @@ _SHARDINGS: dict = {}
 
 
 
-def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None) -> Any:
+def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None, *,
+                             like: Any = None) -> Any:
     """The tree of ``jax.ShapeDtypeStruct`` (with shardings) an annotation describes, with the
     sizes of its named dims taken from ``dims``. For ``jax.eval_shape``, AOT lowering and memory
     planning. ``mesh`` defaults to the current mesh; with no mesh at all the structs have no
@@ -237,7 +249,8 @@ def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any
     the same error as ``make_shardings``'s: use ``jax.set_mesh``). A size that is not an int >= 0 (a tuple of them for a ``*name`` dim), and a key of
     ``dims`` that no annotation uses but is close to one they do (a typo, as ``hiden``: the error
     names the close name), are errors naming the key. Other keys are allowed, so one table of
-    sizes serves every part of a model.
+    sizes serves every part of a model. ``annotation`` may be a tree of values and ``like`` an
+    annotation tree, as in ``make_partition_specs``.
 
     >>> make_shape_dtype_structs(f32[b'batch/d embed'], {'batch': 8, 'embed': 16}, mesh)  # doctest: +SKIP
     ShapeDtypeStruct(shape=(8, 16), dtype=float32, sharding=NamedSharding(..., P('d', None)))
@@ -246,12 +259,12 @@ def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any
     dims = check_dims(dims, what)
     if mesh is not None:
         mesh_arg(mesh, what)  # a wrong type is an error whatever else is wrong
-    single, variadic = dims_used(annotation)
+    single, variadic = dims_used(annotation, like)
     dims = check_dims_for(dims, single, variadic, what, strict=False)
-    return structs(annotation, dims, mesh)
+    return structs(annotation, dims, mesh, like)
 
 
-def structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None) -> Any:
+def structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None, like: Any = None) -> Any:
     """``make_shape_dtype_structs`` with ``dims`` taken as they are (validated by the caller,
     and possibly holding sizes of names other annotations use)."""
     try:
@@ -292,7 +305,7 @@ def structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None) -> Any:
             sharding = NamedSharding(mesh, _resolved_spec(leaf, mesh, dims, len(shape)))
         return jax.ShapeDtypeStruct(tuple(shape), leaf.dtype_cls.dtype, sharding=sharding)
 
-    return _walk(annotation, leaf)
+    return _walk(annotation, leaf, like=like)
 
 
 def is_fully_sharded(spec: PartitionSpec, mesh: Any = None) -> bool:

@@ -4,7 +4,8 @@ The annotation classes (``f32[b'batch/d embed']``, the static spelling ``f32[jax
 the categories ``floating``, ``integer``, ``key``, ``anydtype`` and the rest), trees (``pytree_dataclass``,
 ``Array[axes, cls]``, ``Stacked``), and ``model(annotation)``: the node tree every other layer
 walks (array annotations with their ``Plan``, dataclass-likes of every model library, tuples,
-lists, dicts, NamedTuples, unions, ``Annotated``). ``typing.get_origin``/``get_args`` appear
+lists, dicts, NamedTuples, unions, ``Annotated``), and trees of values whose annotated classes
+give the layout (optimizer states: ``value_trees``). ``typing.get_origin``/``get_args`` appear
 nowhere else in the package. The errors a check raises (``FieldError``, the array error) and the
 descriptions of values in messages live here too, so every layer above can raise them.
 
@@ -50,6 +51,14 @@ from .plans import (
     plan_for as plan_for,
     plan_of as plan_of,
 )
+from .linen_boxes import box_annotation as box_annotation, is_box as is_box
+from .value_trees import (
+    Like as Like,
+    annotated_instances as annotated_instances,
+    holds_annotated_class as holds_annotated_class,
+    is_value_tree as is_value_tree,
+    walk_value as walk_value,
+)
 from .trees import (
     Array as Array,
     Stacked as Stacked,
@@ -65,6 +74,7 @@ __all__ = [
     "ClassNode",
     "DictNode",
     "FieldError",
+    "Like",
     "Mismatch",
     "Node",
     "OtherNode",
@@ -73,13 +83,18 @@ __all__ = [
     "ShardtypesWarning",
     "Stacked",
     "UnionNode",
+    "annotated_instances",
     "annotation_class",
+    "box_annotation",
     "axis_hint",
     "describe",
     "dtype_names",
     "follow",
+    "holds_annotated_class",
     "is_annotation",
+    "is_box",
     "is_dtype_class",
+    "is_value_tree",
     "model",
     "number",
     "plan_for",
@@ -90,4 +105,5 @@ __all__ = [
     "subscript",
     "tree_info",
     "type_name",
+    "walk_value",
 ]

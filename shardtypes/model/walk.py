@@ -18,6 +18,7 @@ from .nodes import ArrayNode, ClassNode, follow, model
 from .plans import plan_of
 from ..language.shape import ShapeSpec
 from .trees import tree_info
+from .value_trees import Like, is_value_tree, walk_value
 
 __all__: list[str] = []
 
@@ -50,14 +51,20 @@ def _walk(
     path: str | None = None,
     fast: Callable[[Any], Any] | None = None,
     *,
+    like: Any = None,
     _stack: tuple = (),
     _optional: bool = False,
 ) -> Any:
     """Maps ``leaf`` over the array annotations of an annotation tree, keeping its shape.
     ``path`` names where a leaf sits, from the root's name (``Layer.w_up``, ``[0]['x']``).
     ``fast(annotation)``, if given, is tried first and may answer from a cache (None: no answer).
+    A tree of values (an optimizer state, an abstract model) is walked by ``value_trees``: its
+    annotated classes give the layout, and ``like`` (an annotation tree, or a ``Like``) the
+    layout of subtrees with its structure that no annotation covers.
     A tree that contains itself, or is nested more than ``_MAX_DEPTH`` deep, is a ValueError.
     """
+    if like is not None and not isinstance(like, Like):
+        like = _like(like)
     if path is None:
         path = _root_name(annotation)
     if fast is not None and is_annotation(annotation):
@@ -83,7 +90,10 @@ def _walk(
     stack = (*_stack, annotation)
 
     def walk(a: Any, at: str, optional: bool = _optional) -> Any:
-        return _walk(a, leaf, at, fast, _stack=stack, _optional=optional)
+        return _walk(a, leaf, at, fast, like=like, _stack=stack, _optional=optional)
+
+    if is_value_tree(annotation):
+        return walk_value(annotation, path, lambda a, at: walk(a, at, False), like)
 
     origin = typing.get_origin(annotation)
     info = tree_info(annotation)
@@ -136,47 +146,34 @@ _NOT_A_MODEL = object()
 def _model_class_or_instance(annotation: Any, walk: Callable[[Any, str], Any], path: str) -> Any:
     """A dataclass of a model library (an ``eqx.Module``, a ``flax.struct.dataclass``, a
     ``register_dataclass`` class, a plain dataclass) given as its class, built from its field
-    annotations without running its ``__init__``; or an instance of one, or of a NamedTuple, real
-    or abstract (``jax.eval_shape``, ``eqx.filter_eval_shape``), mapped leaf by leaf through the
-    annotations on its classes. ``_NOT_A_MODEL`` for anything else."""
-    if isinstance(annotation, type):
-        if not dataclasses.is_dataclass(annotation):
-            return _NOT_A_MODEL
-        node = model(annotation)
-        if not isinstance(node, ClassNode) or not node.has_arrays:
-            return _NOT_A_MODEL
-        built = object.__new__(annotation)
-        hints = typing.get_type_hints(annotation)
-        for f in dataclasses.fields(annotation):
-            if f.name in node.fields:
-                value = walk(hints[f.name], f"{path}.{f.name}")
-            elif f.default is not dataclasses.MISSING:
-                value = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                value = f.default_factory()
-            else:
-                value = None
-            object.__setattr__(built, f.name, value)
-        return built
-    cls = type(annotation)
-    if not (dataclasses.is_dataclass(cls) or (issubclass(cls, tuple) and hasattr(cls, "_fields"))):
+    annotations without running its ``__init__``; ``_NOT_A_MODEL`` for anything else. (An
+    instance of one, real or abstract, is a value tree: ``value_trees`` walks it.)"""
+    if not isinstance(annotation, type) or not dataclasses.is_dataclass(annotation):
         return _NOT_A_MODEL
-    node = model(cls)
+    node = model(annotation)
     if not isinstance(node, ClassNode) or not node.has_arrays:
         return _NOT_A_MODEL
-    root = path or cls.__qualname__
+    built = object.__new__(annotation)
+    hints = typing.get_type_hints(annotation)
+    for f in dataclasses.fields(annotation):
+        if f.name in node.fields:
+            value = walk(hints[f.name], f"{path}.{f.name}")
+        elif f.default is not dataclasses.MISSING:
+            value = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            value = f.default_factory()
+        else:
+            value = None
+        object.__setattr__(built, f.name, value)
+    return built
 
-    def one(key_path: tuple, _: Any) -> Any:
-        where = f"{root}{jax.tree_util.keystr(key_path)}"
-        target = follow(node, key_path)
-        if not isinstance(target, ArrayNode):
-            raise TypeError(
-                f"{where} has no shardtypes annotation on {cls.__qualname__}, so no layout; "
-                "annotate the field (w: f32[b'embed/d hidden/t'])"
-            )
-        return walk(target.annotation, where)
 
-    return jax.tree_util.tree_map_with_path(one, annotation)
+def _like(like: Any) -> Like:
+    """``like=`` taken apart; an annotation tree it is not is a TypeError saying so."""
+    try:
+        return Like(like, _walk)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"like= must be an annotation tree (as the parameters' class): {e}") from None
 
 
 def _root_name(annotation: Any) -> str:

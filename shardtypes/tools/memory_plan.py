@@ -30,6 +30,8 @@ from ..model.describe import axis_hint
 from ..model.walk import _Leaf, _walk
 from .html_page import render_page
 from .html_parts import parse_capacity
+from ..model.value_trees import holds_annotated_class, is_value_tree
+from ..context.rules import AxisRulesError
 
 __all__ = ["plan", "plan_html", "PlanReport", "PlanRow"]
 
@@ -182,6 +184,7 @@ def plan(
     dims: Mapping[str, Any] | None = None,
     *,
     large_replicated_bytes: int = 64 * 2**20,
+    like: Any = None,
 ) -> PlanReport:
     """One row per array of ``annotation`` (an annotation tree, or a tree of arrays or
     ShapeDtypeStructs with shardings) on ``mesh``: path, annotation, dtype, global shape,
@@ -190,6 +193,10 @@ def plan(
     large replicated arrays and padding waste are warnings. A size in ``dims`` that is not an
     int >= 0, and a name no annotation uses but close to one they do (a typo), raise an error
     naming it; other names are allowed (one table of sizes for the whole model).
+
+    A tree of values that holds annotated classes (an optax state, abstract or real), or any
+    value tree with ``like`` (``make_shardings``'), is planned with the values' own shapes and the
+    layout the annotations give (a value's own NamedSharding, where it has one, wins).
 
     >>> print(plan(Array['layers', Layer], {'d': 64, 't': 64}, {'layers': 80, 'embed': 8192, 'hidden': 28672}))  # doctest: +SKIP
     """
@@ -238,7 +245,21 @@ def plan(
         rows.append(PlanRow(path, text, np.dtype(dtype).name, tuple(shape), str(spec), tuple(device_shape),
                             per_device, replicas, global_bytes, tuple(dim_axes)))
 
-    if _is_value_tree(annotation):
+    if is_value_tree(annotation) and (like is not None or holds_annotated_class(annotation)):
+        check_dims_for(dims, set(), set(), "plan")  # the values have the sizes
+        boxes = _walk(annotation, _PlanLeaf, like=like)
+        values = jax.tree_util.tree_flatten_with_path(annotation)[0]
+        for (path, value), box in zip(values, jax.tree.leaves(boxes)):
+            sharding = getattr(value, "sharding", None)
+            shape = tuple(value.shape)
+            try:
+                spec = sharding.spec if isinstance(sharding, NamedSharding) else \
+                    _partition_spec(box.leaf, len(shape), mesh_sizes, shape)
+            except (ValueError, AxisRulesError) as e:
+                errors.append(str(e))
+                continue
+            add(jax.tree_util.keystr(path), box.leaf.text, value.dtype, shape, spec)
+    elif _is_value_tree(annotation):
         check_dims_for(dims, set(), set(), "plan")  # sizes have no use here
         for path, value in jax.tree_util.tree_flatten_with_path(annotation)[0]:
             sharding = getattr(value, "sharding", None)
@@ -272,6 +293,15 @@ def plan(
 
         _walk(annotation, leaf)
     return PlanReport(mesh_sizes, tuple(rows), tuple(warnings), tuple(errors))
+
+
+class _PlanLeaf:
+    """A leaf of the walked tree (an object, so the tree keeps the value's leaves one for one)."""
+
+    __slots__ = ("leaf",)
+
+    def __init__(self, leaf: _Leaf):
+        self.leaf = leaf
 
 
 def _is_value_tree(tree: Any) -> bool:

@@ -68,6 +68,33 @@ def test_flax_nnx_example(flags):
             "f32[jax.Array, b'hidden/t embed/d']: dimension 'hidden' is 32 here") in proc.stdout
 
 
+@pytest.mark.parametrize("flags", [[], ["--auto"]], ids=["explicit", "auto"])
+def test_optax_training_example(flags):
+    pytest.importorskip("optax")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "optax_training.py"), *flags],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "mu.w_up: P('d', 't') count: P()" in proc.stdout
+    assert "step 5: loss " in proc.stdout
+    assert "nu.w_down after training: P('t', 'd')" in proc.stdout
+    assert ("caught: argument \"state\" (__main__.TrainState) of train_step(): state.opt_state[1][0].mu.w_up "
+            "is not f32[jax.Array, b'embed/d hidden/t']: sharding is P(None, None)") in proc.stdout
+
+
+@pytest.mark.parametrize("flags", [[], ["--auto"]], ids=["explicit", "auto"])
+def test_linen_block_example(flags):
+    pytest.importorskip("flax.linen")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "linen_block.py"), *flags],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert "query kernel: (16, 4, 8) P('d', 't', None)" in proc.stdout
+    assert "plan: 8 arrays" in proc.stdout and "ok=True" in proc.stdout
+    assert "flax, 'heads' forgotten: P('d', None, None)" in proc.stdout
+    assert ("caught: ['params']['MultiHeadDotProductAttention_0']['key']['kernel'] "
+            "(f32[b'16/embed 4/heads 8/head_dim']): dim 1 '4/heads': logical axis 'heads' has no rule") in proc.stdout
+    assert ("output: (2, 8, 16)" in proc.stdout) == bool(flags)
+
+
 @pytest.fixture(scope="module")
 def transformer():
     """examples/transformer.py, imported from its path (conftest has set 8 devices already)."""

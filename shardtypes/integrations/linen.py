@@ -1,0 +1,89 @@
+"""Flax Linen: the implementation behind the public module ``shardtypes.linen``, whose
+docstring is the user's guide."""
+
+from typing import Any
+
+import jax
+
+from ..checking.entry import check_named
+from ..context.tables import Scope
+from ..layout.specs import make_partition_specs, make_shardings
+from ..model.linen_boxes import box_annotation, is_box
+from ..model.walk import _walk
+
+__all__ = ["annotations", "partition_specs", "shardings", "unbox", "check"]
+
+
+def _flat(tree: Any, what: str, arg: str) -> list:
+    if tree is None or isinstance(tree, type):
+        raise TypeError(f"{what}: {arg} must be a Linen variables tree (a dict, as model.init returns), got {tree!r}")
+    return jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_box)[0]
+
+
+def annotations(variables: Any) -> Any:
+    """The tree of ``variables`` (``jax.eval_shape(model.init, ...)``, or real ones) with each
+    ``nn.Partitioned``/``nn.LogicallyPartitioned`` box replaced by the shardtypes annotation its
+    names say (``f32[b'8/embed 32/mlp']``). A leaf in no box is an error naming its path."""
+    bare = [jax.tree_util.keystr(p) for p, x in _flat(variables, "shardtypes.linen.annotations", "variables")
+            if not is_box(x)]
+    if bare:
+        shown = ", ".join(bare[:6]) + (f" and {len(bare) - 6} more" if len(bare) > 6 else "")
+        raise TypeError(
+            f"shardtypes.linen.annotations: {shown} is in no nn.Partitioned box, so it has no layout; "
+            "wrap its initializer in nn.with_logical_partitioning(init, ('embed', 'mlp'))"
+        )
+    return jax.tree_util.tree_map_with_path(
+        lambda p, box: box_annotation(box, jax.tree_util.keystr(p)), variables, is_leaf=is_box)
+
+
+def partition_specs(variables: Any) -> Any:
+    """The PartitionSpec of every boxed variable, through the active ``AxisRules`` for logical
+    names (``make_partition_specs`` of ``annotations(variables)``)."""
+    return make_partition_specs(annotations(variables))
+
+
+def shardings(variables: Any, mesh: Any = None) -> Any:
+    """The NamedSharding of every boxed variable over ``mesh`` (default: the current one),
+    through the active ``AxisRules``: ``jax.jit(model.init, out_shardings=...)`` takes it as
+    it is (each box's subtree gets its sharding)."""
+    return make_shardings(annotations(variables), mesh)
+
+
+def unbox(variables: Any) -> Any:
+    """``variables`` with every box replaced by its value (``nn.meta.unbox``'s job, without
+    needing Flax here): the tree ``shard``, checks and the training step take."""
+    _flat(variables, "shardtypes.linen.unbox", "variables")
+    return jax.tree.map(lambda x: x.value if is_box(x) else x, variables, is_leaf=is_box)
+
+
+def check(variables: Any, annotation: Any = None) -> None:
+    """Checks a Linen variables tree (boxed or unboxed) against ``annotation``, an annotation
+    tree the user wrote (nested dicts of ``f32[b'embed/embed mlp/mlp']``, as the tree is
+    nested), or, with no annotation, against the annotations its own boxes say. All leaves share
+    one dimension table, so ``embed`` is one size across the model. A path the annotation has and
+    the variables lack, or the reverse, is an error naming it."""
+    who = "shardtypes.linen.check"
+    if annotation is None:
+        annotation = annotations(variables)
+    values = {jax.tree_util.keystr(p): x for p, x in _flat(unbox(variables), who, "variables")}
+    leaves = jax.tree.leaves(_walk(annotation, _Annotation))
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(
+        _walk(annotation, _Annotation), is_leaf=lambda x: isinstance(x, _Annotation))[0]]
+    missing = [p for p in paths if p not in values]
+    extra = [p for p in values if p not in set(paths)]
+    if missing or extra:
+        parts = ([f"the annotation has {missing[:6]}, which the variables lack"] if missing else []) + \
+            ([f"the variables have {extra[:6]}, which the annotation does not"] if extra else [])
+        raise TypeError(f"{who}: the variables do not match the annotation: {'; '.join(parts)}")
+    with Scope():
+        for path, leaf in zip(paths, leaves):
+            check_named(values[path], leaf.annotation, path, who)
+
+
+class _Annotation:
+    """One leaf of the walked annotation tree (an object, so JAX keeps it a leaf)."""
+
+    __slots__ = ("annotation",)
+
+    def __init__(self, leaf: Any):
+        self.annotation = leaf.annotation

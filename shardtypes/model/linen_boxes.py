@@ -1,0 +1,59 @@
+"""Flax Linen's boxes as annotations: ``nn.Partitioned`` (names are mesh axes) and
+``nn.LogicallyPartitioned`` (names are logical axes, resolved through the active ``AxisRules``),
+as ``jax.eval_shape(model.init, ...)`` returns them. A box reads as the array annotation of its
+value's dtype with one dim per axis, each dim its fixed size followed by the box's name for it:
+
+>>> box_annotation(nn.LogicallyPartitioned(jax.ShapeDtypeStruct((8, 32), jnp.float32), ('embed', 'mlp')))  # doctest: +SKIP
+f32[b'8/embed 32/mlp']
+
+Fixed sizes, not the names, say the sizes: a logical name may stand for dims of several sizes
+across a model, and a fixed size is also checked to divide over the mesh axes it lands on.
+Flax is not imported here: a box exists only if Flax is loaded already.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from ..language.shape import ShapeSpecError
+from .annotations import anydtype, dtype_classes, subscript
+
+__all__ = ["is_box", "box_annotation"]
+
+
+def _box_class() -> type | None:
+    meta = sys.modules.get("flax.core.meta")
+    return getattr(meta, "Partitioned", None) if meta is not None else None
+
+
+def is_box(x: Any) -> bool:
+    """Whether ``x`` is a Linen ``nn.Partitioned`` or ``nn.LogicallyPartitioned`` box."""
+    cls = _box_class()
+    return cls is not None and isinstance(x, cls)
+
+
+def box_annotation(box: Any, where: str = "") -> Any:
+    """The shardtypes annotation a Linen box says (see the module); ``where`` names it in errors."""
+    at = where or "the box"
+    value = box.value
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        raise TypeError(f"{at}: a {type(box).__name__} box holds {type(value).__name__}, not an array")
+    names = tuple(box.names)
+    if len(names) != len(shape):
+        raise ValueError(
+            f"{at}: the {type(box).__name__} box names {len(names)} axes {names} for a value of shape "
+            f"{tuple(shape)}"
+        )
+    dims = []
+    for size, name in zip(shape, names):
+        axes = name if isinstance(name, tuple) else (name,)
+        if not all(a is None or isinstance(a, str) for a in axes):
+            raise TypeError(f"{at}: the box's names must be strings, tuples of them or None, got {name!r}")
+        dims.append("/".join([str(size), *(a for a in axes if a is not None)]))
+    cls = next((c for c in dtype_classes.values() if c.accepts(dtype)), anydtype)
+    try:
+        return subscript(cls, " ".join(dims))
+    except ShapeSpecError as e:
+        raise ValueError(f"{at}: the box's names {names} are not axis names shardtypes can write: {e}") from None
