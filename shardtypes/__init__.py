@@ -121,7 +121,7 @@ from .tools.verification import Problem as Problem, VerifyReport as VerifyReport
 from . import _legacy, nnx as nnx, ops as ops
 from .integrations.decorator import typechecked as typechecked
 from .checking.entry import check as check
-from .model.errors import FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
+from .model.errors import ArrayError as ArrayError, FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
 from .integrations.typeguard_hook import register_with_typeguard as register_with_typeguard
 from typeguard import TypeCheckError as TypeCheckError
 
@@ -129,6 +129,7 @@ from ._version import __version__ as __version__
 
 __all__ = [
     "Array",
+    "ArrayError",
     "AxisRules",
     "AxisRulesError",
     "DataLayout",
@@ -212,7 +213,7 @@ _legacy.install()  # pickles made before the layer packages name the old modules
 
 # The errors and warnings users see in tracebacks and catch by name carry their public home
 # (shardtypes.ShapeSpecError, not shardtypes._shape.ShapeSpecError); pickle finds them there.
-for _cls in (ShapeSpecError, AxisRulesError, ShardtypesWarning, FieldError):
+for _cls in (ShapeSpecError, AxisRulesError, ShardtypesWarning, FieldError, ArrayError):
     _cls.__module__ = "shardtypes"
 del _cls
 

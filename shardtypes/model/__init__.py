@@ -5,7 +5,7 @@ the categories ``floating``, ``integer``, ``anydtype``), trees (``pytree_datacla
 ``Array[axes, cls]``, ``Stacked``), and ``model(annotation)``: the node tree every other layer
 walks (array annotations with their ``Plan``, dataclass-likes of every model library, tuples,
 lists, dicts, NamedTuples, unions, ``Annotated``). ``typing.get_origin``/``get_args`` appear
-nowhere else in the package. The errors a check raises (``FieldError``, the array error) and the
+nowhere else in the package. The errors a check raises (``FieldError``, ``ArrayError``) and the
 descriptions of values in messages live here too, so every layer above can raise them.
 
 May import: ``shardtypes.language``, ``shardtypes.context``.
@@ -30,8 +30,11 @@ from .describe import (
 )
 from .errors import (
     COLLECTED as COLLECTED,
+    ArrayError as ArrayError,
     FieldError as FieldError,
     ShardtypesWarning as ShardtypesWarning,
+    in_function as in_function,
+    public_names as public_names,
 )
 from .hints import resolve_hints as resolve_hints
 from .nodes import (
@@ -60,6 +63,7 @@ from .trees import (
 
 __all__ = [
     "Array",
+    "ArrayError",
     "ArrayNode",
     "COLLECTED",
     "ClassNode",
@@ -78,12 +82,14 @@ __all__ = [
     "describe",
     "dtype_names",
     "follow",
+    "in_function",
     "is_annotation",
     "is_dtype_class",
     "model",
     "number",
     "plan_for",
     "plan_of",
+    "public_names",
     "pytree_dataclass",
     "resolve_hints",
     "stack_annotation",

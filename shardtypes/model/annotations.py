@@ -160,7 +160,7 @@ def _make(cls: type, key: Any) -> type[number]:
         if len(key) != 2 or isinstance(key[0], (str, bytes)):
             raise TypeError(
                 f"{name}[...] takes a shape string, as in {name}[b'batch embed'], or an array type "
-                f"and a shape string, as in {name}[jax.Array, b'batch embed']; got {key!r}"
+                f"and a shape string, as in {name}[jax.Array, b'batch embed']; got {_shown(key)}"
             )
         array_type, shape = key
         if not isinstance(array_type, type):
@@ -192,6 +192,13 @@ def _make(cls: type, key: Any) -> type[number]:
     except TypeError:
         pass
     return made
+
+
+def _shown(key: Any) -> str:
+    """What was written in a subscript, classes by their public names: ``(jax.Array, 'a', 'b')``."""
+    if isinstance(key, tuple):
+        return "(" + ", ".join(_shown(k) for k in key) + ("," if len(key) == 1 else "") + ")"
+    return type_name(key) if isinstance(key, type) else repr(key)
 
 
 def is_annotation(obj: object) -> bool:

@@ -149,3 +149,22 @@ def test_annotations_naming_an_enclosing_functions_parameter_are_checked():
     assert f(ones(2)).shape == (2,)
     with pytest.raises(TypeCheckError, match="has dtype int32"):
         f(ones(2, dtype=np.int32))
+
+
+def test_two_checked_helpers_with_str_shapes_in_one_function():
+    """Issue 19, item 1: decorating the second helper made typeguard re-read the enclosing
+    function, where the first helper's 'batch embed' was still a str (a SyntaxError)."""
+
+    @typechecked
+    def first(x: f32["batch embed"]) -> f32["batch embed"]:
+        y: f32["batch embed"] = x
+        return y
+
+    @typechecked
+    def second(x: f32["batch embed"]) -> f32["batch"]:
+        z: f32["batch embed"] = x.sum(-1)
+        return z
+
+    assert first(ones(2, 3)).shape == (2, 3)
+    with pytest.raises(TypeCheckError, match=r"value assigned to z .* is not f32\[b'batch embed'\]: has 1 dim"):
+        second(ones(2, 3))

@@ -20,6 +20,8 @@ import dataclasses
 import functools
 import io
 import pickle
+import re
+import traceback
 import typing
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -33,6 +35,7 @@ from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec as
 import shardtypes
 from shardtypes import (
     Array,
+    ArrayError,
     AxisRules,
     AxisRulesError,
     DataLayout,
@@ -89,7 +92,6 @@ from shardtypes.__main__ import main as cli_main
 from shardtypes.model import Mismatch
 # Private exception classes, imported by path: every exception of the package must pickle.
 from shardtypes.language.sizes import _DimError
-from shardtypes.model.errors import _ArrayError
 from shardtypes.tools.cli import _StdoutClosed
 
 # ---------------------------------------------------------------------------------------------
@@ -722,6 +724,20 @@ def test_bad_input(c: Case) -> None:
     for fragment in c.fragments:
         assert fragment in message, f"{fragment!r} not in the message:\n{message}"
     assert "Traceback" not in message
+    _assert_public_names(error)
+
+
+# A private class name in what a user sees (issue 19): the message, the class as tracebacks and
+# pytest print it, its __name__.
+PRIVATE_NAMES = re.compile(r"_ArrayError|jaxlib\._jax|jax\._src|\bshardtypes\.(?:_|language|context|model|checking"
+                           r"|layout|integrations|kernels|tools)\w*\.\w*Error")
+
+
+def _assert_public_names(error: BaseException) -> None:
+    shown = "".join(traceback.format_exception_only(type(error), error))
+    assert not PRIVATE_NAMES.search(shown), f"a private name in what the user sees: {shown}"
+    assert not type(error).__name__.startswith("_"), type(error).__qualname__
+    assert not any(part.startswith("_") for part in type(error).__module__.split(".")), type(error).__module__
 
 
 def test_the_catalogue_is_large_and_covers_every_entry_point() -> None:
@@ -771,7 +787,7 @@ EXCEPTIONS: dict[str, Callable[[], BaseException]] = {
     "ShardtypesWarning": lambda: ShardtypesWarning("unchecked locals"),
     # Internal ones, which a user meets only by accident (or in a traceback's chain).
     "Mismatch": lambda: Mismatch("has 2 dims (8, 4) but the annotation has 1"),
-    "_ArrayError": lambda: _ArrayError("argument \"x\" of f() is not f32[b'a']"),
+    "ArrayError": lambda: _raised(lambda: typeguard.check_type(X(), f32[b"a"])),
     "_DimError": lambda: _DimError("dim 'a/' has an empty mesh axis name"),
     "_StdoutClosed": lambda: _StdoutClosed(),
 }
