@@ -84,6 +84,8 @@ def in_function(error: TypeCheckError, func_name: str) -> TypeCheckError:
     ``the return value (jax.Array) of f() is not a tuple``."""
     core = str(error.args[0]) if error.args else ""
     text = str(error)
+    if f"of {func_name}()" in text:  # ours already names it
+        return TypeCheckError(_public_names(text))
     path = text[: -len(core) - 1] if core and text.endswith(" " + core) else ""
     message = f"{path} of {func_name}() {core}" if path else f"{func_name}(): {text}"
     return TypeCheckError(_public_names(message))
