@@ -147,8 +147,10 @@ def _model_class_or_instance(annotation: Any, walk: Callable[[Any, str], Any], p
             return _NOT_A_MODEL
         built = object.__new__(annotation)
         hints = typing.get_type_hints(annotation)
+        # A plain dataclass (not a pytree) keeps its other fields as they are: JAX never sees them.
+        plain = _is_plain_dataclass(built)
         for f in dataclasses.fields(annotation):
-            if f.name in node.fields:
+            if f.name in node.fields and not (plain and not node.fields[f.name].has_arrays):
                 value = walk(hints[f.name], f"{path}.{f.name}")
             elif f.default is not dataclasses.MISSING:
                 value = f.default
@@ -164,6 +166,14 @@ def _model_class_or_instance(annotation: Any, walk: Callable[[Any, str], Any], p
     node = model(cls)
     if not isinstance(node, ClassNode) or not node.has_arrays:
         return _NOT_A_MODEL
+    if dataclasses.is_dataclass(cls) and _is_plain_dataclass(annotation):
+        # A plain dataclass, not a pytree (JAX sees the instance as one leaf): its class's
+        # layout, with the instance's other fields.
+        built = _model_class_or_instance(cls, walk, path)
+        for f in dataclasses.fields(cls):
+            if not (f.name in node.fields and node.fields[f.name].has_arrays):
+                object.__setattr__(built, f.name, getattr(annotation, f.name, None))
+        return built
     root = path or cls.__qualname__
 
     def one(key_path: tuple, _: Any) -> Any:
@@ -177,6 +187,15 @@ def _model_class_or_instance(annotation: Any, walk: Callable[[Any, str], Any], p
         return walk(target.annotation, where)
 
     return jax.tree_util.tree_map_with_path(one, annotation)
+
+
+def _is_plain_dataclass(instance: Any) -> bool:
+    """Whether a dataclass instance is one leaf to JAX (not registered as a pytree). An instance
+    without its fields yet (``object.__new__``) that a registered class cannot flatten is not."""
+    try:
+        return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(instance))
+    except Exception:  # a registered class's flatten, reading fields not set yet
+        return False
 
 
 def _root_name(annotation: Any) -> str:
