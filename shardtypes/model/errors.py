@@ -58,7 +58,7 @@ _INTERNAL_NAMES = re.compile(r"(?:jax\.)?jaxlib\._jax\.(?:ArrayImpl|Array)\b|jax
 
 def public_names(text: str) -> str:
     """typeguard and JAX name a value by its class: say ``jax.Array`` and ``traced jax.Array``,
-    not JAX's internal classes (``jaxlib._jax.ArrayImpl``, ``jax._src...DynamicJaxprTracer``)."""
+    not JAX's internal classes (``jaxlib._jax.ArrayImpl``, JAX's private tracer classes)."""
     return _INTERNAL_NAMES.sub(lambda m: "traced jax.Array" if m.group().endswith("Tracer") else "jax.Array", text)
 
 
