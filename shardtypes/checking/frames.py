@@ -43,6 +43,8 @@ _ROLE_NAMES = {
 }
 if check_argument_types_internal.__name__ == "check_argument_types":  # typeguard < 4.5
     _ROLE_NAMES.update(check_argument_types="argument", check_return_type="return")
+if not hasattr(_tg_functions, "check_yield_type_internal"):  # the yield and send checks' names now
+    _ROLE_NAMES.update(check_yield_type="yield", check_send_type="send")
 
 _CODES = {
     getattr(_tg_functions, name).__code__: role
