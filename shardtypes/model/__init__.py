@@ -37,6 +37,7 @@ from .errors import (
     public_names as public_names,
 )
 from .hints import resolve_hints as resolve_hints
+from . import nesting as _nesting  # installs f32[floating[jax.Array, b'a'], b'b']
 from .nodes import (
     ArrayNode as ArrayNode,
     ClassNode as ClassNode,

@@ -46,6 +46,20 @@ def install_instance_check(check: Callable[[type[number], object], bool]) -> Non
     _instance_check = check
 
 
+def _refuse_nested(cls: type, inner: type, shape: Any) -> type[number]:
+    raise TypeError(f"{cls.__name__}[{inner!r}, ...]: an annotation as the array type needs shardtypes.model")
+
+
+# f32[floating[jax.Array, b'a'], b'b'] (an annotation as the array type) is nesting.py's, which
+# installs itself when the model layer is imported.
+_nested: Callable[[type, type, Any], type[number]] = _refuse_nested
+
+
+def install_nested(nested: Callable[[type, type, Any], type[number]]) -> None:
+    global _nested
+    _nested = nested
+
+
 # Classes whose own module and qualname do not lead back to them (jax.Array says it is
 # jaxlib._jax.Array in module jax): named, and pickled, by their public name.
 _PUBLIC_NAMES: dict[type, str] = {jax.Array: "jax.Array"}
@@ -167,6 +181,16 @@ def _make(cls: type, key: Any) -> type[number]:
             raise TypeError(
                 f"{name}[array_type, shape]: array_type must be a class such as jax.Array or "
                 f"numpy.ndarray, got {array_type!r}"
+            )
+        inner = annotation_class(array_type)
+        if inner is not None:
+            made = _nested(cls, inner, shape)
+            _ANNOTATIONS[cls, key] = made  # (hashable: it has been a dict key above)
+            return made
+        if isinstance(array_type, _AnnotationMeta):
+            raise TypeError(
+                f"{name}[array_type, shape]: array_type is the dtype class {array_type.__name__}, which "
+                f"has no shape; write {name}[jax.Array, shape] (or {array_type.__name__}[jax.Array, shape])"
             )
     spec = ShapeSpec.parse(shape)  # validate now: a bad annotation fails where it is written
     data = shape.encode("utf-8") if isinstance(shape, str) else shape
