@@ -30,6 +30,9 @@ __all__ = ["generator_from_signature"]
 # typeguard's checks of a yielded and a sent value (named ..._internal from some version on).
 _check_yield = getattr(_tg_functions, "check_yield_type_internal", _tg_functions.check_yield_type)
 _check_send = getattr(_tg_functions, "check_send_type_internal", _tg_functions.check_send_type)
+# (Their names, and so their signatures to a type checker, depend on typeguard's version.)
+_check_arguments: Callable[..., Any] = check_argument_types_internal
+_check_return: Callable[..., Any] = check_return_type_internal
 
 
 class _Checks:
@@ -69,7 +72,7 @@ class _Checks:
         memo = TypeCheckMemo(self.target.__globals__, dict(bound.arguments), config=_config())
         token = _TABLE.set(_TABLE.get() or _EMPTY)
         try:
-            check_argument_types_internal(self.func_name, checked, memo)
+            _check_arguments(self.func_name, checked, memo)
             return _TABLE.get() or _EMPTY, memo
         finally:
             _TABLE.reset(token)
@@ -113,7 +116,7 @@ def _steps(checks: _Checks, gen: Any, table: Table, memo: TypeCheckMemo) -> Any:
                 item = method(arg)
             except StopIteration as stop:
                 if return_type is not None:
-                    check_return_type_internal(name, stop.value, return_type, memo)
+                    _check_return(name, stop.value, return_type, memo)
                 return stop.value
             if yield_type is not None:
                 _check_yield(name, item, yield_type, memo)

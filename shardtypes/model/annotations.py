@@ -184,9 +184,9 @@ def _make(cls: type, key: Any) -> type[number]:
             )
         inner = annotation_class(array_type)
         if inner is not None:
-            made = _nested(cls, inner, shape)
-            _ANNOTATIONS[cls, key] = made  # (hashable: it has been a dict key above)
-            return made
+            nested = _nested(cls, inner, shape)
+            _ANNOTATIONS[cls, key] = nested  # (hashable: it has been a dict key above)
+            return nested
         if isinstance(array_type, _AnnotationMeta):
             raise TypeError(
                 f"{name}[array_type, shape]: array_type is the dtype class {array_type.__name__}, which "

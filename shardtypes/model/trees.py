@@ -183,7 +183,7 @@ def _registered_data_fields(cls: type) -> tuple[str, ...] | None:
     """The fields a class already registered as a pytree flattens to leaves (in field order);
     None if it is not registered. Read by flattening an instance whose fields are probes (no
     __init__ runs)."""
-    probe = object.__new__(cls)
+    probe: Any = object.__new__(cls)
     fields = dataclasses.fields(cls)
     for f in fields:
         object.__setattr__(probe, f.name, _Probe(f.name))
