@@ -108,7 +108,7 @@ def test_a_str_that_is_not_a_shape_is_left_to_typeguard():
         return y
 
     assert f(ones(2), 1).shape == (2,)
-    with pytest.raises(TypeCheckError, match=r"argument \"n\" \(str\) is not an instance of int"):
+    with pytest.raises(TypeCheckError, match=r"argument \"n\" \(str\) of .*f\(\) is not an instance of int"):
         f(ones(2), "1")
 
 
@@ -226,3 +226,28 @@ def test_an_async_generator_checked_from_its_signature_checks_its_yields():
 
     with pytest.raises(TypeCheckError, match=r"yielded value .* is not f32\[b'n'\]: dimension 'n' is 7 here"):
         asyncio.run(consume())
+
+
+@typechecked
+def _instrumented_pair(x: f32[b"a"]) -> tuple[f32[b"a"], f32[b"a"]]:
+    y: f32[b"a"] = x
+    return y  # not a tuple
+
+
+@typechecked
+def _instrumented_rows(x: f32[b"a"]) -> Iterator[tuple[f32[b"a"]]]:
+    yield x  # not a tuple
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_typeguards_own_failures_in_an_instrumented_function_name_it(jit):
+    """Issue 19, item 2, where typeguard instruments the function (annotated locals)."""
+    import jax
+
+    call = jax.jit(_instrumented_pair) if jit else _instrumented_pair
+    found = "traced jax.Array" if jit else "jax.Array"
+    with pytest.raises(TypeCheckError) as info:
+        call(jnp.zeros(3))
+    assert str(info.value) == f"the return value ({found}) of _instrumented_pair() is not a tuple"
+    with pytest.raises(TypeCheckError, match=r"^the yielded value \(jax.Array\) of _instrumented_rows\(\) is not a tuple$"):
+        next(_instrumented_rows(jnp.zeros(3)))

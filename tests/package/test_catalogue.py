@@ -687,6 +687,12 @@ def tuple_return(x: f32[b"a b"]) -> tuple[f32[b"a b"], f32[b"a b"]]:
     return x  # type: ignore[return-value]
 
 
+@typechecked
+def tuple_return_instrumented(x: f32[b"a b"]) -> tuple[f32[b"a b"], f32[b"a b"]]:
+    y: f32[b"a b"] = x
+    return y  # type: ignore[return-value]
+
+
 @dataclasses.dataclass
 class PlainLayer:
     w: f32[b"embed/d hidden/t"]
@@ -730,6 +736,8 @@ def unchecked_generator_yield() -> None:
 case("typechecked", "two-str-helpers-in-one-function", two_str_helpers, TypeCheckError, "value assigned to z", "is not f32[b'batch embed']: has 1 dim")
 case("typechecked", "tuple-return-eager", lambda: tuple_return(X()), TypeCheckError, "the return value (jax.Array) of tuple_return() is not a tuple")
 case("typechecked", "tuple-return-jit", lambda: jax.jit(tuple_return)(X()), TypeCheckError, "the return value (traced jax.Array) of tuple_return() is not a tuple")
+case("typechecked", "tuple-return-instrumented", lambda: tuple_return_instrumented(X()), TypeCheckError, "the return value (jax.Array) of tuple_return_instrumented() is not a tuple")
+case("typechecked", "tuple-return-instrumented-jit", lambda: jax.jit(tuple_return_instrumented)(X()), TypeCheckError, "the return value (traced jax.Array) of tuple_return_instrumented() is not a tuple")
 case("ArrayError", "check_type", lambda: typeguard.check_type(X(), f32[b"a"]), ArrayError, "jax.Array is not f32[b'a']: has 2 dims")
 case("shard", "plain-dataclass-other-annotation", lambda: shard(PlainLayer(X()), ANN, MESH()), TypeError, "shard: value is a PlainLayer (a dataclass that is not a pytree)", "pass its class")
 case("shard", "array-for-plain-dataclass", lambda: shard(X(), PlainLayer, MESH()), TypeError, "shard: value is float32[8,4]", "its annotation is the dataclass PlainLayer")
