@@ -5,7 +5,9 @@ raise and fragments of the message, which must be ours and name the argument.
 DESIGN.md, "Every public entry point validates its input": a wrong type or value gets a shardtypes
 error (or TypeError/ValueError with our message) naming the argument; never an AttributeError,
 KeyError, ZeroDivisionError, UnicodeDecodeError, RecursionError or another library's error about
-our input. Our exceptions pickle and deep-copy (last tests of this file).
+our input. Our exceptions pickle and deep-copy (last tests of this file). What a user sees of
+every error (its message, its class as tracebacks and pytest print it) names no private class
+(``_ArrayError``, ``jaxlib._jax.ArrayImpl``, JAX's tracer classes; issue 19).
 
 A case found before its fix is kept with ``xfail=`` naming the fix it needs (a strict xfail:
 when the fix lands it starts passing, and the strict marker says to drop the mark). None is
