@@ -34,6 +34,8 @@ every parameter's layout in both modes, the decoded tokens, and finally makes a 
 import argparse
 import dataclasses
 import math
+import os
+import tempfile
 import time
 import typing
 
@@ -61,6 +63,7 @@ from shardtypes import (  # noqa: E402
     make_shape_dtype_structs,
     ops,
     plan,
+    plan_html,
     pytree_dataclass,
     Stacked,
     shard,
@@ -569,7 +572,10 @@ def at_scale() -> dict:
         weights = plan(Weights, LARGE_MESH, LARGE)
         state = plan(State, LARGE_MESH, LARGE)
         wrong = verify(training_kernel_with_a_mistake, LARGE_MESH, LARGE)
-    return {"report": report, "seconds": seconds, "weights": weights, "state": state, "wrong": wrong}
+    with axis_rules(RULES, mode="decode"):
+        decode = plan(Weights, LARGE_MESH, LARGE)
+    return {"report": report, "seconds": seconds, "weights": weights, "state": state, "wrong": wrong,
+            "decode": decode}
 
 
 def _auto_check_cost(state: State, batch: Batch, calls: int = 10) -> str:
@@ -609,6 +615,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--auto", action="store_true", help="use Auto mesh axes")
     parser.add_argument("--steps", type=int, default=40, help="training steps")
     parser.add_argument("--every", type=int, default=5, help="print the loss every this many steps")
+    parser.add_argument("--html", default=os.path.join(tempfile.gettempdir(), "shardtypes-demo-plan.html"),
+                        help="where to write the 64x64 plan as a page (default: %(default)s)")
     args = parser.parse_args(argv)
 
     kind = AxisType.Auto if args.auto else AxisType.Explicit
@@ -682,6 +690,11 @@ def main(argv: list[str] | None = None) -> dict:
           f"({state_plan.global_bytes / 2**40:.2f} TiB in all)")
     print("\n  and a copy of the step with one wrong annotation:")
     print("\n".join("  " + line for line in str(scale["wrong"]).splitlines()))
+    page = plan_html({"train": scale["weights"], "decode": scale["decode"]}, "h100",
+                     title="The demo's weights at 70B-class sizes on 64x64 chips")
+    with open(args.html, "w", encoding="utf-8") as f:
+        f.write(page)
+    print(f"\nThe plan as a page (train and decode side by side, against an H100's memory): {args.html}")
     return {"losses": losses, "decoded": decoded, "expected": expected, "layouts": layouts,
             "mistake": mistake, "at_scale": scale}
 

@@ -61,18 +61,10 @@ if TYPE_CHECKING:
     )
 else:
     from .model.annotations import (
-        anydtype as anydtype,
         bf16 as bf16,
         bool_ as bool_,
         c64 as c64,
         c128 as c128,
-        complexfloating as complexfloating,
-        inexact as inexact,
-        key as key,
-        numeric as numeric,
-        real as real,
-        signed as signed,
-        unsigned as unsigned,
         f8e3m4 as f8e3m4,
         f8e4m3 as f8e4m3,
         f8e4m3b11fnuz as f8e4m3b11fnuz,
@@ -84,18 +76,28 @@ else:
         f16 as f16,
         f32 as f32,
         f64 as f64,
-        floating as floating,
         i4 as i4,
         i8 as i8,
         i16 as i16,
         i32 as i32,
         i64 as i64,
-        integer as integer,
         u4 as u4,
         u8 as u8,
         u16 as u16,
         u32 as u32,
         u64 as u64,
+    )
+    from .model.categories import (
+        anydtype as anydtype,
+        complexfloating as complexfloating,
+        floating as floating,
+        inexact as inexact,
+        integer as integer,
+        key as key,
+        numeric as numeric,
+        real as real,
+        signed as signed,
+        unsigned as unsigned,
     )
     from .model.trees import Stacked as Stacked
 from .layout.least_sharding import (
@@ -135,7 +137,7 @@ from .tools.verification import Problem as Problem, VerifyReport as VerifyReport
 from . import _legacy, linen as linen, nnx as nnx, ops as ops
 from .integrations.decorator import typechecked as typechecked
 from .checking.entry import check as check
-from .model.errors import FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
+from .model.errors import ArrayError as ArrayError, FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
 from .integrations.typeguard_hook import register_with_typeguard as register_with_typeguard
 from typeguard import TypeCheckError as TypeCheckError
 
@@ -143,6 +145,7 @@ from ._version import __version__ as __version__
 
 __all__ = [
     "Array",
+    "ArrayError",
     "AxisRules",
     "AxisRulesError",
     "DataLayout",
@@ -235,7 +238,7 @@ _legacy.install()  # pickles made before the layer packages name the old modules
 
 # The errors and warnings users see in tracebacks and catch by name carry their public home
 # (shardtypes.ShapeSpecError, not shardtypes._shape.ShapeSpecError); pickle finds them there.
-for _cls in (ShapeSpecError, AxisRulesError, ShardtypesWarning, FieldError):
+for _cls in (ShapeSpecError, AxisRulesError, ShardtypesWarning, FieldError, ArrayError):
     _cls.__module__ = "shardtypes"
 del _cls
 

@@ -15,6 +15,8 @@ from typeguard import TypeCheckError
 from ..context.settings import _FORCED, config
 from ..context.tables import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
 from .fast_path import _ARRAY_TYPES
+from .frames import failed_function
+from ..model.errors import in_function
 
 __all__: list[str] = []
 
@@ -76,24 +78,42 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
         if table is None:
             try:
                 return checked(*args, **kwargs)
-            except TypeCheckError:
+            except TypeCheckError as e:
                 _TABLE.set(start)  # a failed call leaves the caller's table as it was
+                _raise_named(e)
                 raise
         token = _TABLE.set(table)
         if not traced:
             try:
                 return checked(*args, **kwargs)
+            except TypeCheckError as e:
+                _raise_named(e)
+                raise
             finally:
                 _TABLE.reset(token)
         trace_token = _IN_TRACE.set(True)
         try:
             with trace_key():
                 return checked(*args, **kwargs)
+        except TypeCheckError as e:
+            _raise_named(e)
+            raise
         finally:
             _IN_TRACE.reset(trace_token)
             _TABLE.reset(token)
 
     return wrapper
+
+
+def _raise_named(error: TypeCheckError) -> None:
+    """Raises typeguard's own failure in an instrumented function (``the return value
+    (jaxlib._jax.ArrayImpl) is not a tuple``) again with the function and public class names, as
+    shardtypes' messages have them; returns for any other error (the caller re-raises it)."""
+    if type(error) is not TypeCheckError:
+        return
+    func = failed_function(error)
+    if func is not None:
+        raise in_function(error, func) from None
 
 
 def _call_table(start: Table | None, args: tuple) -> tuple[Table | None, bool]:
@@ -118,6 +138,9 @@ def _generator_in_table(gen: Any, table: Table) -> Any:
             item = method(arg)
         except StopIteration as stop:
             return stop.value
+        except TypeCheckError as e:
+            _raise_named(e)
+            raise
         finally:
             table = _TABLE.get() or table
             _TABLE.reset(token)
@@ -140,6 +163,9 @@ async def _async_generator_in_table(gen: Any, table: Table) -> Any:
             item = await method(arg)
         except StopAsyncIteration:
             return
+        except TypeCheckError as e:
+            _raise_named(e)
+            raise
         finally:
             table = _TABLE.get() or table
             _TABLE.reset(token)

@@ -60,6 +60,12 @@ def _class_for_dtype(np_dtype: np.dtype) -> type:
     raise TypeError(f"check(): no shardtypes class for dtype {np_dtype}")
 
 
+# numpy's abstract scalar types that no shardtypes category means exactly (np.dtype() would read
+# some of them as a concrete default, e.g. np.number as float64).
+_ABSTRACT_NUMPY = (np.number, np.inexact, np.signedinteger, np.unsignedinteger, np.complexfloating,
+                   np.flexible, np.character)
+
+
 def _check_dtype_argument(dtype: Any) -> type:
     """check()'s ``dtype``: a shardtypes class, a numpy/JAX dtype or its name, or an abstract
     numpy type (``np.floating`` means ``floating``)."""
@@ -71,12 +77,19 @@ def _check_dtype_argument(dtype: Any) -> type:
         )
     if isinstance(dtype, type) and issubclass(dtype, number):
         return dtype
-    from ..model.annotations import anydtype, floating, integer
+    from ..model.categories import anydtype, floating, integer
 
-    abstract = {np.floating: floating, np.integer: integer, np.number: anydtype, np.generic: anydtype,
-                np.inexact: floating}
+    # Only the abstract numpy types a category means exactly: np.number would let bool through
+    # as anydtype, np.inexact would turn complex away as floating.
+    abstract = {np.floating: floating, np.integer: integer, np.generic: anydtype}
     if isinstance(dtype, type) and dtype in abstract:
         return abstract[dtype]
+    if isinstance(dtype, type) and dtype in _ABSTRACT_NUMPY:
+        raise TypeError(
+            f"check(): dtype {dtype.__module__}.{dtype.__name__} is an abstract numpy type that no "
+            "shardtypes category means exactly; pass a dtype class or category (f32, floating, "
+            "integer, anydtype) or a concrete dtype (jnp.float32)"
+        )
     try:
         if dtype is None:  # np.dtype(None) is float64: a silent default, never what was meant
             raise TypeError("None")

@@ -18,7 +18,7 @@ from typeguard import _functions as _tg_functions
 from ..context import tables as _dims
 from ..context.tables import _TABLE, Table
 
-__all__ = ["check_argument_types_internal", "check_return_type_internal"]
+__all__ = ["check_argument_types_internal", "check_return_type_internal", "failed_function"]
 
 # typeguard renamed these in 4.5 (the old names became frame-reading helpers); the instrumented
 # code and our decorator call whichever this typeguard has.
@@ -43,6 +43,8 @@ _ROLE_NAMES = {
 }
 if check_argument_types_internal.__name__ == "check_argument_types":  # typeguard < 4.5
     _ROLE_NAMES.update(check_argument_types="argument", check_return_type="return")
+if not hasattr(_tg_functions, "check_yield_type_internal"):  # the yield and send checks' names now
+    _ROLE_NAMES.update(check_yield_type="yield", check_send_type="send")
 
 _CODES = {
     getattr(_tg_functions, name).__code__: role
@@ -93,6 +95,17 @@ def _origin_phrase() -> str:
             path = role[len('argument "'):-1] + path
         phrase = f"{path} ({phrase})"
     return phrase
+
+
+def failed_function(error: BaseException) -> str | None:
+    """The function whose argument, return value, yield or sent value typeguard was checking when
+    ``error`` was raised (read from the traceback's innermost typeguard frame), else None."""
+    tb, found = error.__traceback__, None
+    while tb is not None:
+        if _CODES.get(tb.tb_frame.f_code) in ("argument", "return", "yield", "send"):
+            found = tb.tb_frame.f_locals.get("func_name")
+        tb = tb.tb_next
+    return found if isinstance(found, str) else None
 
 
 # The attribute path of the dataclass field being checked, for "bound by" phrases.

@@ -20,6 +20,7 @@ from .call_tables import _EMPTY, _with_table
 from .entry import check_with_plan
 from ..context.settings import _FORCED, config
 from ..context.tables import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
+from ..model.errors import in_function
 from ..model.hints import resolve_hints
 from ..model.nodes import model
 from ..model.plans import plan_for
@@ -270,6 +271,8 @@ def _transactional(fn: Callable, *args) -> Any:
     before = _TABLE.get()
     try:
         return fn(*args)
-    except TypeCheckError:
+    except TypeCheckError as e:
         _TABLE.set(before)
+        if type(e) is TypeCheckError:  # typeguard's own message: name the function (args[0])
+            raise in_function(e, args[0]) from None
         raise

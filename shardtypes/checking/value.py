@@ -208,6 +208,10 @@ def check_value(
     elif isinstance(value, jax.ShapeDtypeStruct):
         shape, dtype, sharding = value.shape, value.dtype, value.sharding
         kind = "struct"
+        negative = next((i for i, d in enumerate(shape) if isinstance(d, int) and d < 0), None)
+        if negative is not None:  # JAX builds such a struct; no array has its shape
+            raise Mismatch(f"is a ShapeDtypeStruct of shape {tuple(shape)}, whose dim {negative} is "
+                           f"negative ({shape[negative]}): no array has that shape")
     else:
         raise Mismatch(f"found a {_type_of(value)}, which is not an array")
 

@@ -167,15 +167,36 @@ class Scope:
 
     def __exit__(self, *exc_info: object) -> None:
         open_scopes = _OPEN.get()
-        if not open_scopes or open_scopes[-1][0] is not self:
+        if open_scopes and open_scopes[-1][0] is self:
+            _OPEN.set(open_scopes[:-1])
+            _close(open_scopes[-1], exc_info)
+            return
+        # Out of order (two Scopes, or two generators that each hold one across a yield): the
+        # Scopes opened since this one are closed with it, so the context is as it was before
+        # any of them, never half-unwound with an inner Scope's sizes left in dims().
+        position = next((i for i in range(len(open_scopes) - 1, -1, -1) if open_scopes[i][0] is self), None)
+        if position is None:
             raise RuntimeError(
-                "shardtypes.Scope exited out of order: exit the innermost Scope first (use `with`)"
+                "shardtypes.Scope exited out of order: this Scope is not open here (it was never "
+                "entered in this context, or was closed when an outer Scope exited before it); "
+                "exit the innermost Scope first (use `with`)"
             )
-        _, table, base, key = open_scopes[-1]
-        _OPEN.set(open_scopes[:-1])
-        _BASE.reset(base)
-        _TABLE.reset(table)
-        key.__exit__(*exc_info)
+        _OPEN.set(open_scopes[:position])
+        for entry in reversed(open_scopes[position:]):
+            _close(entry, (None, None, None))
+        inner = len(open_scopes) - position - 1
+        raise RuntimeError(
+            f"shardtypes.Scope exited out of order: {inner} Scope(s) entered after it were still "
+            "open; they are closed too, and the dimension table is as it was before this Scope. "
+            "Exit the innermost Scope first (use `with`)"
+        )
+
+
+def _close(entry: tuple, exc_info: tuple) -> None:
+    _, table, base, key = entry
+    _BASE.reset(base)
+    _TABLE.reset(table)
+    key.__exit__(*exc_info)
 
 
 def _as_size(size: Any) -> Any:

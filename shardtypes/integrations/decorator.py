@@ -31,6 +31,7 @@ from typing import Any, Callable, TypeVar, overload
 import typeguard
 
 from ..checking.call_tables import _with_table
+from ..checking.generators import generator_from_signature
 from ..model.annotations import number
 from ..context.tables import scope
 from .instrument import has_str_shapes, instrument_str_shapes, with_closure
@@ -102,6 +103,8 @@ def _typechecked(target: Any, scope_vars: dict) -> Any:
         if problem is None:
             return _mark(_with_table(target, instrumented))
         _warn_unchecked_locals(target, problem)
+        if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+            return _mark(generator_from_signature(target, scope_vars))
     elif why_not is not None:
         _warn_unchecked_locals(target, why_not)
     return _mark(_SignatureChecker(target, scope_vars).wrap())
@@ -115,11 +118,18 @@ def _mark(wrapper: Callable[..., Any]) -> Callable[..., Any]:
 def _warn_unchecked_locals(target: Callable, reason: str) -> None:
     warnings.warn(
         f"shardtypes.typechecked cannot instrument {_qualname(target)} ({reason}). Its arguments "
-        "and return value are checked from its signature; annotated local variables inside it, "
-        "if any, are NOT checked.",
+        f"{_WHAT_THE_SIGNATURE_CHECKS[_is_generator(target)]} are checked from its signature; "
+        "annotated local variables inside it, if any, are NOT checked.",
         ShardtypesWarning,
         stacklevel=_user_stacklevel(),
     )
+
+
+_WHAT_THE_SIGNATURE_CHECKS = {False: "and return value", True: "and its yielded, sent and returned values"}
+
+
+def _is_generator(target: Callable) -> bool:
+    return inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target)
 
 
 def _user_stacklevel() -> int:

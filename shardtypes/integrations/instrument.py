@@ -113,8 +113,14 @@ def instrument_str_shapes(f: Callable, scope_vars: dict[str, Any]) -> tuple[Call
     node = _function_node(tree, f)
     if node is None:
         return f, "its definition was not found in its module's source"
-    for constant in _shape_constants(_annotations(node), _namespace(f, scope_vars)):
-        constant.value = str(constant.value).encode()
+    # typeguard's transformer reads the annotations of every function on the way to f (an
+    # enclosing test function and the other checked helpers defined in it), not only f's: their
+    # str shapes become bytes too, or a sibling's 'batch embed' is a syntax error for f.
+    namespace = _namespace(f, scope_vars)
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    for constant in _shape_constants([a for n in functions for a in _annotations(n)], namespace):
+        if isinstance(constant.value, str):  # (a nested function's are found twice)
+            constant.value = constant.value.encode()
     target_path = [part for part in f.__qualname__.split(".") if part != "<locals>"]
     transformer = TypeguardTransformer(target_path, f.__code__.co_firstlineno)
     transformer.visit(tree)

@@ -22,7 +22,7 @@ from .containers import _all_or_nothing, _check_dataclass, _check_union
 from ..model.forms import holds_shardtypes, is_checked_class, safe_is_checked_class
 from ..model.describe import Mismatch
 from ..model.annotations import annotation_class, is_annotation, number
-from ..model.errors import COLLECTED, _ArrayError, _collect, _found
+from ..model.errors import COLLECTED, ArrayError, _collect, _found
 from ..checking.fast_path import fast_check
 from ..model.plans import _PLANS, malformed, plan_of
 from ..model.trees import _INFO as _TREE_CLASSES
@@ -59,7 +59,7 @@ def _check_annotation(value: Any, origin: type, args: tuple, memo: TypeCheckMemo
                 _collect(TypeCheckError(f"{where} {core}"))
                 return
             prefix = f"of {func}() " if func and kind != "check_type" else ""
-            raise _ArrayError(f"{prefix}{core}") from None
+            raise ArrayError(f"{prefix}{core}") from None
     if new:
         _set_table(memo, table.bind(new, _origin_phrase()), scoped)
 

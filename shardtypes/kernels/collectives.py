@@ -25,7 +25,7 @@ from ..model.describe import Mismatch, axis_hint, describe
 from ..checking.kernel_layouts import op_check, with_op_context
 from ..context.rules import AxisRulesError
 from ..context.tables import _TABLE, Table
-from ..model.annotations import anydtype
+from ..model.categories import anydtype
 from ..context.rule_resolution import layout as rules_layout
 from ..language.shape import FIXED, NAMED, DimSpec, ShapeSpec, ShapeSpecError
 

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from . import collectives as c
 from ..checking import kernel_layouts as kl
-from ..model.annotations import integer
+from ..model.categories import integer
 from ..language.shape import NAMED, ShapeSpecError
 
 __all__ = [

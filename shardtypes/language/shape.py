@@ -27,7 +27,7 @@ import functools
 import re
 from typing import TYPE_CHECKING, Any, Union
 
-from .sizes import _IDENT, Node, _DimError, _expr_names, _parse_expr
+from .sizes import _IDENT, Node, _DimError, _expr_names, _parse_expr, evaluate
 
 if TYPE_CHECKING:
     from jax.sharding import PartitionSpec
@@ -181,6 +181,13 @@ def _parse_dim(text: str) -> DimSpec:
     else:
         expr = _parse_expr(size)
         kind = EXPR
+        if not _expr_names(expr):  # a constant ('2-3', '4//0'): a size it can never be is an error now
+            try:
+                value = evaluate(expr, lambda name: 0)
+            except ZeroDivisionError:
+                raise _DimError(f"dim {text!r} divides by zero") from None
+            if value < 0:
+                raise _DimError(f"dim {text!r} is the constant {value}: a size cannot be negative")
     if kind in (ELLIPSIS, VARIADIC) and sharding:
         raise _DimError(f"variadic dim {text!r} cannot be sharded: shard the dims it stands for")
     return DimSpec(size, sharding, kind, expr)

@@ -21,6 +21,7 @@ from .auto import (
     _Unit, _axis_sizes, _concrete, _entry_axes, _fmt_bytes, _is_spec_leaf, _itemsize, _shape_of, _spec, _units,
     _where,
 )
+from ..model import public_names
 from .placement import tree_guard
 from .specs import mesh_arg
 
@@ -225,7 +226,7 @@ def convert_specs(
         if str(e).startswith(what):
             raise
         raise ValueError(
-            f"{what}: the specs tree does not match the shapes tree (same structure needed): {e}"
+            f"{what}: the specs tree does not match the shapes tree (same structure needed): {public_names(str(e))}"
         ) from None
 
 

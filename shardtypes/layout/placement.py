@@ -6,6 +6,8 @@ user's tree too deep for JAX's pytree functions into an error naming the argumen
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import math
 from typing import Any, Iterator
 
@@ -17,6 +19,7 @@ from jax.sharding import NamedSharding
 from ..language.shape import entry_axes
 from ..language.sizes import divides
 from .specs import make_shardings, mesh_arg
+from ..model import ClassNode, describe, model
 from ..model.walk import _brief, _Leaf, _walk
 
 __all__ = ["shard", "tree_guard"]
@@ -64,6 +67,8 @@ def shard(value: Any, annotation: Any, mesh: Any = None, *, like: Any = None) ->
     annotation: ``shard(opt_state, opt_state)``; ``like`` is ``make_shardings``'.
     """
     mesh = mesh_arg(mesh, "shard")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and _is_one_leaf(value):
+        return _shard_fields(value, annotation, mesh)
     shardings = make_shardings(annotation, mesh, like=like)
     # None in the value is an Optional left empty: a leaf here, so it lines up with the
     # annotation's leaf, and it stays None.
@@ -82,6 +87,11 @@ def shard(value: Any, annotation: Any, mesh: Any = None, *, like: Any = None) ->
     placed: list[Any] = []
     for (path, x), (_, sharding), info in zip(value_leaves, sharding_leaves, infos):
         at = f"value{jax.tree_util.keystr(path)}"
+        if not isinstance(info, _ShardLeaf):  # a plain dataclass in the annotation: one leaf to JAX
+            raise TypeError(
+                f"shard: {at} is {_brief(describe(x), 60)}, but its annotation is the dataclass "
+                f"{type(info).__qualname__}; pass an instance of it"
+            )
         if x is None:
             if not info.leaf.optional:
                 raise TypeError(f"shard: {at} is None, but its annotation {info.leaf.text} is not Optional[...]")
@@ -101,6 +111,30 @@ def shard(value: Any, annotation: Any, mesh: Any = None, *, like: Any = None) ->
             )
         placed.append(_place(x, sharding, f"{jax.tree_util.keystr(path) or 'the value'} ({info.leaf.text})"))
     return jax.tree_util.tree_unflatten(value_def, placed)
+
+
+def _is_one_leaf(value: Any) -> bool:
+    with tree_guard("shard", "value", value):
+        return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(value))
+
+
+def _shard_fields(value: Any, annotation: Any, mesh: Any) -> Any:
+    """A plain dataclass (not a pytree: JAX sees it as one leaf) laid out field by field, into a
+    copy; its fields without shardtypes annotations are kept as they are."""
+    cls = type(value)
+    if annotation is not cls and type(annotation) is not cls:
+        raise TypeError(
+            f"shard: value is a {cls.__qualname__} (a dataclass that is not a pytree), but the "
+            f"annotation is {_brief(repr(annotation), 60)}; pass its class, shard(value, {cls.__qualname__})"
+        )
+    node = model(cls)
+    if not isinstance(node, ClassNode) or not node.has_arrays:
+        raise TypeError(f"shard: {cls.__qualname__} has no shardtypes annotation on its fields, so no layout")
+    out = copy.copy(value)
+    for name, field in node.fields.items():
+        if field.has_arrays:
+            object.__setattr__(out, name, shard(getattr(value, name), field.annotation, mesh))
+    return out
 
 
 class _ShardLeaf:

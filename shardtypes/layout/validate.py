@@ -15,6 +15,7 @@ import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from .auto import _axis_sizes, _concrete, _entry_axes, _fmt_bytes, _is_spec_leaf, _shape_of, _where
+from ..model import public_names
 from .placement import tree_guard
 from .specs import mesh_arg
 
@@ -74,7 +75,7 @@ def _pair_leaves(specs: Any, tree: Any, what: str) -> list[tuple[str, Any, Any]]
     except ValueError as e:
         raise ValueError(
             f"{what}: the specs tree does not match the array tree (it must have the same "
-            f"structure, or be a prefix of it): {e}"
+            f"structure, or be a prefix of it): {public_names(str(e))}"
         ) from None
     bad = [
         (jax.tree_util.keystr(p), s)

@@ -6,7 +6,7 @@ the categories ``floating``, ``integer``, ``key``, ``anydtype`` and the rest), t
 walks (array annotations with their ``Plan``, dataclass-likes of every model library, tuples,
 lists, dicts, NamedTuples, unions, ``Annotated``), and trees of values whose annotated classes
 give the layout (optimizer states: ``value_trees``). ``typing.get_origin``/``get_args`` appear
-nowhere else in the package. The errors a check raises (``FieldError``, the array error) and the
+nowhere else in the package. The errors a check raises (``FieldError``, ``ArrayError``) and the
 descriptions of values in messages live here too, so every layer above can raise them.
 
 May import: ``shardtypes.language``, ``shardtypes.context``.
@@ -31,10 +31,14 @@ from .describe import (
 )
 from .errors import (
     COLLECTED as COLLECTED,
+    ArrayError as ArrayError,
     FieldError as FieldError,
     ShardtypesWarning as ShardtypesWarning,
+    in_function as in_function,
+    public_names as public_names,
 )
 from .hints import resolve_hints as resolve_hints
+from . import nesting as _nesting  # installs f32[floating[jax.Array, b'a'], b'b']
 from .nodes import (
     ArrayNode as ArrayNode,
     ClassNode as ClassNode,
@@ -69,6 +73,7 @@ from .trees import (
 
 __all__ = [
     "Array",
+    "ArrayError",
     "ArrayNode",
     "COLLECTED",
     "ClassNode",
@@ -91,6 +96,7 @@ __all__ = [
     "dtype_names",
     "follow",
     "holds_annotated_class",
+    "in_function",
     "is_annotation",
     "is_box",
     "is_dtype_class",
@@ -99,6 +105,7 @@ __all__ = [
     "number",
     "plan_for",
     "plan_of",
+    "public_names",
     "pytree_dataclass",
     "resolve_hints",
     "stack_annotation",

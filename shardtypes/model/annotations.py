@@ -29,7 +29,7 @@ import numpy as np
 
 from ..language.shape import ShapeSpec
 
-__all__ = ["number", "CATEGORIES", "dtype_names", "annotation_class", "is_annotation", "is_dtype_class", "subscript", "type_name"]
+__all__ = ["number", "dtype_names", "annotation_class", "is_annotation", "is_dtype_class", "subscript", "type_name"]
 
 
 # Typeguard re-evaluates annotation expressions on every call, so subscription must be cheap: a
@@ -46,6 +46,20 @@ _instance_check: Callable[[type[number], object], bool] | None = None
 def install_instance_check(check: Callable[[type[number], object], bool]) -> None:
     global _instance_check
     _instance_check = check
+
+
+def _refuse_nested(cls: type, inner: type, shape: Any) -> type[number]:
+    raise TypeError(f"{cls.__name__}[{inner!r}, ...]: an annotation as the array type needs shardtypes.model")
+
+
+# f32[floating[jax.Array, b'a'], b'b'] (an annotation as the array type) is nesting.py's, which
+# installs itself when the model layer is imported.
+_nested: Callable[[type, type, Any], type[number]] = _refuse_nested
+
+
+def install_nested(nested: Callable[[type, type, Any], type[number]]) -> None:
+    global _nested
+    _nested = nested
 
 
 # Classes whose own module and qualname do not lead back to them (jax.Array says it is
@@ -162,13 +176,23 @@ def _make(cls: type, key: Any) -> type[number]:
         if len(key) != 2 or isinstance(key[0], (str, bytes)):
             raise TypeError(
                 f"{name}[...] takes a shape string, as in {name}[b'batch embed'], or an array type "
-                f"and a shape string, as in {name}[jax.Array, b'batch embed']; got {key!r}"
+                f"and a shape string, as in {name}[jax.Array, b'batch embed']; got {_shown(key)}"
             )
         array_type, shape = key
         if not isinstance(array_type, type):
             raise TypeError(
                 f"{name}[array_type, shape]: array_type must be a class such as jax.Array or "
                 f"numpy.ndarray, got {array_type!r}"
+            )
+        inner = annotation_class(array_type)
+        if inner is not None:
+            nested = _nested(cls, inner, shape)
+            _ANNOTATIONS[cls, key] = nested  # (hashable: it has been a dict key above)
+            return nested
+        if isinstance(array_type, _AnnotationMeta):
+            raise TypeError(
+                f"{name}[array_type, shape]: array_type is the dtype class {array_type.__name__}, which "
+                f"has no shape; write {name}[jax.Array, shape] (or {array_type.__name__}[jax.Array, shape])"
             )
     spec = ShapeSpec.parse(shape)  # validate now: a bad annotation fails where it is written
     data = shape.encode("utf-8") if isinstance(shape, str) else shape
@@ -196,6 +220,13 @@ def _make(cls: type, key: Any) -> type[number]:
     return made
 
 
+def _shown(key: Any) -> str:
+    """What was written in a subscript, classes by their public names: ``(jax.Array, 'a', 'b')``."""
+    if isinstance(key, tuple):
+        return "(" + ", ".join(_shown(k) for k in key) + ("," if len(key) == 1 else "") + ")"
+    return type_name(key) if isinstance(key, type) else repr(key)
+
+
 def is_annotation(obj: object) -> bool:
     """Whether ``obj`` is a subscripted annotation class (``f32[b'...']``)."""
     return isinstance(obj, _AnnotationMeta) and "_text" in obj.__dict__
@@ -220,53 +251,6 @@ def _is_extended(dtype: Any) -> bool:
 def dtype_name(dtype: Any) -> str:
     """``float32``, or ``key<fry>`` for dtypes numpy cannot interpret."""
     return str(dtype) if _is_extended(dtype) else np.dtype(dtype).name
-
-
-def _category(name: str, test: Callable[[np.dtype], bool], description: str,
-              extended: Callable[[Any], bool] | None = None) -> type[number]:
-    """A class accepting every dtype ``test`` accepts; ``extended`` decides for JAX's extended
-    dtypes (PRNG keys), which numpy cannot interpret and which no test sees."""
-
-    def accepts(cls: type[number], dtype: Any) -> bool:
-        if _is_extended(dtype):
-            return extended is not None and extended(dtype)
-        return test(np.dtype(dtype))
-
-    namespace = {"accepts": classmethod(accepts), "description": description}
-    return cast("type[number]", _AnnotationMeta(name, (number,), namespace))
-
-
-def _kind(kind: Any) -> Callable[[np.dtype], bool]:
-    """A test for numpy's abstract dtype ``kind`` (``jnp.floating``), as JAX reads it: bfloat16,
-    the float8 and float4 types are floating, int2 and int4 signed integers."""
-    return lambda dt: bool(jnp.issubdtype(dt, kind))
-
-
-def _is_key(dtype: Any) -> bool:
-    return bool(jnp.issubdtype(dtype, jax.dtypes.prng_key))
-
-
-def _is_real(dt: np.dtype) -> bool:
-    return bool(jnp.issubdtype(dt, jnp.integer) or jnp.issubdtype(dt, jnp.floating))
-
-
-# The categories, by numpy's names for its abstract dtypes (jaxtyping's names in brackets):
-# anydtype (Shaped), numeric (Num), real (Real), inexact (Inexact), floating (Float),
-# complexfloating (Complex), integer (Int), signed (SInt), unsigned (UInt), key (Key).
-floating = _category("floating", _kind(jnp.floating), "any floating dtype")
-integer = _category("integer", _kind(jnp.integer), "any integer dtype")
-signed = _category("signed", _kind(jnp.signedinteger), "any signed integer dtype")
-unsigned = _category("unsigned", _kind(jnp.unsignedinteger), "any unsigned integer dtype")
-complexfloating = _category("complexfloating", _kind(jnp.complexfloating), "any complex dtype")
-inexact = _category("inexact", _kind(jnp.inexact), "any floating or complex dtype")
-real = _category("real", _is_real, "any integer or floating dtype (not bool, not complex)")
-numeric = _category("numeric", _kind(jnp.number), "any integer, floating or complex dtype (not bool)")
-key = _category("key", lambda dt: False, "a typed PRNG key dtype such as key<fry> (from jax.random.key; "
-                "a raw uint32 key from jax.random.PRNGKey is not one)", extended=_is_key)
-anydtype = _category("anydtype", lambda dt: True, "any dtype", extended=lambda dt: True)
-
-CATEGORIES: tuple[type[number], ...] = (floating, integer, signed, unsigned, complexfloating, inexact, real,
-                                        numeric, key, anydtype)
 
 
 # One class per dtype. The class body holds the exact dtype it accepts.
@@ -375,7 +359,7 @@ class f8e8m0fnu(number):
 dtype_classes: dict[str, type[number]] = {
     cls.__name__: cls for cls in number.__subclasses__() if cls.dtype is not None
 }
-for _cls in (*dtype_classes.values(), *CATEGORIES):
+for _cls in dtype_classes.values():
     _cls.__module__ = "shardtypes"  # their public home, where pickle finds them
 
 

@@ -1,6 +1,7 @@
 """The errors and warnings of checks, and how their messages name what was found.
 
-``FieldError`` (a dataclass field failed, with the field path), ``ShardtypesWarning`` (a check
+``ArrayError`` (an array failed its annotation under typeguard), ``FieldError`` (a dataclass
+field failed, with the field path), ``ShardtypesWarning`` (a check
 that cannot run as asked), and the messages' pieces: a value's public class name (``jax.Array``,
 never JAX's internal classes) and ``(found float32[8,16] sharded P('d', None))``. While
 ``shardtypes.verify`` runs a function, failed checks are collected (``COLLECTED``) instead of
@@ -19,7 +20,7 @@ from typeguard import TypeCheckError
 
 from .describe import Mismatch, describe
 
-__all__ = ["ShardtypesWarning", "FieldError", "COLLECTED"]
+__all__ = ["ShardtypesWarning", "ArrayError", "FieldError", "COLLECTED", "in_function", "public_names"]
 
 
 class ShardtypesWarning(UserWarning):
@@ -52,20 +53,42 @@ def _found(value: Any, m: Mismatch) -> str:
     return "" if m.problem.endswith("which is not an array") else f" (found {describe(value)})"
 
 
-_INTERNAL_NAMES = re.compile(r"jaxlib\._jax\.ArrayImpl|jax\._src\.[\w.]*Tracer")
+_INTERNAL_NAMES = re.compile(r"(?:jax\.)?jaxlib\._jax\.(?:ArrayImpl|Array)\b|jax\._src\.[\w.]*Tracer")
 
 
-def _public_names(text: str) -> str:
-    """typeguard names a value by its class: say ``jax.Array`` and ``traced jax.Array``, not
-    JAX's internal classes."""
-    return _INTERNAL_NAMES.sub(lambda m: "jax.Array" if m.group().startswith("jaxlib") else "traced jax.Array", text)
+def public_names(text: str) -> str:
+    """typeguard and JAX name a value by its class: say ``jax.Array`` and ``traced jax.Array``,
+    not JAX's internal classes (``jaxlib._jax.ArrayImpl``, JAX's private tracer classes)."""
+    return _INTERNAL_NAMES.sub(lambda m: "traced jax.Array" if m.group().endswith("Tracer") else "jax.Array", text)
 
 
-class _ArrayError(TypeCheckError):
-    """A shardtypes check failed where typeguard adds the value's path to the message."""
+_public_names = public_names
+
+
+class ArrayError(TypeCheckError):
+    """An array failed its shardtypes annotation where typeguard checks it (``typeguard.check_type``,
+    an instrumented function, a container or union holding the annotation); typeguard adds the
+    value's path to the message. A ``TypeCheckError``, so ``except TypeCheckError`` catches it."""
 
     def __str__(self) -> str:
         return _public_names(super().__str__())
+
+
+# Pickles made before ArrayError was public name it by its old, private name.
+_ArrayError = ArrayError
+
+
+def in_function(error: TypeCheckError, func_name: str) -> TypeCheckError:
+    """typeguard's own failure (``the return value (jaxlib._jax.ArrayImpl) is not a tuple``) as a
+    ``TypeCheckError`` that names the function and the value's public class, as ours do:
+    ``the return value (jax.Array) of f() is not a tuple``."""
+    core = str(error.args[0]) if error.args else ""
+    text = str(error)
+    if f"of {func_name}()" in text:  # ours already names it
+        return TypeCheckError(_public_names(text))
+    path = text[: -len(core) - 1] if core and text.endswith(" " + core) else ""
+    message = f"{path} of {func_name}() {core}" if path else f"{func_name}(): {text}"
+    return TypeCheckError(_public_names(message))
 
 
 class FieldError(TypeCheckError):
@@ -91,3 +114,4 @@ class FieldError(TypeCheckError):
 
 
 FieldError.__module__ = "shardtypes"  # its public home: shardtypes.FieldError
+ArrayError.__module__ = "shardtypes"  # shardtypes.ArrayError, in tracebacks and pytest's reports

@@ -7,6 +7,7 @@ checked field by field, how to print a member of a union, and the forms Flax NNX
 
 from __future__ import annotations
 
+import collections.abc
 import functools
 import typing
 from typing import Any
@@ -15,7 +16,7 @@ from .annotations import is_annotation
 from .nodes import ClassNode, model
 from .trees import _INFO as _TREE_CLASSES
 
-__all__ = ["holds_shardtypes", "is_checked_class", "safe_is_checked_class", "type_text",
+__all__ = ["generator_types", "holds_shardtypes", "is_checked_class", "safe_is_checked_class", "type_text",
            "variable_annotation", "item_annotation"]
 
 
@@ -82,3 +83,24 @@ def item_annotation(annotation: Any) -> Any:
     if not args:
         return None
     return args[-1] if args[-1] is not Ellipsis else args[0]
+
+
+_GENERATORS = {
+    collections.abc.Generator: 3, collections.abc.AsyncGenerator: 2,
+    collections.abc.Iterator: 1, collections.abc.Iterable: 1,
+    collections.abc.AsyncIterator: 1, collections.abc.AsyncIterable: 1,
+}
+
+
+def generator_types(annotation: Any) -> tuple[Any, Any, Any]:
+    """(yield, send, return) annotations of a generator function's return annotation, None where
+    it says none: ``Iterator[Y]`` gives ``(Y, None, None)``, ``Generator[Y, S, R]`` all three.
+    Anything else is the type of the generator's return value, as typeguard reads it."""
+    origin = typing.get_origin(annotation)
+    count = _GENERATORS.get(origin) if origin is not None else None
+    if count is None:
+        if annotation in _GENERATORS:  # a bare Iterator: nothing to check
+            return None, None, None
+        return None, None, annotation
+    args = list(typing.get_args(annotation)[:count]) + [None] * 3
+    return args[0], args[1], args[2]

@@ -17,7 +17,8 @@ import sys
 from typing import Any
 
 from ..language.shape import ShapeSpecError
-from .annotations import anydtype, dtype_classes, subscript
+from .annotations import dtype_classes, subscript
+from .categories import anydtype
 
 __all__ = ["is_box", "box_annotation"]
 

@@ -44,14 +44,16 @@ class TreeInfo:
 
     __slots__ = ("cls", "base", "axes", "_types", "data_fields", "static_fields", "field_names")
 
-    def __init__(self, cls: type, base: type, axes: str):
+    def __init__(self, cls: type, base: type, axes: str, data: tuple[str, ...] | None = None):
         self.cls = cls
         self.base = base
         self.axes = axes
         self._types: dict[str, Any] | None = None
         fields = dataclasses.fields(cls)
-        self.data_fields: tuple[str, ...] = tuple(f.name for f in fields if not _is_static(f))
-        self.static_fields: frozenset[str] = frozenset(f.name for f in fields if _is_static(f))
+        if data is None:
+            data = tuple(f.name for f in fields if not _is_static(f))
+        self.data_fields: tuple[str, ...] = data
+        self.static_fields: frozenset[str] = frozenset(f.name for f in fields if f.name not in data)
         self.field_names: tuple[str, ...] = tuple(f.name for f in fields)
 
     @property
@@ -154,11 +156,49 @@ def _register(cls: type[_T], base: type, axes: str) -> type[_T]:
             f"pytree_dataclass {cls.__qualname__}: fields {no_init} have init=False; a pytree "
             "dataclass is rebuilt from its fields, so every field must be an __init__ argument"
         )
+    registered = _registered_data_fields(cls)
+    if registered is not None:
+        # Already a pytree (jax.tree_util.register_dataclass, flax.struct.dataclass, an
+        # eqx.Module): registering again is JAX's error; it keeps its own registration, and
+        # shardtypes reads which fields are leaves from it.
+        _INFO[cls] = TreeInfo(cls, base, axes, registered)
+        return cls
     data = [f.name for f in dataclasses.fields(cls) if not _is_static(f)]
     meta = [f.name for f in dataclasses.fields(cls) if _is_static(f)]
     jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
     _INFO[cls] = TreeInfo(cls, base, axes)
     return cls
+
+
+class _Probe:
+    """A field value that flattening shows as a leaf, or keeps in the tree structure."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _registered_data_fields(cls: type) -> tuple[str, ...] | None:
+    """The fields a class already registered as a pytree flattens to leaves (in field order);
+    None if it is not registered. Read by flattening an instance whose fields are probes (no
+    __init__ runs)."""
+    probe: Any = object.__new__(cls)
+    fields = dataclasses.fields(cls)
+    for f in fields:
+        object.__setattr__(probe, f.name, _Probe(f.name))
+    try:
+        leaves, treedef = jax.tree_util.tree_flatten(probe)
+    except Exception as e:  # a registration whose flatten needs more than the fields
+        raise TypeError(
+            f"pytree_dataclass: {cls.__qualname__} is already registered as a pytree, and its "
+            f"fields could not be read from its registration ({type(e).__name__}: {e}); use the "
+            "class as it is registered (shardtypes checks it field by field)"
+        ) from None
+    if jax.tree_util.treedef_is_leaf(treedef):
+        return None
+    found = {leaf.name for leaf in leaves if isinstance(leaf, _Probe)}
+    return tuple(f.name for f in fields if f.name in found)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,9 +277,12 @@ def _stacked_dataclass(axes: str, base: type) -> type:
     fields: list[tuple[str, Any, dataclasses.Field[Any]]] = []
     for f in dataclasses.fields(base):
         ftype = info.field_types[f.name]
-        if not _is_static(f):
+        metadata: Any = f.metadata
+        if f.name not in info.static_fields:
             ftype = stack_annotation(axes, ftype, f"field {base.__qualname__}.{f.name}")
-        kwargs: dict[str, Any] = {"metadata": f.metadata, "repr": f.repr, "compare": f.compare, "kw_only": f.kw_only}
+        elif not _is_static(f):  # static in the base's own registration (flax's pytree_node=False)
+            metadata = {**f.metadata, "static": True}
+        kwargs: dict[str, Any] = {"metadata": metadata, "repr": f.repr, "compare": f.compare, "kw_only": f.kw_only}
         if f.default is not dataclasses.MISSING:
             kwargs["default"] = f.default
         if f.default_factory is not dataclasses.MISSING:

@@ -27,7 +27,9 @@ from typing import Any, Callable
 
 import jax
 
-from .annotations import anydtype, dtype_classes, subscript
+from .annotations import dtype_classes, subscript
+
+from .categories import anydtype
 from .describe import describe
 from .forms import safe_is_checked_class
 from .linen_boxes import box_annotation, is_box

@@ -92,6 +92,10 @@ def _walk(
     def walk(a: Any, at: str, optional: bool = _optional) -> Any:
         return _walk(a, leaf, at, fast, like=like, _stack=stack, _optional=optional)
 
+    if not isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+        built = _model_class_or_instance(annotation, walk, path)  # a plain dataclass: one JAX leaf
+        if built is not _NOT_A_MODEL:
+            return built
     if is_value_tree(annotation):
         return walk_value(annotation, path, lambda a, at: walk(a, at, False), like)
 
@@ -146,17 +150,33 @@ _NOT_A_MODEL = object()
 def _model_class_or_instance(annotation: Any, walk: Callable[[Any, str], Any], path: str) -> Any:
     """A dataclass of a model library (an ``eqx.Module``, a ``flax.struct.dataclass``, a
     ``register_dataclass`` class, a plain dataclass) given as its class, built from its field
-    annotations without running its ``__init__``; ``_NOT_A_MODEL`` for anything else. (An
-    instance of one, real or abstract, is a value tree: ``value_trees`` walks it.)"""
-    if not isinstance(annotation, type) or not dataclasses.is_dataclass(annotation):
+    annotations without running its ``__init__``; an instance of a plain dataclass (one leaf to
+    JAX) as its class's layout with the instance's other fields; ``_NOT_A_MODEL`` for anything
+    else. (An instance of a pytree class, real or abstract, is a value tree: ``value_trees``
+    walks it.)"""
+    if not isinstance(annotation, type):
+        cls = type(annotation)
+        if not dataclasses.is_dataclass(cls) or not _is_plain_dataclass(annotation):
+            return _NOT_A_MODEL
+        node = model(cls)
+        if not isinstance(node, ClassNode) or not node.has_arrays:
+            return _NOT_A_MODEL
+        built = _model_class_or_instance(cls, walk, path)
+        for f in dataclasses.fields(cls):
+            if not (f.name in node.fields and node.fields[f.name].has_arrays):
+                object.__setattr__(built, f.name, getattr(annotation, f.name, None))
+        return built
+    if not dataclasses.is_dataclass(annotation):
         return _NOT_A_MODEL
     node = model(annotation)
     if not isinstance(node, ClassNode) or not node.has_arrays:
         return _NOT_A_MODEL
     built = object.__new__(annotation)
     hints = typing.get_type_hints(annotation)
+    # A plain dataclass (not a pytree) keeps its other fields as they are: JAX never sees them.
+    plain = _is_plain_dataclass(built)
     for f in dataclasses.fields(annotation):
-        if f.name in node.fields:
+        if f.name in node.fields and not (plain and not node.fields[f.name].has_arrays):
             value = walk(hints[f.name], f"{path}.{f.name}")
         elif f.default is not dataclasses.MISSING:
             value = f.default
@@ -166,6 +186,15 @@ def _model_class_or_instance(annotation: Any, walk: Callable[[Any, str], Any], p
             value = None
         object.__setattr__(built, f.name, value)
     return built
+
+
+def _is_plain_dataclass(instance: Any) -> bool:
+    """Whether a dataclass instance is one leaf to JAX (not registered as a pytree). An instance
+    without its fields yet (``object.__new__``) that a registered class cannot flatten is not."""
+    try:
+        return jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(instance))
+    except Exception:  # a registered class's flatten, reading fields not set yet
+        return False
 
 
 def _like(like: Any) -> Like:

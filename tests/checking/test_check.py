@@ -1144,3 +1144,68 @@ def test_python_scalars_are_rank_0_host_data_of_their_kind():
             ct(value, f32[b""])
     with pytest.raises(TypeCheckError, match="has dtype float32, the annotation wants any integer dtype"):
         ct(1.0, integer[b""])
+
+
+# --- issue 19: silent accepts and private names ------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(-2, 3), (2, -1)])
+def test_a_shape_dtype_struct_with_a_negative_dim_is_refused(shape):
+    """Issue 19, item 6: a ShapeDtypeStruct JAX lets one build with a negative dim passed."""
+    bad = S(shape, jnp.float32)
+    with pytest.raises(TypeCheckError, match=r"check\(\): value is not f32\[b'a b'\]: is a ShapeDtypeStruct of shape .*, whose dim \d is negative"):
+        shardtypes.check(f32, "a b", bad)
+    with pytest.raises(TypeCheckError, match="whose dim . is negative"):
+        shardtypes.check(f32, "...", bad)
+
+    @typechecked
+    def f(x: f32[b"a b"]) -> int:
+        return 1
+
+    with pytest.raises(TypeCheckError, match=r'argument "x" \(jax.ShapeDtypeStruct\) of .*f\(\) is not f32'):
+        f(bad)
+    assert not isinstance(bad, f32[b"a b"])
+    assert f(S((0, 3), jnp.float32)) == 1  # a size of 0 is a size
+
+
+@pytest.mark.parametrize("abstract", [np.number, np.inexact, np.signedinteger, np.unsignedinteger,
+                                      np.complexfloating, np.character])
+def test_an_abstract_numpy_type_no_category_means_is_refused_as_check_dtype(abstract):
+    """Issue 19, item 6: np.number was read as anydtype (so bool passed), np.inexact as floating."""
+    with pytest.raises(TypeError, match=rf"check\(\): dtype numpy.{abstract.__name__} is an abstract numpy type"):
+        shardtypes.check(abstract, "a", jnp.zeros(3, jnp.bool_))
+
+
+def test_the_abstract_numpy_types_a_category_means_stay_that_category():
+    shardtypes.check(np.floating, "a", jnp.zeros(3, jnp.bfloat16))
+    shardtypes.check(np.integer, "a", jnp.zeros(3, jnp.uint8))
+    with pytest.raises(TypeCheckError, match="has dtype int32, the annotation wants any floating"):
+        shardtypes.check(np.floating, "a", jnp.zeros(3, jnp.int32))
+
+
+@typechecked
+def _pair(x: f32[b"a"]) -> tuple[f32[b"a"], f32[b"a"]]:
+    return x  # not a tuple
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_a_failed_tuple_return_names_the_function_and_public_classes(jit):
+    """Issue 19, item 2: 'the return value (jaxlib._jax.ArrayImpl) is not a tuple', no function."""
+    call = jax.jit(_pair) if jit else _pair
+    found = "traced jax.Array" if jit else "jax.Array"
+    with pytest.raises(TypeCheckError) as info:
+        call(jnp.zeros(3))
+    assert str(info.value) == f"the return value ({found}) of _pair() is not a tuple"
+    assert type(info.value) is TypeCheckError
+
+
+def test_the_array_error_typeguard_raises_has_a_public_name():
+    """Issue 19, item 2: tracebacks, pytest and type(e).__name__ said _ArrayError."""
+    import traceback
+
+    with pytest.raises(shardtypes.ArrayError) as info:
+        check_type(jnp.zeros((2, 3)), f32[b"a"])
+    error = info.value
+    assert type(error).__name__ == "ArrayError" and isinstance(error, TypeCheckError)
+    shown = "".join(traceback.format_exception_only(type(error), error))
+    assert shown.startswith("shardtypes.ArrayError: jax.Array is not f32[b'a']: has 2 dims"), shown

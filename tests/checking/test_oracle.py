@@ -235,7 +235,15 @@ def o_parse_dim(token: str) -> ODim:
     if not size:
         raise OracleParseError("empty size")
     tree = o_parse_expr(size)
-    return ODim("expr", size, axes, names=o_expr_names(tree), expr=tree)
+    names = o_expr_names(tree)
+    if not names:  # a constant: a size no array can have is refused when written (issue 19)
+        try:
+            value = o_eval(tree, {})
+        except Reject:
+            raise OracleParseError("a constant that divides by zero") from None
+        if value < 0:
+            raise OracleParseError("a negative constant size")
+    return ODim("expr", size, axes, names=names, expr=tree)
 
 
 def o_parse(spec) -> tuple[ODim, ...]:
@@ -456,6 +464,12 @@ _floor_tree = st.tuples(_leaf, _leaf, st.integers(1, 4), _leaf).map(
 @st.composite
 def expr_text(draw) -> str:
     tree = draw(st.one_of(_tree, _floor_tree) if draw(st.integers(0, 4)) == 0 else _tree)
+    if not o_expr_names(tree):  # a constant no array can have is a parse error: a name instead
+        try:
+            if o_eval(tree, {}) < 0:
+                tree = ("+", tree, ("name", draw(st.sampled_from(NAMES))))
+        except Reject:
+            tree = ("name", draw(st.sampled_from(NAMES)))
     text = _render(tree)
     if tree[0] in ("int", "name") or draw(st.booleans()) and draw(st.booleans()):
         text = f"({text})"  # a lone leaf in parentheses is an expression too

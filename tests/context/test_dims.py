@@ -820,10 +820,46 @@ def test_scope_exited_out_of_order_is_an_error():
     a, b = Scope(a=1), Scope(b=2)
     a.__enter__()
     b.__enter__()
-    with pytest.raises(RuntimeError, match="Scope exited out of order"):
+    with pytest.raises(RuntimeError, match=r"Scope exited out of order: 1 Scope\(s\) entered after it"):
         a.__exit__(None, None, None)
-    b.__exit__(None, None, None)
-    a.__exit__(None, None, None)
+    assert dict(dims()) == {}  # as before either Scope (issue 19): b's sizes are not left behind
+    with pytest.raises(RuntimeError, match="this Scope is not open here"):
+        b.__exit__(None, None, None)
+    with pytest.raises(RuntimeError, match="this Scope is not open here"):
+        a.__exit__(None, None, None)
+    assert dict(dims()) == {}
+    with Scope(c=3):  # the context still works
+        assert dict(dims()) == {"c": 3}
+    assert dict(dims()) == {}
+
+
+def test_scope_exited_out_of_order_inside_an_outer_scope_restores_the_outer_one():
+    with Scope(outer=5):
+        a, b = Scope(a=1), Scope(b=2)
+        a.__enter__()
+        b.__enter__()
+        with pytest.raises(RuntimeError, match="out of order"):
+            a.__exit__(None, None, None)
+        assert dict(dims()) == {"outer": 5}
+    assert dict(dims()) == {}
+
+
+def test_generators_holding_scopes_across_yields_interleaved_leave_nothing_behind():
+    def gen(name, size):
+        with Scope(**{name: size}):
+            yield dict(dims())
+            yield dict(dims())
+
+    g1, g2 = gen("a", 1), gen("b", 2)
+    assert next(g1) == {"a": 1}
+    assert next(g2) == {"b": 2}
+    next(g1)
+    with pytest.raises(RuntimeError, match="out of order"):
+        next(g1)  # g1 leaves its Scope while g2's is still open
+    assert dict(dims()) == {}
+    next(g2)
+    with pytest.raises(RuntimeError, match="this Scope is not open here"):
+        next(g2)
     assert dict(dims()) == {}
 
 

@@ -3,14 +3,14 @@ would read f32['batch'] as a forward reference (a NameError at the call) and f32
 as a syntax error, so the shapes are handed to it as bytes."""
 
 import warnings
-from typing import Iterator
+from typing import AsyncIterator, Generator, Iterator
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from typeguard import TypeCheckError
 
-from shardtypes import Array, ShardtypesWarning, Stacked, f32, i32, pytree_dataclass, typechecked
+from shardtypes import Array, Scope, ShardtypesWarning, Stacked, dims, f32, i32, pytree_dataclass, typechecked
 
 
 @pytree_dataclass
@@ -108,7 +108,7 @@ def test_a_str_that_is_not_a_shape_is_left_to_typeguard():
         return y
 
     assert f(ones(2), 1).shape == (2,)
-    with pytest.raises(TypeCheckError, match=r"argument \"n\" \(str\) is not an instance of int"):
+    with pytest.raises(TypeCheckError, match=r"argument \"n\" \(str\) of .*f\(\) is not an instance of int"):
         f(ones(2), "1")
 
 
@@ -149,3 +149,105 @@ def test_annotations_naming_an_enclosing_functions_parameter_are_checked():
     assert f(ones(2)).shape == (2,)
     with pytest.raises(TypeCheckError, match="has dtype int32"):
         f(ones(2, dtype=np.int32))
+
+
+def test_two_checked_helpers_with_str_shapes_in_one_function():
+    """Issue 19, item 1: decorating the second helper made typeguard re-read the enclosing
+    function, where the first helper's 'batch embed' was still a str (a SyntaxError)."""
+
+    @typechecked
+    def first(x: f32["batch embed"]) -> f32["batch embed"]:
+        y: f32["batch embed"] = x
+        return y
+
+    @typechecked
+    def second(x: f32["batch embed"]) -> f32["batch"]:
+        z: f32["batch embed"] = x.sum(-1)
+        return z
+
+    assert first(ones(2, 3)).shape == (2, 3)
+    with pytest.raises(TypeCheckError, match=r"value assigned to z .* is not f32\[b'batch embed'\]: has 1 dim"):
+        second(ones(2, 3))
+
+
+def _generators_naming_an_enclosing_alias():
+    F = f32
+
+    @typechecked
+    def gen(x: F["n"]) -> Generator[F["n"], F["n"], F["n"]]:
+        received = yield x
+        yield received
+        yield jnp.zeros(7)
+        return x  # (never reached)
+
+    @typechecked
+    async def agen(x: F["n"]) -> AsyncIterator[F["n"]]:
+        yield x
+        yield jnp.zeros(7)
+
+    return gen, agen
+
+
+def test_a_generator_checked_from_its_signature_checks_its_yields_sends_and_return():
+    """Issue 19, item 7: a generator typeguard cannot instrument (an annotation naming a variable
+    of the enclosing function) had its yields unchecked, and bound into its caller's table."""
+    with pytest.warns(ShardtypesWarning, match=r"gen \(typeguard dropped its checks.*Its arguments and its yielded, sent and returned values are checked"):
+        gen, _ = _generators_naming_an_enclosing_alias()
+    it = gen(ones(3))
+    assert next(it).shape == (3,)
+    assert it.send(ones(3)).shape == (3,)  # a sent value of the bound size passes
+    with pytest.raises(TypeCheckError, match=r"the yielded value \(jax.Array\) of .*gen\(\) is not f32\[b'n'\]: dimension 'n' is 7 here"):
+        it.send(ones(3))
+
+    it = gen(ones(3))
+    next(it)
+    with pytest.raises(TypeCheckError, match=r"the value sent to generator \(numpy.ndarray\) of .*gen\(\) is not f32\[b'n'\]: dimension 'n' is 2 here"):
+        it.send(ones(2))
+
+    with pytest.raises(TypeCheckError, match=r'argument "x" .* of .*gen\(\) is not f32'):
+        gen(ones(2, 2))  # the arguments are checked when the generator is made
+
+    with Scope(m=5):
+        it = gen(ones(3))
+        next(it)
+        assert dict(dims()) == {"m": 5}  # the generator's 'n' stays in its own table
+
+
+def test_an_async_generator_checked_from_its_signature_checks_its_yields():
+    import asyncio
+
+    with pytest.warns(ShardtypesWarning):
+        _, agen = _generators_naming_an_enclosing_alias()
+
+    async def consume():
+        it = agen(ones(3))
+        assert (await it.__anext__()).shape == (3,)
+        await it.__anext__()
+
+    with pytest.raises(TypeCheckError, match=r"yielded value .* is not f32\[b'n'\]: dimension 'n' is 7 here"):
+        asyncio.run(consume())
+
+
+@typechecked
+def _instrumented_pair(x: f32[b"a"]) -> tuple[f32[b"a"], f32[b"a"]]:
+    y: f32[b"a"] = x
+    return y  # not a tuple
+
+
+@typechecked
+def _instrumented_rows(x: f32[b"a"]) -> Iterator[tuple[f32[b"a"]]]:
+    yield x  # not a tuple
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_typeguards_own_failures_in_an_instrumented_function_name_it(jit):
+    """Issue 19, item 2, where typeguard instruments the function (annotated locals)."""
+    import jax
+
+    call = jax.jit(_instrumented_pair) if jit else _instrumented_pair
+    found = "traced jax.Array" if jit else "jax.Array"
+    with pytest.raises(TypeCheckError) as info:
+        call(jnp.zeros(3))
+    assert str(info.value) == f"the return value ({found}) of _instrumented_pair() is not a tuple"
+    with pytest.raises(TypeCheckError, match=r"^the yielded value \(jax.Array\) of _instrumented_rows\(\) is not a tuple$"):
+        next(_instrumented_rows(jnp.zeros(3)))

@@ -395,7 +395,10 @@ def _expr(depth=2):
     )
 
 
-SIZES = st.one_of(NAMES, INTS, st.just("_"), NAMES.map(lambda n: "#" + n), _expr())
+# An expression without a name is evaluated when parsed (a negative one is an error), so the
+# generated ones name something.
+SIZES = st.one_of(NAMES, INTS, st.just("_"), NAMES.map(lambda n: "#" + n),
+                  _expr().filter(lambda e: any(c.isalpha() for c in e)))
 
 
 @st.composite
@@ -531,3 +534,22 @@ def test_shape_spec_error_pickles_and_copies(error):
     for back in (pickle.loads(pickle.dumps(error)), copy.deepcopy(error), copy.copy(error)):
         assert type(back) is ShapeSpecError and str(back) == str(error)
         assert (back.spec, back.problem, back.span) == (error.spec, error.problem, error.span)
+
+
+@pytest.mark.parametrize("dim, message", [
+    ("2-3", "dim '2-3' is the constant -1: a size cannot be negative"),
+    ("(1-4)*2", "is the constant -6"),
+    ("4//0", "dim '4//0' divides by zero"),
+    ("4//(2-2)", "divides by zero"),
+])
+def test_a_constant_size_that_no_array_can_have_is_refused_where_it_is_written(dim, message):
+    """Issue 19, item 6: f32[b'2-3'] was accepted."""
+    with pytest.raises(ShapeSpecError, match=re.escape(message)):
+        ShapeSpec.parse(f"a {dim}")
+    with pytest.raises(ShapeSpecError, match=re.escape(message)):
+        DimSpec.parse(dim)
+
+
+def test_constant_sizes_that_can_be_sizes_are_kept():
+    assert ShapeSpec.parse("3-3 2*4 7//2").dims[1].kind == "expr"
+    assert str(ShapeSpec.parse("a-1 0")) == "a-1 0"  # a name: evaluated at check time

@@ -570,3 +570,54 @@ def test_is_fully_sharded_checks_spec_and_axes(mesh):
         is_fully_sharded("d", mesh)
     with pytest.raises(ValueError, match=re.escape("is_fully_sharded: P('x',) names mesh axis 'x', which is not in the mesh")):
         is_fully_sharded(P("x"), mesh)
+
+
+# --- issue 19, item 3: a plain dataclass (not a pytree) -----------------------------------------
+
+import dataclasses as _dataclasses  # noqa: E402
+
+
+@_dataclasses.dataclass
+class PlainLayer:
+    w: f32[b"embed/d hidden/t"]
+    b: f32[b"hidden/t"]
+    name: str = "layer"
+
+
+def test_a_plain_dataclass_instance_has_its_classs_layout(mesh):
+    layer = PlainLayer(jnp.zeros((8, 4)), jnp.zeros(4), "first")
+    specs = make_partition_specs(layer)
+    assert (specs.w, specs.b, specs.name) == (P("d", "t"), P("t"), "first")
+    assert make_partition_specs(PlainLayer) == PlainLayer(P("d", "t"), P("t"), "layer")
+    shardings = make_shardings(layer, mesh)
+    assert shardings.w.spec == P("d", "t") and shardings.w.mesh.shape == mesh.shape
+    structs = make_shape_dtype_structs(PlainLayer, {"embed": 8, "hidden": 4}, mesh)
+    assert structs.w.shape == (8, 4) and structs.name == "layer"
+
+
+def test_shard_lays_a_plain_dataclass_out_field_by_field(mesh):
+    layer = PlainLayer(jnp.ones((8, 4)), jnp.ones(4), "first")
+    with jax.set_mesh(mesh):
+        placed = shard(layer, PlainLayer)
+        assert placed.w.sharding.is_equivalent_to(NamedSharding(mesh, P("d", "t")), 2)
+        assert placed.b.sharding.is_equivalent_to(NamedSharding(mesh, P("t")), 1)
+        assert placed.name == "first" and layer.w is not placed.w  # a copy; the value is untouched
+        placed = shard(layer, layer)  # an instance as the annotation, as make_partition_specs takes
+        assert placed.w.sharding.is_equivalent_to(NamedSharding(mesh, P("d", "t")), 2)
+
+        @jax.jit
+        def inside(w, b):
+            return shard(PlainLayer(w, b), PlainLayer).w
+
+        assert inside(layer.w, layer.b).shape == (8, 4)
+
+
+def test_shard_of_a_plain_dataclass_against_another_annotation_says_what_to_pass(mesh):
+    layer = PlainLayer(jnp.ones((8, 4)), jnp.ones(4))
+    with jax.set_mesh(mesh):
+        with pytest.raises(TypeError, match=r"shard: value is a PlainLayer \(a dataclass that is not a pytree\), but the annotation is .*f32\[b'a'\]; pass its class"):
+            shard(layer, f32[b"a"])
+        with pytest.raises(TypeError, match=r"shard: value is float32\[8,4\].*, but its annotation is the dataclass PlainLayer; pass an instance of it"):
+            shard(jnp.ones((8, 4)), PlainLayer)
+        with pytest.raises(ValueError, match=r"shard: .*dim 0 has size 7, which does not divide"):
+            shard(PlainLayer(jnp.ones((7, 4)), jnp.ones(4)), PlainLayer)

@@ -287,3 +287,46 @@ def test_stacked_field_checks_a_slice_as_the_layer():
 
     model = Model(Array["layers", Layer](jnp.zeros((2, 4, 3)), jnp.ones((2, 3))))
     assert step(model).tolist() == [2.0, 2.0, 2.0]
+
+
+# --- issue 19, item 8: an annotation as the array type (jaxtyping's nesting) ---------------------
+
+
+def test_an_annotation_as_the_array_type_prepends_the_outer_dims():
+    assert floating[floating[jax.Array, b"a"], b"b"] is floating[jax.Array, b"b a"]
+    assert floating[f32[jax.Array, b"embed/t"], b"batch/d"] is f32[jax.Array, b"batch/d embed/t"]
+    assert f32[floating[b"a"], "b"] is f32[b"b a"]  # no array type inside: none outside
+    assert f32[f32[np.ndarray, b"*rest"], b"lead"] is f32[np.ndarray, b"lead *rest"]
+    assert floating[f32[jax.Array, b"a"], b""] is f32[jax.Array, b"a"]
+    nested = floating[floating[jax.Array, b"a"], b"b"]
+    assert pickle.loads(pickle.dumps(nested)) is nested
+
+
+def test_a_nested_annotation_checks_the_whole_shape(mesh):
+    """A rank-1 value passed floating[floating[jax.Array, b'a'], b'b'] before."""
+    nested = floating[f32[jax.Array, b"embed/t"], b"batch/d"]
+
+    @typechecked
+    def f(x: nested) -> f32[b"batch/d"]:
+        return x.sum(-1)
+
+    x = put(mesh, jnp.zeros((8, 4)), "d", "t")
+    assert f(x).shape == (8,)
+    assert jax.jit(f)(x).shape == (8,)
+    with pytest.raises(TypeCheckError, match=r"is not f32\[jax.Array, b'batch/d embed/t'\]: has 1 dim"):
+        f(jnp.zeros(8))
+    with pytest.raises(TypeCheckError, match=r"is not f32\[jax.Array, b'batch/d embed/t'\]"):
+        f(put(mesh, jnp.zeros((8, 4)), "d", None))  # embed not sharded over t
+    assert make_partition_specs(nested) == jax.sharding.PartitionSpec("d", "t")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: f32[i32[b"a"], b"b"], r"f32\[i32\[b'a'\], b'b'\]: no dtype is both f32 and i32"),
+    (lambda: floating[shardtypes.integer[jax.Array, b"a"], b"b"], r"no dtype is both floating and integer"),
+    (lambda: f32[f32[b"a/d"], b"b/d"], r"means shape 'b/d a/d' \(the outer dims first\), which is not a shape: .*mesh axis 'd' shards both"),
+    (lambda: f32[f32[b"..."], b"*lead"], r"means shape '\*lead \.\.\.' .*second variadic dim"),
+    (lambda: floating[f32, b"a"], r"array_type is the dtype class f32, which has no shape; write floating\[jax.Array, shape\]"),
+])
+def test_a_nested_annotation_that_cannot_mean_anything_is_refused(make, message):
+    with pytest.raises(TypeError, match=message):
+        make()

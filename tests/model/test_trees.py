@@ -693,3 +693,48 @@ def test_pytree_dataclass_names_an_unknown_option():
         @pytree_dataclass(bogus=True)
         class C:
             w: f32[b"a"]
+
+
+# --- issue 19, item 4: pytree_dataclass on a class already registered ---------------------------
+
+
+def _registered_by_jax():
+    @dataclass
+    class R:
+        w: f32[b"a b"]
+        n: int
+
+    return jax.tree_util.register_dataclass(R, data_fields=["w"], meta_fields=["n"]), {"n": 3}
+
+
+def _registered_by_flax():
+    import flax.struct
+
+    @flax.struct.dataclass
+    class R:
+        w: f32[b"a b"]
+        n: int = flax.struct.field(pytree_node=False, default=3)
+
+    return R, {}
+
+
+@pytest.mark.parametrize("make", [_registered_by_jax, _registered_by_flax])
+def test_pytree_dataclass_on_an_already_registered_class_keeps_its_registration(make):
+    """Issue 19, item 4: JAX's 'Duplicate custom dataclass PyTreeDef type registration'."""
+    cls, extra = make()
+    assert pytree_dataclass(cls) is cls
+    assert pytree_dataclass(cls) is cls  # idempotent
+    value = cls(w=jnp.zeros((2, 3)), **extra)
+    paths = jax.tree_util.tree_flatten_with_path(value)[0]
+    assert [jax.tree_util.keystr(p) for p, _ in paths] == [".w"]  # n stays static, as registered
+    assert make_partition_specs(cls).w == P(None, None)
+
+    @typechecked
+    def f(x: cls) -> f32[b"a"]:
+        return x.w[:, 0]
+
+    assert f(value).shape == (2,)
+    with pytest.raises(TypeCheckError, match=r"x\.w is not f32\[b'a b'\]: has 1 dim"):
+        f(cls(w=jnp.zeros(3), **extra))
+    stacked = Array["layers", cls]
+    assert stacked.__name__ and make_partition_specs(stacked).w == P(None, None, None)

@@ -5,7 +5,9 @@ raise and fragments of the message, which must be ours and name the argument.
 DESIGN.md, "Every public entry point validates its input": a wrong type or value gets a shardtypes
 error (or TypeError/ValueError with our message) naming the argument; never an AttributeError,
 KeyError, ZeroDivisionError, UnicodeDecodeError, RecursionError or another library's error about
-our input. Our exceptions pickle and deep-copy (last tests of this file).
+our input. Our exceptions pickle and deep-copy (last tests of this file). What a user sees of
+every error (its message, its class as tracebacks and pytest print it) names no private class
+(``_ArrayError``, ``jaxlib._jax.ArrayImpl``, JAX's tracer classes; issue 19).
 
 A case found before its fix is kept with ``xfail=`` naming the fix it needs (a strict xfail:
 when the fix lands it starts passing, and the strict marker says to drop the mark). None is
@@ -20,7 +22,10 @@ import dataclasses
 import functools
 import io
 import pickle
+import re
+import traceback
 import typing
+import warnings
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -33,6 +38,7 @@ from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec as
 import shardtypes
 from shardtypes import (
     Array,
+    ArrayError,
     AxisRules,
     AxisRulesError,
     DataLayout,
@@ -89,7 +95,6 @@ from shardtypes.__main__ import main as cli_main
 from shardtypes.model import Mismatch
 # Private exception classes, imported by path: every exception of the package must pickle.
 from shardtypes.language.sizes import _DimError
-from shardtypes.model.errors import _ArrayError
 from shardtypes.tools.cli import _StdoutClosed
 
 # ---------------------------------------------------------------------------------------------
@@ -686,6 +691,99 @@ case("ops", "axis_size-None", lambda: ops.axis_size(None), TypeError, "argument 
 case("ops", "axis_size-list-empty", lambda: ops.axis_size([]), TypeError, "argument 'name' must be a mesh axis name")
 case("ops", "axis_size-unknown", lambda: in_shard_map(lambda x: ops.axis_size("zz")), ValueError, "mesh axis 'zz' is not in the mesh")
 
+# --- issue 19: crashes, wrong names and silent accepts, each as users met it --------------------
+
+
+def two_str_helpers() -> Any:
+    """Two checked helpers with str shapes in annotated locals, in one function (item 1)."""
+
+    @typechecked
+    def first(x: f32["batch embed"]) -> f32["batch embed"]:
+        y: f32["batch embed"] = x
+        return y
+
+    @typechecked
+    def second(x: f32["batch embed"]) -> f32["batch embed"]:
+        z: f32["batch embed"] = x.sum(-1)
+        return z
+
+    first(X())
+    return second(X())
+
+
+@typechecked
+def tuple_return(x: f32[b"a b"]) -> tuple[f32[b"a b"], f32[b"a b"]]:
+    return x  # type: ignore[return-value]
+
+
+@typechecked
+def tuple_return_instrumented(x: f32[b"a b"]) -> tuple[f32[b"a b"], f32[b"a b"]]:
+    y: f32[b"a b"] = x
+    return y  # type: ignore[return-value]
+
+
+@dataclasses.dataclass
+class PlainLayer:
+    w: f32[b"embed/d hidden/t"]
+
+
+def registered_then_checked() -> None:
+    """pytree_dataclass on a class register_dataclass registered (item 4), then a bad value."""
+
+    @dataclasses.dataclass
+    class R:
+        w: f32[b"a b"]
+
+    cls = pytree_dataclass(jax.tree_util.register_dataclass(R, data_fields=["w"], meta_fields=[]))
+    typeguard.check_type(cls(jnp.zeros(3)), cls)
+
+
+def scopes_out_of_order() -> None:
+    a, b = Scope(a=1), Scope(b=2)
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+
+
+def unchecked_generator_yield() -> None:
+    """A generator typeguard cannot instrument (item 7): its yields are checked all the same."""
+    F = f32
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ShardtypesWarning)
+
+        @typechecked
+        def gen(x: F[b"n"]) -> typing.Iterator[F[b"n"]]:
+            yield x
+            yield jnp.zeros(7)
+
+    it = gen(jnp.zeros(3))
+    next(it)
+    next(it)
+
+
+case("typechecked", "two-str-helpers-in-one-function", two_str_helpers, TypeCheckError, "value assigned to z", "is not f32[b'batch embed']: has 1 dim")
+case("typechecked", "tuple-return-eager", lambda: tuple_return(X()), TypeCheckError, "the return value (jax.Array) of tuple_return() is not a tuple")
+case("typechecked", "tuple-return-jit", lambda: jax.jit(tuple_return)(X()), TypeCheckError, "the return value (traced jax.Array) of tuple_return() is not a tuple")
+case("typechecked", "tuple-return-instrumented", lambda: tuple_return_instrumented(X()), TypeCheckError, "the return value (jax.Array) of tuple_return_instrumented() is not a tuple")
+case("typechecked", "tuple-return-instrumented-jit", lambda: jax.jit(tuple_return_instrumented)(X()), TypeCheckError, "the return value (traced jax.Array) of tuple_return_instrumented() is not a tuple")
+case("ArrayError", "check_type", lambda: typeguard.check_type(X(), f32[b"a"]), ArrayError, "jax.Array is not f32[b'a']: has 2 dims")
+case("shard", "plain-dataclass-other-annotation", lambda: shard(PlainLayer(X()), ANN, MESH()), TypeError, "shard: value is a PlainLayer (a dataclass that is not a pytree)", "pass its class")
+case("shard", "array-for-plain-dataclass", lambda: shard(X(), PlainLayer, MESH()), TypeError, "shard: value is float32[8,4]", "its annotation is the dataclass PlainLayer")
+case("shard", "plain-dataclass-indivisible", lambda: shard(PlainLayer(jnp.zeros((7, 4))), PlainLayer, MESH()), ValueError, "dim 0 has size 7, which does not divide")
+case("pytree_dataclass", "already-registered-then-bad-field", registered_then_checked, FieldError, ".w is not f32[b'a b']: has 1 dim")
+case("Scope", "exited-out-of-order", scopes_out_of_order, RuntimeError, "Scope exited out of order: 1 Scope(s) entered after it", "as it was before this Scope")
+case("f32", "negative-constant-size", lambda: f32[b"2-3"], ShapeSpecError, "dim '2-3' is the constant -1: a size cannot be negative")
+case("f32", "constant-divides-by-zero", lambda: f32[b"a 4//0"], ShapeSpecError, "dim '4//0' divides by zero")
+case("check", "struct-negative-dim", lambda: check(f32, "a b", jax.ShapeDtypeStruct((-2, 3), jnp.float32)), TypeCheckError, "is a ShapeDtypeStruct of shape (-2, 3), whose dim 0 is negative")
+case("check", "dtype-np-number", lambda: check(np.number, "a", jnp.zeros(3, jnp.bool_)), TypeError, "check(): dtype numpy.number is an abstract numpy type")
+case("check", "dtype-np-inexact", lambda: check(np.inexact, "a", jnp.zeros(3)), TypeError, "numpy.inexact is an abstract numpy type")
+case("typechecked", "generator-checked-from-signature-yield", unchecked_generator_yield, TypeCheckError, "the yielded value (jax.Array) of", "gen() is not f32[b'n']: dimension 'n' is 7 here")
+case("floating", "nested-no-common-dtype", lambda: floating[i32[jax.Array, b"a"], b"b"], TypeError, "no dtype is both floating and i32")
+case("floating", "nested-dtype-class", lambda: floating[f32, b"a"], TypeError, "array_type is the dtype class f32, which has no shape")
+case("f32", "nested-two-variadics", lambda: f32[f32[b"..."], b"*lead"], TypeError, "means shape '*lead ...'", "second variadic dim")
+
+
 # --- the command (shardtypes plan | verify) ----------------------------------------------------
 
 case("cli", "no-command", lambda: cli(), CLIFailed, "exit status 2", "required")
@@ -750,6 +848,20 @@ def test_bad_input(c: Case) -> None:
     for fragment in c.fragments:
         assert fragment in message, f"{fragment!r} not in the message:\n{message}"
     assert "Traceback" not in message
+    _assert_public_names(error)
+
+
+# A private class name in what a user sees (issue 19): the message, the class as tracebacks and
+# pytest print it, its __name__.
+PRIVATE_NAMES = re.compile(r"_ArrayError|jaxlib\._jax|jax\._src|\bshardtypes\.(?:_|language|context|model|checking"
+                           r"|layout|integrations|kernels|tools)\w*\.\w*Error")
+
+
+def _assert_public_names(error: BaseException) -> None:
+    shown = "".join(traceback.format_exception_only(type(error), error))
+    assert not PRIVATE_NAMES.search(shown), f"a private name in what the user sees: {shown}"
+    assert not type(error).__name__.startswith("_"), type(error).__qualname__
+    assert not any(part.startswith("_") for part in type(error).__module__.split(".")), type(error).__module__
 
 
 def test_the_catalogue_is_large_and_covers_every_entry_point() -> None:
@@ -799,7 +911,7 @@ EXCEPTIONS: dict[str, Callable[[], BaseException]] = {
     "ShardtypesWarning": lambda: ShardtypesWarning("unchecked locals"),
     # Internal ones, which a user meets only by accident (or in a traceback's chain).
     "Mismatch": lambda: Mismatch("has 2 dims (8, 4) but the annotation has 1"),
-    "_ArrayError": lambda: _ArrayError("argument \"x\" of f() is not f32[b'a']"),
+    "ArrayError": lambda: _raised(lambda: typeguard.check_type(X(), f32[b"a"])),
     "_DimError": lambda: _DimError("dim 'a/' has an empty mesh axis name"),
     "_StdoutClosed": lambda: _StdoutClosed(),
 }

@@ -109,13 +109,25 @@ def transformer():
 
 
 @pytest.fixture(scope="module", params=[[], ["--auto"]], ids=["explicit", "auto"])
-def transformer_run(transformer, request):
+def transformer_run(transformer, request, tmp_path_factory):
     """One run of the demo per mesh kind, shared by the tests below: long enough to learn the
     pattern (it is learnt by step 10), short enough to keep the file fast."""
     out = io.StringIO()
+    page = tmp_path_factory.mktemp("demo") / "plan.html"
     with contextlib.redirect_stdout(out):
-        result = transformer.main(["--steps", "20", "--every", "4", *request.param])
+        result = transformer.main(["--steps", "20", "--every", "4", "--html", str(page), *request.param])
+    result["page"] = page
     return request.param, result, out.getvalue()
+
+
+def test_transformer_writes_its_plan_as_a_page_and_says_where(transformer_run):
+    _, result, out = transformer_run
+    page = result["page"].read_text()
+    assert f"The plan as a page (train and decode side by side, against an H100's memory): {result['page']}" in out
+    assert page.startswith("<!DOCTYPE html>") or page.lower().startswith("<!doctype html>")
+    for path in ("weights.embed", "weights.layers.w_up", "weights.unembed"):
+        assert path in page, path
+    assert "train" in page and "decode" in page
 
 
 def test_transformer_trains(transformer_run):

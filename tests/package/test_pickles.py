@@ -57,6 +57,17 @@ def test_an_old_module_name_gives_a_clear_error_for_a_name_it_never_had():
     try:
         old.no_such_name
     except AttributeError as e:
-        assert "no attribute 'no_such_name' (now in shardtypes.model.annotations)" in str(e)
+        assert "no attribute 'no_such_name' (now in shardtypes.model.annotations, shardtypes.model.categories)" in str(e)
     else:
         raise AssertionError("expected AttributeError")
+
+
+def test_array_errors_pickled_under_their_old_private_name_load_as_the_public_class():
+    """Issue 19: the array error was shardtypes._errors._ArrayError (before the layers) and
+    shardtypes.model.errors._ArrayError (after); both load as shardtypes.ArrayError."""
+    for module in ("shardtypes._errors", "shardtypes.model.errors"):
+        data = f"c{module}\n_ArrayError\n(S'jax.Array is not f32[b\\'a\\']'\ntR.".encode()
+        error = pickle.loads(data)
+        assert type(error) is shardtypes.ArrayError
+        assert str(error) == "jax.Array is not f32[b'a']"
+    assert pickle.dumps(shardtypes.ArrayError("x")).count(b"_ArrayError") == 0
