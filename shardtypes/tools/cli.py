@@ -26,6 +26,7 @@ from ..context.rules import RULES_HINT, AxisRules, axis_rules
 from .html_page import write_html
 from .html_parts import DEVICE_KINDS, parse_capacity
 from .memory_plan import PlanReport, plan, plan_html
+from .terminal import plan_lines, progress, render, use_colour
 from .verification import VerifyReport, verify
 
 # 128 + SIGPIPE (13): the status a shell reports for a command killed by writing to a closed pipe.
@@ -286,7 +287,8 @@ def _main(argv: Sequence[str] | None) -> int:
                 if args.command == "plan":
                     reports[mode] = plan(target, args.mesh, args.dims)
                 else:
-                    reports[mode] = verify(target, args.mesh, args.dims, static=args.static)
+                    with progress(f"shardtypes verify: tracing {args.target}"):  # shown after 1 s
+                        reports[mode] = verify(target, args.mesh, args.dims, static=args.static)
     except (TypeError, ValueError) as e:
         # What plan() and verify() reject before they start (a target that is not an annotation
         # or a function, a bad size): bad usage, told in their words. Problems found in the
@@ -311,6 +313,12 @@ def _main(argv: Sequence[str] | None) -> int:
             print(json.dumps({m: json.loads(_to_json(r)) for m, r in reports.items()}, indent=2))
         else:
             print("\n\n".join(f"mode {m}:\n{r}" for m, r in reports.items()))
+        if args.command == "plan" and not args.json:  # the memory bar and the largest arrays
+            capacity = parse_capacity(args.hbm, "--hbm") if args.hbm else None
+            colour = use_colour(sys.stdout)
+            for m, r in reports.items():
+                title = f"\nmode {m}:" if len(reports) > 1 else ""
+                print(f"{title}\n{render(plan_lines(r, capacity), colour)}")
     return 1 if failed else 0
 
 

@@ -380,8 +380,10 @@ def test_verify_json_dims_are_numbers_and_symbolic_ones_expressions(here, capsys
 def test_json_sizes_do_not_change_the_text_report(here, capsys):
     code, text, _ = run_main(capsys, "plan", f"{MODULE}:Layers", *LAYERS)
     assert code == 0
-    assert text == str(shardtypes.plan(__import__(MODULE).Layers, {"d": 4, "t": 2},
-                                       {"layers": 2, "embed": 8, "hidden": 16})) + "\n"
+    report = shardtypes.plan(__import__(MODULE).Layers, {"d": 4, "t": 2}, {"layers": 2, "embed": 8, "hidden": 16})
+    table, bar = text.split("\nmemory per device  [")  # the table, then the terminal's memory bar
+    assert table == str(report) + "\n"
+    assert bar.startswith("█")
     assert "(2, 8, 16)" in text and "128 B" in text
     code, text, _ = run_main(capsys, "verify", f"{MODULE}:step", "--mesh", "d=64,t=64", "--dims", "embed=8192",
                              "--static", "n=3")
@@ -632,7 +634,7 @@ def test_an_open_pipe_is_read_to_the_end(model_dir):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert "3000 arrays on a d=4 mesh (4 devices)" in out
-    assert len(out.splitlines()) == 3000 + 4
+    assert len(out.splitlines()) == 3000 + 4 + 2 + 1 + 8 + 1  # the table, the bar, the 8 largest
 
 
 class _ClosedPipe:
