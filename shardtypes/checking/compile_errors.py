@@ -47,7 +47,7 @@ def _take(text: str) -> BaseException | None:
     return None
 
 
-def _on_duration(event: str, duration: float, **kwargs) -> None:
+def _on_duration(event: str, duration_secs: float, **kwargs: str | int) -> None:
     if event != _EVENT:
         return
     active = sys.exc_info()[1]

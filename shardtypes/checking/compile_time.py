@@ -62,12 +62,12 @@ def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset,
             problem = _unnamed_block_problem(sharding, shape, batch, expected, sizes, spec, ndim,
                                              order)
         if problem is not None:
-            want = _fmt_layout(tuple(tuple(a for a in axes if a not in manual) for axes in expected))
+            fix = _fmt_layout(tuple(tuple(a for a in axes if a not in manual) for axes in expected))
             raise failed(TypeCheckError(
                 f"shardtypes (compile-time check): {where}: {problem} (the sharding XLA chose "
                 f"under jax.jit on Auto mesh axes). Fix: lay the value out as annotated, with "
                 f"shardtypes.shard(value, annotation) or jax.lax.with_sharding_constraint(value, "
-                f"{want}), or set shardtypes.config.auto_sharding_check = 'off'"
+                f"{fix}), or set shardtypes.config.auto_sharding_check = 'off'"
             ))
 
     compile_time_check(value, report, lambda v, r: _inspect(v, r, 0))

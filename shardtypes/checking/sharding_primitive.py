@@ -42,12 +42,11 @@ __all__ = ["compile_time_check", "primitive_available", "self_test"]
 
 _inspect_array_sharding = jax.debug.inspect_array_sharding  # the original, captured at import
 
-try:  # documented for writing primitives; checked again by the self-test
-    from jax.extend.core import Primitive
-    from jax.interpreters import ad, batching, mlir
-    from jax.interpreters import partial_eval as pe
-except ImportError:  # pragma: no cover - a JAX without these falls back
-    Primitive = None
+# JAX's documented way to write a primitive (present in every supported JAX); whether JAX still
+# treats it as this module needs is what the self-test proves.
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+from jax.interpreters import partial_eval as pe
 
 
 class _Callback:
@@ -61,7 +60,8 @@ class _Callback:
         self.report, self.batch_dims, self.shape = report, batch_dims, shape
 
     def __call__(self, sharding: Any) -> None:
-        shape, order = self.shape, ()
+        shape: tuple = self.shape
+        order: tuple[int, ...] = ()
         if self.batch_dims:
             order = tuple(self.batch_dims) + tuple(
                 i for i in range(len(shape)) if i not in self.batch_dims)
@@ -73,10 +73,7 @@ class _Callback:
         self.report(sharding, shape, order)
 
 
-if Primitive is not None:
-    check_sharding_p = Primitive("shardtypes_check_sharding")  # identity; result never used
-else:  # pragma: no cover
-    check_sharding_p = None
+check_sharding_p = Primitive("shardtypes_check_sharding")  # identity; result never used
 
 _MARKER: list = []
 
@@ -142,14 +139,13 @@ def _jvp(primals, tangents, **params):
     return check_sharding_p.bind(*primals, **params), tangents[0]  # the primal only
 
 
-if check_sharding_p is not None:
-    check_sharding_p.def_impl(_impl)
-    check_sharding_p.def_abstract_eval(_abstract_eval)
-    pe.dce_rules[check_sharding_p] = _dce
-    pe.custom_partial_eval_rules[check_sharding_p] = _partial_eval
-    mlir.register_lowering(check_sharding_p, mlir.lower_fun(_lower, multiple_results=False))
-    batching.primitive_batchers[check_sharding_p] = _batch
-    ad.primitive_jvps[check_sharding_p] = _jvp
+check_sharding_p.def_impl(_impl)
+check_sharding_p.def_abstract_eval(_abstract_eval)
+pe.dce_rules[check_sharding_p] = _dce
+pe.custom_partial_eval_rules[check_sharding_p] = _partial_eval
+mlir.register_lowering(check_sharding_p, mlir.lower_fun(_lower, multiple_results=False))
+batching.primitive_batchers[check_sharding_p] = _batch
+ad.primitive_jvps[check_sharding_p] = _jvp
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,8 +214,6 @@ def _self_test_program() -> str | None:
 
 def self_test() -> str | None:
     """Proves the undocumented behaviours in a thread of its own; returns what failed or None."""
-    if check_sharding_p is None:
-        return "jax.extend.core.Primitive or jax.interpreters is missing"
     result: list = []
 
     def run() -> None:

@@ -92,8 +92,9 @@ def _walk(
     def walk(a: Any, at: str, optional: bool = _optional) -> Any:
         return _walk(a, leaf, at, fast, like=like, _stack=stack, _optional=optional)
 
-    if not isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
-        built = _model_class_or_instance(annotation, walk, path)  # a plain dataclass: one JAX leaf
+    instance: Any = annotation  # (a name of its own: is_dataclass narrows what it is given)
+    if not isinstance(instance, type) and dataclasses.is_dataclass(instance):
+        built = _model_class_or_instance(instance, walk, path)  # a plain dataclass: one JAX leaf
         if built is not _NOT_A_MODEL:
             return built
     if is_value_tree(annotation):

@@ -92,14 +92,14 @@ def plan_lines(report: Any, capacity: tuple[int, str] | None = None, width: int 
 
 def render(lines: Sequence[Line], colour: bool) -> str:
     """The lines as text: with rich's colours if ``colour`` and rich is installed, else plain."""
-    if colour:
-        try:
-            from rich.console import Console
-            from rich.text import Text
-        except ImportError:  # rich is optional (the cli extra): plain text is the same lines
-            colour = False
+    plain = "\n".join("".join(text for text, _ in line) for line in lines)
     if not colour:
-        return "\n".join("".join(text for text, _ in line) for line in lines)
+        return plain
+    try:
+        from rich.console import Console
+        from rich.text import Text
+    except ImportError:  # rich is optional (the cli extra): plain text is the same lines
+        return plain
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, color_system="standard", width=10_000,
                       highlight=False, soft_wrap=True)
@@ -120,8 +120,8 @@ def progress(text: str, stream: TextIO | None = None, delay: float = 1.0, every:
     """Shows ``text`` and the seconds so far on one line of ``stream`` (standard error by
     default) while the body runs, once it has run ``delay`` seconds, and only on a terminal; the
     line is cleared at the end. Nothing is written for a body that ends sooner, or when piped."""
-    stream = sys.stderr if stream is None else stream
-    if not getattr(stream, "isatty", lambda: False)():
+    out: TextIO = sys.stderr if stream is None else stream
+    if not getattr(out, "isatty", lambda: False)():
         yield
         return
     done = threading.Event()
@@ -133,8 +133,8 @@ def progress(text: str, stream: TextIO | None = None, delay: float = 1.0, every:
             return
         while not done.is_set():
             line = f"{text} ({time.perf_counter() - start:.0f} s)"
-            stream.write("\r" + line)
-            stream.flush()
+            out.write("\r" + line)
+            out.flush()
             shown[0] = max(shown[0], len(line))
             done.wait(every)
 
@@ -146,5 +146,5 @@ def progress(text: str, stream: TextIO | None = None, delay: float = 1.0, every:
         done.set()
         thread.join()
         if shown[0]:
-            stream.write("\r" + " " * shown[0] + "\r")
-            stream.flush()
+            out.write("\r" + " " * shown[0] + "\r")
+            out.flush()
