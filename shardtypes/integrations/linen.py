@@ -24,8 +24,8 @@ def annotations(variables: Any) -> Any:
     """The tree of ``variables`` (``jax.eval_shape(model.init, ...)``, or real ones) with each
     ``nn.Partitioned``/``nn.LogicallyPartitioned`` box replaced by the shardtypes annotation its
     names say (``f32[b'8/embed 32/mlp']``). A leaf in no box is an error naming its path."""
-    bare = [jax.tree_util.keystr(p) for p, x in _flat(variables, "shardtypes.linen.annotations", "variables")
-            if not is_box(x)]
+    bare = [jax.tree_util.keystr(p) or f"variables ({type(x).__name__})"
+            for p, x in _flat(variables, "shardtypes.linen.annotations", "variables") if not is_box(x)]
     if bare:
         shown = ", ".join(bare[:6]) + (f" and {len(bare) - 6} more" if len(bare) > 6 else "")
         raise TypeError(

@@ -12,8 +12,9 @@ Layer(w_up=P('d', 't'), w_down=P('t', 'd'))
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, ParamSpec, TypeVar
 
 import jax
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
@@ -35,6 +36,31 @@ __all__ = [
 ]
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _entry(name: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Errors of the annotation walk name the path inside the argument (``[1] is 3``); raised
+    through a public entry they name the entry too (``make_partition_specs: [1] is 3``)."""
+
+    def decorate(f: Callable[_P, _R]) -> Callable[_P, _R]:
+        @functools.wraps(f)
+        def entry(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                return f(*args, **kwargs)
+            except (TypeError, ValueError) as e:
+                text = e.args[0] if len(e.args) == 1 and isinstance(e.args[0], str) else None
+                if type(e) not in (TypeError, ValueError) or text is None or text.startswith(name):
+                    raise
+                raise type(e)(f"{name}: {text}").with_traceback(e.__traceback__) from None
+
+        return entry
+
+    return decorate
+
+
+@_entry("make_partition_specs")
 def make_partition_specs(annotation: Any, *, like: Any = None) -> Any:
     """The tree of ``PartitionSpec`` an annotation describes.
 
@@ -210,6 +236,7 @@ def check_dims_for(dims: Any, single: set[str], variadic: set[str], what: str, s
     return dims
 
 
+@_entry("make_shardings")
 def make_shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Any:
     """The tree of ``NamedSharding`` an annotation describes, over ``mesh`` or the current mesh.
 
@@ -240,6 +267,7 @@ _SHARDINGS: dict = {}
 
 
 
+@_entry("make_shape_dtype_structs")
 def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None, *,
                              like: Any = None) -> Any:
     """The tree of ``jax.ShapeDtypeStruct`` (with shardings) an annotation describes, with the

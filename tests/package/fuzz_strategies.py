@@ -24,14 +24,14 @@ from shardtypes import Array, Stacked, anydtype, bf16, f32, floating, i32, integ
 # Failures that other items of issue 19 fix: the fuzzer keeps away from them while the switch is
 # True, and a strict xfail in test_fuzz.py pins each. Set a switch to False when its xfail passes.
 PENDING = {
-    "scope_exit_out_of_order": True,  # item 5: a Scope exited out of order leaves dims() behind
+    "scope_exit_out_of_order": False,  # item 5: a Scope exited out of order leaves dims() behind
     # item 2: x: f32 (bare) says 'argument "x" (jaxlib._jax.ArrayImpl) has a malformed
     # annotation f32[]', naming neither the function nor a public class
-    "bare_dtype_class_message": True,
+    "bare_dtype_class_message": False,
     "plain_dataclass": True,  # item 3: shard(x, PlainLayer) raises AttributeError 'leaf'
     # found by the fuzzer: the annotation walk's errors (make_partition_specs, make_shardings,
     # plan, ...) name the path inside the argument ("[1] is 3") but not the entry point
-    "walk_messages_name_only_the_path": True,
+    "walk_messages_name_only_the_path": False,
     # found by the fuzzer: shard(x, ann, AbstractMesh) raises JAX's ValueError (is_fully_addressable)
     "shard_abstract_mesh": True,
     # found by the fuzzer: jax.jit(lambda v: shard(v, ann, explicit_mesh)) without jax.set_mesh

@@ -640,6 +640,16 @@ case("typed_shard_map", "check-vma-str", lambda: typed_shard_map(step, check_vma
 # --- shardtypes.nnx ----------------------------------------------------------------------------
 
 case("nnx", "annotations-int", lambda: nnx.annotations(3), TypeError, "shardtypes.nnx: model must be an nnx.Module")
+case("linen", "annotations-int", lambda: shardtypes.linen.annotations(3), TypeError,
+     "shardtypes.linen.annotations: variables (int) is in no nn.Partitioned box")
+case("linen", "shardings-int", lambda: shardtypes.linen.shardings(3, MESH()), TypeError,
+     "shardtypes.linen", "variables (int) is in no nn.Partitioned box")
+case("plan_html", "reports-int", lambda: shardtypes.plan_html(3), TypeError,
+     "plan_html: reports must be a PlanReport or a non-empty mapping of mode name to PlanReport, got int 3")
+case("plan_html", "reports-empty", lambda: shardtypes.plan_html({}), TypeError,
+     "plan_html: reports must be a PlanReport or a non-empty mapping", "got dict {}")
+case("plan_html", "hbm-bad", lambda: shardtypes.plan_html(plan(ANN, ABSTRACT, {"batch": 8, "embed": 4}), "lots"),
+     ValueError, "'lots' is neither a size with a unit", "nor a known device kind (h100")
 case("nnx", "partition-specs-None", lambda: nnx.partition_specs(None), TypeError, "shardtypes.nnx: model must be an nnx.Module")
 case("nnx", "shardings-str", lambda: nnx.shardings("model", MESH()), TypeError, "shardtypes.nnx: model must be an nnx.Module")
 case("nnx", "check-list", lambda: nnx.check([1]), TypeError, "shardtypes.nnx: model must be an nnx.Module")

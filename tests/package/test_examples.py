@@ -125,7 +125,7 @@ def test_transformer_writes_its_plan_as_a_page_and_says_where(transformer_run):
     page = result["page"].read_text()
     assert f"The plan as a page (train and decode side by side, against an H100's memory): {result['page']}" in out
     assert page.startswith("<!DOCTYPE html>") or page.lower().startswith("<!doctype html>")
-    for path in ("weights.embed", "weights.layers.w_up", "weights.unembed"):
+    for path in ("Weights.embed", "Weights.layers.w_up", "Weights.unembed"):
         assert path in page, path
     assert "train" in page and "decode" in page
 
