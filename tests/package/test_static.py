@@ -81,3 +81,53 @@ def test_the_user_module_runs():
     assert "is not f32[jax.Array, b'batch embed']: the annotation wants a jax.Array, not a numpy.ndarray" in str(
         out["numpy_rejected"]
     )
+
+
+# A user's own project, outside this repository, after the README's install: the checkers must
+# find the installed package (an editable install that is an import hook hides it from them).
+USER_PROJECT = '''
+import jax
+import jax.numpy as jnp
+from shardtypes import f32, make_shardings, typechecked
+
+
+@typechecked
+def double(x: f32[jax.Array, b"batch embed"]) -> f32[jax.Array, b"batch embed"]:
+    return x * 2
+
+
+y: jax.Array = double(jnp.ones((2, 3)))
+wrong: int = double(jnp.ones((2, 3)))  # must fail: only a checker that resolved shardtypes sees it
+'''
+
+
+def _outside(tmp_path: Path) -> Path:
+    project = tmp_path / "user_project"
+    project.mkdir()
+    (project / "train.py").write_text(USER_PROJECT)
+    return project
+
+
+@pytest.mark.skipif(not _installed("pyright"), reason="pyright is not installed (pip install pyright)")
+def test_pyright_in_a_users_project_outside_the_repository_sees_the_installed_package(tmp_path):
+    project = _outside(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "pyright", "--pythonpath", sys.executable, "--outputjson", "train.py"],
+                          cwd=project, capture_output=True, text=True, timeout=600)
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.skip(f"pyright is installed but did not run (it needs Node.js): {(proc.stderr or proc.stdout)[-800:]}")
+    found = [(d["range"]["start"]["line"] + 1, d["message"]) for d in report["generalDiagnostics"]]
+    wrong_line = USER_PROJECT.splitlines().index(next(l for l in USER_PROJECT.splitlines() if l.startswith("wrong")))
+    assert [line for line, _ in found] == [wrong_line + 1], found  # the must-fail line, and nothing else
+    assert '"Array" is not assignable to "int"' in found[0][1], found
+
+
+@pytest.mark.skipif(not _installed("mypy"), reason="mypy is not installed (pip install mypy)")
+def test_mypy_in_a_users_project_outside_the_repository_sees_the_installed_package(tmp_path):
+    project = _outside(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "train.py"],
+                          cwd=project, capture_output=True, text=True, timeout=600)
+    lines = [l for l in proc.stdout.splitlines() if ": error:" in l]
+    assert len(lines) == 1 and lines[0].startswith("train.py:13: error: Incompatible types in assignment"), proc.stdout
+    assert "import-not-found" not in proc.stdout and "import-untyped" not in proc.stdout
