@@ -64,7 +64,9 @@ def shard(value: Any, annotation: Any, mesh: Any = None, *, like: Any = None) ->
     Eagerly this is ``jax.device_put``; under jit, ``jax.sharding.reshard`` on Explicit mesh axes
     and ``jax.lax.with_sharding_constraint`` on Auto ones. For a tree of values whose annotated
     classes say the layout (an optax state), pass the tree itself, or its abstract form, as the
-    annotation: ``shard(opt_state, opt_state)``; ``like`` is ``make_shardings``'.
+    annotation: ``shard(opt_state, opt_state)``; ``like`` is ``make_shardings``'. An
+    ``AbstractMesh`` has no devices, so eagerly it is an error; under jit on Explicit axes JAX
+    needs the mesh set around the call (``with jax.set_mesh(mesh):``), and shard says so.
     """
     mesh = mesh_arg(mesh, "shard")
     if dataclasses.is_dataclass(value) and not isinstance(value, type) and _is_one_leaf(value):
@@ -159,6 +161,12 @@ def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
                 f"over mesh axes {axes} ({parts} devices) as {sharding.spec} asks"
             )
     if not isinstance(x, jax.core.Tracer):
+        if isinstance(sharding.mesh, jax.sharding.AbstractMesh):
+            raise ValueError(
+                f"shard: {path}: the mesh is an AbstractMesh, which has no devices to put a value "
+                "on; pass a Mesh (jax.make_mesh), or plan without devices with make_shardings or "
+                "make_shape_dtype_structs"
+            )
         return jax.device_put(x, sharding)
     mesh = sharding.mesh
     types = dict(zip(mesh.axis_names, mesh.axis_types))
@@ -166,5 +174,10 @@ def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
     explicit = any(types.get(a) == jax.sharding.AxisType.Explicit for a in used)
     all_explicit = all(t == jax.sharding.AxisType.Explicit for t in types.values())
     if explicit or (all_explicit and not used):
-        return jax.sharding.reshard(x, sharding.spec)
+        if jax.sharding.get_abstract_mesh().empty:
+            raise ValueError(
+                f"shard: {path}: under jax.jit on Explicit mesh axes, JAX lays values out only "
+                "inside the mesh's context: call the jitted function within `with jax.set_mesh(mesh):`"
+            )
+        return jax.sharding.reshard(x, sharding)
     return jax.lax.with_sharding_constraint(x, sharding)

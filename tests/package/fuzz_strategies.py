@@ -33,9 +33,11 @@ PENDING = {
     # plan, ...) name the path inside the argument ("[1] is 3") but not the entry point
     "walk_messages_name_only_the_path": False,
     # found by the fuzzer: shard(x, ann, AbstractMesh) raises JAX's ValueError (is_fully_addressable)
-    "shard_abstract_mesh": True,
-    # found by the fuzzer: jax.jit(lambda v: shard(v, ann, explicit_mesh)) without jax.set_mesh
-    # raises JAX's "Using PartitionSpec when you are not under a mesh context"
+    "shard_abstract_mesh": False,
+    # jax.jit(lambda v: shard(v, ann, explicit_mesh)) without jax.set_mesh: JAX lays values out
+    # over Explicit axes under jit only inside the mesh's context, so shard says so (a ValueError
+    # naming jax.set_mesh, test_pending_shard_under_jit_without_set_mesh) where the eager call
+    # passes; the fuzzer compares shard's eager and jitted verdicts only where that is not the case
     "shard_under_jit_without_set_mesh": True,
 }
 
