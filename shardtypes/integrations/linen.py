@@ -7,7 +7,7 @@ import jax
 
 from ..checking.entry import check_named
 from ..context.tables import Scope
-from ..layout.specs import make_partition_specs, make_shardings
+from ..layout.specs import partition_specs as derive_specs, shardings as derive_shardings
 from ..model.linen_boxes import box_annotation, is_box
 from ..model.walk import _walk
 
@@ -39,14 +39,14 @@ def annotations(variables: Any) -> Any:
 def partition_specs(variables: Any) -> Any:
     """The PartitionSpec of every boxed variable, through the active ``AxisRules`` for logical
     names (``make_partition_specs`` of ``annotations(variables)``)."""
-    return make_partition_specs(annotations(variables))
+    return derive_specs(annotations(variables))
 
 
 def shardings(variables: Any, mesh: Any = None) -> Any:
     """The NamedSharding of every boxed variable over ``mesh`` (default: the current one),
     through the active ``AxisRules``: ``jax.jit(model.init, out_shardings=...)`` takes it as
     it is (each box's subtree gets its sharding)."""
-    return make_shardings(annotations(variables), mesh)
+    return derive_shardings(annotations(variables), mesh)
 
 
 def unbox(variables: Any) -> Any:

@@ -31,7 +31,7 @@ from ..model.trees import tree_info
 from ..model.forms import holds_shardtypes
 from ..context.rules import axis_rules, current_rules
 from ..language.shape import axes_entry, entry_axes
-from ..layout.specs import make_partition_specs
+from ..layout.specs import partition_specs as derive_specs
 from ..checking.kernel_layouts import tracking
 from .params import bare_array_annotation, check_kernel, check_static, conform_specs
 
@@ -214,7 +214,7 @@ class _TypedShardMap:
         if static_ok and not _has_arrays(annotation):
             return None  # no array annotation anywhere in it: a static parameter
         try:
-            specs = make_partition_specs(annotation)
+            specs = derive_specs(annotation)
         except (TypeError, ValueError) as e:
             raise TypeError(f"typed_shard_map: {what} of {self.name}: {e}") from None
         if self.axis_names is not None:

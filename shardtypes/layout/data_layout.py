@@ -34,7 +34,7 @@ from ..context.settings import forced_checks
 from ..context.tables import Scope
 from ..model.annotations import annotation_class, number
 from ..language.shape import entry_axes
-from .specs import make_shardings, mesh_arg
+from .specs import mesh_arg, shardings as derive_shardings
 from ..model.plans import plan_of
 from ..checking.entry import check
 
@@ -126,7 +126,7 @@ def _sharding(annotation: Any, global_shape: Any, mesh: Any, what: str
             f"{what}: needs a mesh with devices, got {mesh!r}; pass mesh=... (outside jit) or set "
             "one with jax.set_mesh"
         )
-    sharding = make_shardings(annotation, mesh)
+    sharding = derive_shardings(annotation, mesh)
     origin = array.dtype_class
     dtype = origin.dtype if origin.dtype is not None else _accepted_dtype(origin)
     # The global shape's names must not leak into a caller's dimension table; validating the

@@ -18,7 +18,7 @@ from jax.sharding import NamedSharding
 
 from ..language.shape import entry_axes
 from ..language.sizes import divides
-from .specs import make_shardings, mesh_arg
+from .specs import mesh_arg, shardings as derive_shardings
 from ..model import ClassNode, describe, model
 from ..model.walk import _brief, _Leaf, _walk
 
@@ -71,7 +71,7 @@ def shard(value: Any, annotation: Any, mesh: Any = None, *, like: Any = None) ->
     mesh = mesh_arg(mesh, "shard")
     if dataclasses.is_dataclass(value) and not isinstance(value, type) and _is_one_leaf(value):
         return _shard_fields(value, annotation, mesh)
-    shardings = make_shardings(annotation, mesh, like=like)
+    shardings = derive_shardings(annotation, mesh, like=like)
     # None in the value is an Optional left empty: a leaf here, so it lines up with the
     # annotation's leaf, and it stays None.
     with tree_guard("shard", "value", value):

@@ -76,6 +76,11 @@ def make_partition_specs(annotation: Any, *, like: Any = None) -> Any:
     >>> make_partition_specs(jax.eval_shape(optax.adamw(1e-3).init, params))  # doctest: +SKIP
     (ScaleByAdamState(count=P(), mu=Params(w=P('d', 't'), ...), nu=...), EmptyState(), EmptyState())
     """
+    return partition_specs(annotation, like=like)
+
+
+def partition_specs(annotation: Any, *, like: Any = None) -> Any:
+    """``make_partition_specs`` for callers that name themselves in its errors."""
     return _walk(annotation, lambda leaf: _partition_spec(leaf), like=like)
 
 
@@ -245,6 +250,11 @@ def make_shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> An
     ``make_partition_specs``: ``make_shardings(jax.eval_shape(tx.init, params), mesh)`` gives the
     optimizer state the parameters' layout.
     """
+    return shardings(annotation, mesh, like=like)
+
+
+def shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Any:
+    """``make_shardings`` for callers that name themselves in its errors."""
     mesh = mesh_arg(mesh, "make_shardings")
     key = (mesh, current_rules())
     cache = _SHARDINGS.get(key)

@@ -168,7 +168,7 @@ def test_specs_come_from_the_signature(mesh, spy_shard_map):
 
 def test_specs_are_resolved_once_not_per_call(mesh, monkeypatch):
     spec_calls: list = []
-    real_specs = shard_map_module.make_partition_specs
+    real_specs = shard_map_module.derive_specs
 
     def spy_specs(annotation):
         spec_calls.append(str(annotation))
@@ -181,7 +181,7 @@ def test_specs_are_resolved_once_not_per_call(mesh, monkeypatch):
         hint_calls.append(getattr(obj, "__qualname__", obj))
         return real_hints(obj, *args, **kwargs)
 
-    monkeypatch.setattr(shard_map_module, "make_partition_specs", spy_specs)
+    monkeypatch.setattr(shard_map_module, "derive_specs", spy_specs)
     monkeypatch.setattr(typing, "get_type_hints", spy_hints)
 
     def fresh(x: f32[b"B/d M"], w: f32[b"M F/t"]) -> f32[b"B/d F/t"]:
