@@ -241,3 +241,15 @@ def test_training_step_verifies_at_scale(transformer_run):
     assert "the value assigned to w_down of training_kernel_with_a_mistake()" in message
     assert "f32[jax.Array, b'layers hidden embed/fsdp']" in message
     assert "bound to 28672 by verify(dims=...)" in message
+
+
+def test_transformer_on_auto_axes_shows_the_checks_cost_on_a_cached_step(transformer_run):
+    """The README's claim: on Auto axes the demo prints a cached step checked and with the
+    check off, and the checked one enters no more Python frames than the unchecked one."""
+    flags, _, out = transformer_run
+    line = re.search(r"Auto axes, a cached call of the step: .* (\d+) Python frames entered checked, (\d+) unchecked", out)
+    if not flags:
+        assert line is None
+        return
+    assert line is not None, out
+    assert int(line.group(1)) == int(line.group(2))
