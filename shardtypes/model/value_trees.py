@@ -124,21 +124,26 @@ class Like:
 
     def __init__(self, annotation: Any, walk: Callable[[Any, Callable[[Any], Any]], Any]):
         tree = walk(annotation, lambda leaf: _Box(leaf.annotation))
-        flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: isinstance(x, _Box))[0]
+        flat, self.treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: isinstance(x, _Box))
         self.paths = tuple(jax.tree_util.keystr(p) for p, _ in flat)
         self.annotations = tuple(box.annotation for _, box in flat)
         self.root_type = type(tree)
         self.text = _brief_paths(self.paths)
 
-    def match(self, value: Any) -> list | None:
-        """``value``'s leaves and holes with ``like``'s annotation for each, if ``value`` has
-        ``like``'s key paths; else None."""
-        flat, treedef = jax.tree_util.tree_flatten_with_path(value, is_leaf=_is_hole)
-        if len(flat) != len(self.paths):
+    def match(self, value: Any) -> tuple | None:
+        """``(treedef, leaves, key path texts)`` of ``value``, holes as leaves, in ``like``'s
+        leaf order, if ``value`` has ``like``'s key paths; else None."""
+        leaves, treedef = jax.tree_util.tree_flatten(value)
+        if treedef == self.treedef:  # the same structure, no holes: the same key paths
+            return treedef, leaves, self.paths
+        if len(leaves) > len(self.paths):  # (a hole is a leaf below, and no leaf here)
             return None
-        if tuple(jax.tree_util.keystr(p) for p, _ in flat) != self.paths:
+        leaves, treedef = jax.tree_util.tree_flatten(value, is_leaf=_is_hole)
+        if len(leaves) != len(self.paths):
             return None
-        return [treedef, flat]
+        flat = jax.tree_util.tree_flatten_with_path(value, is_leaf=_is_hole)[0]
+        paths = tuple(jax.tree_util.keystr(p) for p, _ in flat)
+        return (treedef, leaves, paths) if paths == self.paths else None
 
     def resembles(self, value: Any) -> bool:
         """Whether ``value``'s leaves share at least half their key paths, or ``like``'s, with ``like``:
@@ -247,17 +252,17 @@ def _walk_value(value: Any, path: str, node: Node | None, owner: type | None, an
     return jax.tree_util.tree_unflatten(treedef, results)
 
 
-def _follow_like(value: Any, path: str, matched: list, like: Like, annotation_walk: AnnotationWalk) -> Any:
-    treedef, flat = matched
+def _follow_like(value: Any, path: str, matched: tuple, like: Like, annotation_walk: AnnotationWalk) -> Any:
+    treedef, leaves, paths = matched
     results = []
-    for (key_path, leaf), annotation in zip(flat, like.annotations):
-        at = f"{path}{jax.tree_util.keystr(key_path)}"
-        if _is_hole(leaf):
+    for leaf, annotation, key_text in zip(leaves, like.annotations, paths):
+        if is_array_value(leaf):
+            results.append(annotation_walk(annotation, path + key_text))
+        elif _is_hole(leaf):
             results.append(leaf)
-        elif is_array_value(leaf):
-            results.append(annotation_walk(annotation, at))
         else:
-            raise TypeError(f"{at} is {type(leaf).__qualname__}, not an array; like= gives it {annotation!r}")
+            raise TypeError(f"{path + key_text} is {type(leaf).__qualname__}, not an array; like= gives it "
+                            f"{annotation!r}")
     return jax.tree_util.tree_unflatten(treedef, results)
 
 

@@ -198,12 +198,29 @@ def _is_plain_dataclass(instance: Any) -> bool:
         return False
 
 
+# ``like=`` trees taken apart, by id: (the tree, its flattening, the Like). A hit must be the same
+# object flattening to the same leaves, so a dict or list changed in place is taken apart again.
+_LIKES: dict[int, tuple[Any, tuple, Like]] = {}
+_LIKES_MAX = 64
+
+
 def _like(like: Any) -> Like:
-    """``like=`` taken apart; an annotation tree it is not is a TypeError saying so."""
+    """``like=`` taken apart (kept for the next call with the same, unchanged tree); an
+    annotation tree it is not is a TypeError saying so."""
+    leaves, treedef = jax.tree_util.tree_flatten(like)
+    flat = (treedef, tuple(leaves))
+    hit = _LIKES.get(id(like))
+    if hit is not None and hit[0] is like and hit[1][0] == treedef and all(
+            a is b for a, b in zip(hit[1][1], flat[1])):
+        return hit[2]
     try:
-        return Like(like, _walk)
+        taken = Like(like, _walk)
     except (TypeError, ValueError) as e:
         raise type(e)(f"like= must be an annotation tree (as the parameters' class): {e}") from None
+    if len(_LIKES) >= _LIKES_MAX:
+        _LIKES.clear()
+    _LIKES[id(like)] = (like, flat, taken)
+    return taken
 
 
 def _root_name(annotation: Any) -> str:

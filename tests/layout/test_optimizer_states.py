@@ -254,3 +254,24 @@ def test_checked_train_state_with_an_optax_state(mesh):
     with pytest.raises(TypeCheckError, match=r'argument "state" .* of .*train_step\(\): state\.opt_state\[0\]\.nu\.embed '
                                         r"is not f32\[b'vocab embed/d'\]: sharding is P\(None, None\)"):
         train_step(bad)
+
+
+def test_like_changed_in_place_is_taken_apart_again():
+    # like= trees are kept between calls; one changed in place must not answer from the old one.
+    like = {"embed": f32[b"vocab embed/d"], "layer": {"w": f32[b"embed/d hidden/t"], "b": f32[b"hidden/t"]}}
+    abstract = jax.eval_shape(optax.adam(1e-3).init, dict_params())
+    assert make_partition_specs(abstract, like=like)[0].mu["layer"]["w"] == P("d", "t")
+    like["layer"]["w"] = f32[b"embed/t hidden/d"]
+    assert make_partition_specs(abstract, like=like)[0].mu["layer"]["w"] == P("t", "d")
+    like["layer"]["extra"] = f32[b"hidden"]
+    with pytest.raises(TypeError, match=r"missing \[\['layer'\]\['extra'\]\]"):
+        make_partition_specs(abstract, like=like)
+
+
+def test_like_with_a_hole_for_a_whole_subtree(mesh):
+    # optax.masked leaves a MaskedNode where a whole dict of parameters was masked out: the
+    # structure differs from like='s, and the slow match (holes as leaves) still finds it.
+    tx = optax.masked(optax.adam(1e-3), {"embed": True, "layer": {"w": False, "b": True}})
+    specs = make_partition_specs(jax.eval_shape(tx.init, dict_params()), like=LIKE)
+    assert specs.inner_state[0].mu["layer"]["b"] == P("t")
+    assert isinstance(specs.inner_state[0].mu["layer"]["w"], optax.MaskedNode)
