@@ -10,7 +10,9 @@ PartitionSpecs with the same rules mapping logical names to the mesh axes. Both 
 NamedShardings on a (d=4, t=2) mesh of 8 simulated CPU devices. It prints ms per derivation and
 the ratio (target: shardtypes faster than Flax). shardtypes keeps the NamedSharding of each
 (annotation, mesh) pair, as layer after layer repeats the same few annotations; the "cold" line
-clears that cache before every derivation. With optax installed it also times the AdamW state of
+clears that cache before every derivation. It also lays out the same parameters as a Linen
+model's boxed abstract variables hold them (nn.LogicallyPartitioned), through shardtypes.linen
+and through Flax (target: shardtypes faster). With optax installed it also times the AdamW state of
 the parameters laid out through like=, per leaf against the parameters' own (target <= 1.5).
 """
 
@@ -93,6 +95,23 @@ FLAX_PARAMS = {
 FLAX_STATE = {"params": FLAX_PARAMS, "mu": FLAX_PARAMS, "nu": FLAX_PARAMS}
 
 
+# The rules for Linen boxes: head_dim is named in the boxes, so it needs a rule (to no axis).
+LINEN_RULES = AxisRules([(name, axis) for name, axis in FLAX_RULES], name="linen-bench")
+
+
+def linen_boxes(specs, nn) -> dict:
+    """FLAX_PARAMS as a Linen model's abstract variables: a LogicallyPartitioned box of a
+    ShapeDtypeStruct per leaf, its names the spec's logical names."""
+    sizes = {"vocab": 512, "embed": 64, "heads": 4, "head_dim": 16, "hidden": 128, None: 64}
+
+    def box(spec):
+        names = tuple(spec) if spec != P(None) else ("embed",)
+        return nn.LogicallyPartitioned(
+            jax.ShapeDtypeStruct(tuple(sizes[n] for n in names), jax.numpy.float32), names)
+
+    return {"params": jax.tree.map(box, specs, is_leaf=lambda x: isinstance(x, P))}
+
+
 def by_path(tree) -> dict:
     """Leaf path (attribute and key steps written alike) -> normalised PartitionSpec."""
     out = {}
@@ -156,10 +175,29 @@ def main() -> None:
         n_adamw = len(jax.tree.leaves(make_shardings(adamw, mesh, like=PARAMS)))
         fns["shardtypes params alone"] = lambda: make_shardings(PARAMS, mesh)
         fns["shardtypes optax adamw (like=)"] = lambda: make_shardings(adamw, mesh, like=PARAMS)
+    if nn is not None:
+        # The parameters as a Linen model's abstract variables hold them: a LogicallyPartitioned
+        # box per leaf with its logical names, laid out through the same rules by both libraries.
+        linen_tree = linen_boxes(FLAX_PARAMS, nn)
+        n_linen = len(jax.tree.leaves(linen_tree, is_leaf=lambda x: isinstance(x, nn.Partitioned)))
+        import shardtypes.linen as st_linen
+
+        def linen_ours():
+            with axis_rules(LINEN_RULES):
+                return st_linen.shardings(linen_tree, mesh)
+
+        def linen_flax():
+            return nn.logical_to_mesh_sharding(nn.get_partition_spec(linen_tree), mesh, FLAX_RULES)
+
+        same_linen = by_path(linen_ours()) == by_path(linen_flax())
+        fns["shardtypes.linen.shardings"] = linen_ours
+        fns["flax on the Linen tree"] = linen_flax
     times = measure(fns, args.number, args.repeat)
     print(f"{n_leaves}-leaf tree (params + 2 Adam moments, {N_LAYERS} unstacked layers) on a "
           f"(d=4, t=2) mesh; best of {args.repeat} x {args.number}\n")
     leaves = {"shardtypes params alone": n_params, "shardtypes optax adamw (like=)": n_adamw} if optax else {}
+    if nn is not None:
+        leaves.update({"shardtypes.linen.shardings": n_linen, "flax on the Linen tree": n_linen})
     for name, t in times.items():
         n = leaves.get(name, n_leaves)
         print(f"  {name:32s} {t / 1000:8.2f} ms per derivation  ({t / n:.2f} µs per leaf, {n} leaves)")
@@ -176,6 +214,9 @@ def main() -> None:
               "   (target < 1; Flax resolves the same rules)")
         print(f"  ratio through rules, cold / flax = "
               f"{times['shardtypes through rules, cold'] / flax_t:.2f}")
+        print(f"\n  Linen boxes ({n_linen} leaves), same shardings: {same_linen}")
+        print(f"  ratio shardtypes.linen / flax (get_partition_spec + logical_to_mesh_sharding) = "
+              f"{times['shardtypes.linen.shardings'] / times['flax on the Linen tree']:.2f}   (target < 1)")
 
 
 if __name__ == "__main__":

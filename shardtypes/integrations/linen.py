@@ -33,7 +33,7 @@ def annotations(variables: Any) -> Any:
             "wrap its initializer in nn.with_logical_partitioning(init, ('embed', 'mlp'))"
         )
     return jax.tree_util.tree_map_with_path(
-        lambda p, box: box_annotation(box, jax.tree_util.keystr(p)), variables, is_leaf=is_box)
+        lambda p, box: box_annotation(box, lambda: jax.tree_util.keystr(p)), variables, is_leaf=is_box)
 
 
 def partition_specs(variables: Any) -> Any:

@@ -14,7 +14,7 @@ Flax is not imported here: a box exists only if Flax is loaded already.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from ..language.shape import ShapeSpecError
 from .annotations import dtype_classes, subscript
@@ -34,11 +34,34 @@ def is_box(x: Any) -> bool:
     return cls is not None and isinstance(x, cls)
 
 
-def box_annotation(box: Any, where: str = "") -> Any:
-    """The shardtypes annotation a Linen box says (see the module); ``where`` names it in errors."""
-    at = where or "the box"
+# Annotations by (box class, shape, dtype, names): a model's layers repeat a few boxes.
+_ANNOTATIONS: dict[tuple, Any] = {}
+_ANNOTATIONS_MAX = 4096
+
+
+def box_annotation(box: Any, where: str | Callable[[], str] = "") -> Any:
+    """The shardtypes annotation a Linen box says (see the module); ``where`` (or what it
+    returns, called only for an error) names it in errors."""
     value = box.value
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    try:
+        key = (type(box), tuple(shape), dtype, tuple(box.names))
+        hit = _ANNOTATIONS.get(key)
+    except TypeError:  # unhashable names or no shape: the slow path says what is wrong
+        key = hit = None
+    if hit is not None:
+        return hit
+    annotation = _box_annotation(box, shape, dtype, where() if callable(where) else where)
+    if key is not None:
+        if len(_ANNOTATIONS) >= _ANNOTATIONS_MAX:
+            _ANNOTATIONS.clear()
+        _ANNOTATIONS[key] = annotation
+    return annotation
+
+
+def _box_annotation(box: Any, shape: Any, dtype: Any, where: str) -> Any:
+    at = where or "the box"
+    value = box.value
     if shape is None or dtype is None:
         raise TypeError(f"{at}: a {type(box).__name__} box holds {type(value).__name__}, not an array")
     names = tuple(box.names)
