@@ -20,6 +20,10 @@ from ..model.errors import in_function
 
 __all__: list[str] = []
 
+# What ``typing.no_type_check`` sets on a function: on a checked wrapper (``@no_type_check``
+# above ``@typechecked``), the wrapper calls its function unchecked.
+NO_TYPE_CHECK = "__no_type_check__"
+
 
 _EMPTY = Table()  # tables are immutable, so every top-level call can start from this one
 
@@ -30,7 +34,7 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
 
         @functools.wraps(target)
         async def async_wrapper(*args, **kwargs):
-            if not config._checks and not _FORCED.get():
+            if not config._checks and not _FORCED.get() or NO_TYPE_CHECK in async_wrapper.__dict__:
                 return await target(*args, **kwargs)
             start = _TABLE.get()
             if start is not None:
@@ -55,7 +59,7 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
 
             @functools.wraps(target)
             def async_generator_wrapper(*args, **kwargs):
-                if not config._checks and not _FORCED.get():
+                if not config._checks and not _FORCED.get() or NO_TYPE_CHECK in async_generator_wrapper.__dict__:
                     return target(*args, **kwargs)
                 return _async_generator_in_table(checked(*args, **kwargs), _TABLE.get() or _EMPTY)
 
@@ -63,7 +67,7 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
 
         @functools.wraps(target)
         def generator_wrapper(*args, **kwargs):
-            if not config._checks and not _FORCED.get():
+            if not config._checks and not _FORCED.get() or NO_TYPE_CHECK in generator_wrapper.__dict__:
                 return target(*args, **kwargs)
             return _generator_in_table(checked(*args, **kwargs), _TABLE.get() or _EMPTY)
 
@@ -71,7 +75,7 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
 
     @functools.wraps(target)
     def wrapper(*args, **kwargs):
-        if not config._checks and not _FORCED.get():
+        if not config._checks and not _FORCED.get() or NO_TYPE_CHECK in own:
             return target(*args, **kwargs)
         start = _TABLE.get()
         table, traced = _call_table(start, args)
@@ -102,6 +106,7 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
             _IN_TRACE.reset(trace_token)
             _TABLE.reset(token)
 
+    own = wrapper.__dict__
     return wrapper
 
 

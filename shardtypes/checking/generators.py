@@ -17,7 +17,7 @@ from typing import Any, Callable
 from typeguard import TypeCheckMemo
 from typeguard import _functions as _tg_functions
 
-from .call_tables import _EMPTY
+from .call_tables import NO_TYPE_CHECK, _EMPTY
 from .frames import check_argument_types_internal, check_return_type_internal
 from .signature import _config
 from ..context.settings import _FORCED, config
@@ -86,7 +86,7 @@ def generator_from_signature(target: Callable, scope_vars: dict) -> Callable:
 
         @functools.wraps(target)
         def async_wrapper(*args, **kwargs):
-            if not config._checks and not _FORCED.get():
+            if not config._checks and not _FORCED.get() or NO_TYPE_CHECK in async_wrapper.__dict__:
                 return target(*args, **kwargs)
             table, memo = checks.arguments(args, kwargs)
             return _async_steps(checks, target(*args, **kwargs), table, memo)
@@ -95,7 +95,7 @@ def generator_from_signature(target: Callable, scope_vars: dict) -> Callable:
 
     @functools.wraps(target)
     def wrapper(*args, **kwargs):
-        if not config._checks and not _FORCED.get():
+        if not config._checks and not _FORCED.get() or NO_TYPE_CHECK in wrapper.__dict__:
             return target(*args, **kwargs)
         table, memo = checks.arguments(args, kwargs)
         return _steps(checks, target(*args, **kwargs), table, memo)

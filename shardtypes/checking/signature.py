@@ -16,7 +16,7 @@ import jax
 import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from .call_tables import _EMPTY, _with_table
+from .call_tables import _EMPTY, NO_TYPE_CHECK, _with_table
 from .entry import check_with_plan
 from ..context.settings import _FORCED, config
 from ..context.tables import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
@@ -168,7 +168,7 @@ class _SignatureChecker:
         if inspect.iscoroutinefunction(target):
 
             async def async_checked(*args, **kwargs):
-                if not cfg._checks and not forced():
+                if not cfg._checks and not forced() or NO_TYPE_CHECK in async_checked.__dict__:
                     return await target(*args, **kwargs)
                 set_table(check_arguments(args, kwargs, (get_table() or _EMPTY)))
                 result = await target(*args, **kwargs)
@@ -183,7 +183,7 @@ class _SignatureChecker:
         # first). Anything else goes through check_one / check_arguments.
         @functools.wraps(target)
         def checked(*args, **kwargs):
-            if not cfg._checks and not forced():
+            if not cfg._checks and not forced() or NO_TYPE_CHECK in own:  # (typing.no_type_check on top)
                 return target(*args, **kwargs)
             table = start = get_table()
             token = trace_token = key = None
@@ -244,6 +244,7 @@ class _SignatureChecker:
                 if trace_token is not None:
                     reset_in_trace(trace_token)
 
+        own = checked.__dict__
         return checked
 
 

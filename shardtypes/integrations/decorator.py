@@ -92,6 +92,8 @@ def _typechecked(target: Any, scope_vars: dict) -> Any:
     if not callable(target) or not hasattr(target, "__code__"):
         raise TypeError(f"typechecked expects a function, method or class, got {target!r}")
 
+    if getattr(target, "__no_type_check__", False):
+        return target  # typing.no_type_check below the decorator: its annotations are not types
     if getattr(target, "__shardtypes_checked__", False):
         return target  # already checked: checking twice would only cost time
     if getattr(target, "__shardtypes_scope__", False):
@@ -205,6 +207,10 @@ def _instrument(target: Callable, scope_vars: dict) -> tuple[Callable, str | Non
             instrumented = typeguard.typechecked(
                 collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS
             )(target)
+        except SyntaxError:
+            # typeguard re-reads the whole module: another function's str shape ('batch embed',
+            # in an annotated local) is a syntax error to it, so read them all as bytes.
+            return instrument_str_shapes(target, scope_vars)
         except Exception as e:  # typeguard fails on some exec'd or interactive code
             return target, f"typeguard failed: {type(e).__name__}: {e}"
     problems = [str(w.message) for w in caught if issubclass(w.category, typeguard.InstrumentationWarning)]

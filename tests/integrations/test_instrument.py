@@ -251,3 +251,76 @@ def test_typeguards_own_failures_in_an_instrumented_function_name_it(jit):
     assert str(info.value) == f"the return value ({found}) of _instrumented_pair() is not a tuple"
     with pytest.raises(TypeCheckError, match=r"^the yielded value \(jax.Array\) of _instrumented_rows\(\) is not a tuple$"):
         next(_instrumented_rows(jnp.zeros(3)))
+
+
+# typing.no_type_check: its annotations are not types, above or below the decorator.
+
+def _no_type_check_cases():
+    import typing
+
+    @typing.no_type_check
+    @typechecked
+    def above(x: f32[b"a"]) -> f32[b"a"]:
+        return x
+
+    @typechecked
+    @typing.no_type_check
+    def below(x: f32[b"a"]) -> f32[b"a"]:
+        return x
+
+    @typing.no_type_check
+    @typechecked
+    def with_local(x: f32["a"]) -> f32["a"]:
+        y: f32["a b"] = x
+        return y
+
+    @typing.no_type_check
+    @typechecked
+    def generator(x: f32[b"a"]) -> Iterator[f32[b"a"]]:
+        yield x
+
+    @typing.no_type_check
+    @typechecked
+    class Layer:
+        def apply(self, x: f32[b"a"]) -> f32[b"a"]:
+            return x
+
+    return above, below, with_local, (lambda x: list(generator(x))), Layer().apply
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_no_type_check_turns_the_checks_off(index):
+    fn = _no_type_check_cases()[index]
+    fn(jnp.zeros((2, 3)))  # rank 2 where the annotations say rank 1: unchecked, so it passes
+
+
+def test_no_type_check_leaves_other_checked_functions_checked():
+    _no_type_check_cases()
+
+    @typechecked
+    def checked(x: f32[b"a"]) -> f32[b"a"]:
+        return x
+
+    with pytest.raises(TypeCheckError, match=r'argument "x" .* of .*checked\(\) is not f32\[b\'a\'\]'):
+        checked(jnp.zeros((2, 3)))
+
+
+def test_a_generator_beside_a_helper_with_a_str_shaped_local_is_instrumented():
+    # typeguard re-reads the module to instrument the generator, and met the helper's 'a b' as
+    # a str (a syntax error to it): the generator fell back to its signature, with a warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+
+        @typechecked
+        def helper(x: f32["a"]) -> f32["a"]:
+            y: f32["a b"] = x[:, None]
+            return y[:, 0]
+
+        @typechecked
+        def generator(x: f32[b"a"]) -> Iterator[f32[b"a"]]:
+            z: f32[b"a"] = x + 1
+            yield z
+
+    assert list(generator(jnp.zeros(3)))[0].shape == (3,)
+    with pytest.raises(TypeCheckError, match=r'argument "x" .* of .*generator\(\) is not f32\[b\'a\'\]'):
+        next(generator(jnp.zeros((2, 3))))
