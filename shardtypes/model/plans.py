@@ -5,6 +5,7 @@ keeps its memos on it.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import jax
@@ -29,7 +30,8 @@ class Plan:
     __slots__ = ("dtype_cls", "spec", "text", "array_type", "strict_type", "names", "ndim", "seen",
                  "by_id", "agreed")
 
-    def __init__(self, dtype_cls: type[number], spec: ShapeSpec, text: str, array_type: type | None = None):
+    def __init__(self, dtype_cls: type[number], spec: ShapeSpec, text: str,
+                 array_type: type | types.UnionType | None = None):
         self.dtype_cls = dtype_cls
         self.spec = spec
         self.text = text
