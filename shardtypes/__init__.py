@@ -136,7 +136,7 @@ from .tools.verification import Problem as Problem, VerifyReport as VerifyReport
 
 from . import _legacy, linen as linen, nnx as nnx, ops as ops
 from .integrations.decorator import typechecked as typechecked
-from .checking.entry import check as check
+from .checking.entry import check as check, is_instance as is_instance
 from .model.errors import ArrayError as ArrayError, FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
 from .integrations.typeguard_hook import register_with_typeguard as register_with_typeguard
 from typeguard import TypeCheckError as TypeCheckError
@@ -199,6 +199,7 @@ __all__ = [
     "i8",
     "integer",
     "is_fully_sharded",
+    "is_instance",
     "make_global_array",
     "make_partition_specs",
     "make_shape_dtype_structs",
