@@ -16,6 +16,7 @@ from .layout.auto import auto_partition_spec as auto_partition_spec, auto_partit
 from .context.settings import config as config
 from .context.tables import Scope as Scope, dims as dims, scope as scope
 from .model.annotations import number as number
+from .model.array_classes import HostOrDevice as HostOrDevice
 
 # Static checkers read the annotation names as typing.Annotated, so that the static spelling
 # f32[jax.Array, b'batch/d embed'] is a jax.Array to them (see _indirection); at run time they
@@ -151,6 +152,7 @@ __all__ = [
     "DataLayout",
     "DimSpec",
     "FieldError",
+    "HostOrDevice",
     "PlanReport",
     "Problem",
     "Scope",
