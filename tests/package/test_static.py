@@ -79,7 +79,7 @@ def test_the_user_module_runs():
     assert out["center"] == (4, 3) and out["forward"] == (4, 3) and out["callee"] == (9,)
     assert out["dims"] == {"batch": 4, "embed": 3}
     assert out["host_then_device"] is True and out["is_instance"] == (True, True, True, None)
-    assert tuple(out["shardings"]) == (None, None)  # type: ignore[arg-type]
+    assert tuple(out["shardings"]) == (None, None)
     assert "is not f32[jax.Array, b'batch embed']: the annotation wants a jax.Array, not a numpy.ndarray" in str(
         out["numpy_rejected"]
     )
