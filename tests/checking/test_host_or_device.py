@@ -92,6 +92,11 @@ def test_host_data_passes_a_checked_call_eagerly(mesh):
     with jax.set_mesh(mesh):
         assert rows(np.ones((8, 3), np.float32)) == 8
         assert rows(put(mesh, jnp.ones((8, 3)), "d")) == 8
+        assert rows(put(mesh, jnp.ones((8, 3)), "d")) == 8  # again: the fast path's answer
+        with pytest.raises(TypeCheckError, match=r"sharding is P\(None, None\) but the annotation says P\('d', None\)"):
+            rows(put(mesh, jnp.ones((8, 3))))
+        with pytest.raises(TypeCheckError, match=r"has dtype float64, the annotation wants float32"):
+            rows(np.ones((8, 3)))
         with pytest.raises(TypeCheckError, match=r"the annotation wants a jax.Array \| numpy.ndarray, not a int"):
             rows(3)  # type: ignore[arg-type]
 
