@@ -2,15 +2,11 @@
 passes; a numpy value is checked for dtype and shape, a jax.Array for its sharding too; the
 derivation treats the field like a jax.Array one; ``shardtypes.is_instance``."""
 
-import pickle
-from typing import Union
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import shardtypes
 from conftest import put
 from shardtypes import (
     HostOrDevice,
@@ -43,15 +39,6 @@ def host_batch() -> Batch:
 @typechecked
 def consume(batch: Batch) -> f32[jax.Array, b"batch/d"]:
     return jnp.sum(jnp.asarray(batch.x), axis=-1) + batch.ids
-
-
-def test_the_union_is_one_annotation_whatever_its_spelling():
-    assert HOST_OR_DEVICE is f32[Union[jax.Array, np.ndarray], b"batch/d embed"]
-    assert HOST_OR_DEVICE is f32[np.ndarray | jax.Array, "batch/d embed"]
-    assert HOST_OR_DEVICE is f32[HostOrDevice, b"batch/d embed"]
-    assert repr(HOST_OR_DEVICE) == "shardtypes.f32[jax.Array | numpy.ndarray, b'batch/d embed']"
-    assert pickle.loads(pickle.dumps(HOST_OR_DEVICE)) is HOST_OR_DEVICE
-    assert f32[jax.Array | jax.Array, b"a"] is f32[jax.Array, b"a"]  # a union of one is the class
 
 
 def test_host_data_is_checked_for_dtype_and_shape_not_sharding(mesh):
@@ -124,23 +111,6 @@ def test_derivation_treats_the_field_like_a_jax_array_one(mesh):
     assert structs.x.shape == (8, 3) and structs.ids.dtype == np.int32
 
 
-@pytest.mark.parametrize("array_type, member", [
-    (int | np.ndarray, "int"),
-    (jax.Array | str, "str"),
-    (Union[jax.Array, list], "list"),
-])
-def test_a_union_with_a_class_that_is_not_of_arrays_is_an_error(array_type, member):
-    with pytest.raises(TypeError, match=rf"f32\[.* \| .*, b'batch embed'\]: each member of the union of array "
-                                         rf"classes must be a class of arrays .*got {member}"):
-        f32[array_type, b"batch embed"]
-
-
-def test_an_optional_array_class_points_to_the_optional_annotation():
-    with pytest.raises(TypeError, match=r"f32\[jax.Array \| None, b'a'\]: None is not an array class; an "
-                                         r"optional array is f32\[array_type, shape\] \| None"):
-        f32[jax.Array | None, b"a"]
-
-
 def test_is_instance_narrows_to_the_annotations_array_class(mesh):
     with jax.set_mesh(mesh):
         x = put(mesh, jnp.ones((8, 3)), "d")
@@ -169,8 +139,3 @@ def test_is_instance_refuses_a_class_the_annotation_does_not_name():
         is_instance(3, int)
     with pytest.raises(TypeError, match=r"is_instance: array_type must be a class or a tuple of classes, got 'x'"):
         is_instance(3, f32[b"a"], "x")  # type: ignore[call-overload]
-
-
-def test_the_alias_is_public():
-    assert shardtypes.HostOrDevice == Union[jax.Array, np.ndarray]
-    assert "HostOrDevice" in shardtypes.__all__ and "is_instance" in shardtypes.__all__
