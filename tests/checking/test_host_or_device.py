@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import typeguard
 
 from conftest import put
 from shardtypes import (
@@ -139,3 +140,12 @@ def test_is_instance_refuses_a_class_the_annotation_does_not_name():
         is_instance(3, int)
     with pytest.raises(TypeError, match=r"is_instance: array_type must be a class or a tuple of classes, got 'x'"):
         is_instance(3, f32[b"a"], "x")  # type: ignore[call-overload]
+
+
+def test_plain_typeguard_reads_the_union_too(mesh):
+    with jax.set_mesh(mesh):
+        typeguard.check_type(np.ones((8, 3), np.float32), HOST_OR_DEVICE)
+        typeguard.check_type(put(mesh, jnp.ones((8, 3)), "d"), HOST_OR_DEVICE)
+        with pytest.raises(TypeCheckError, match=r"f32\[jax.Array \| numpy.ndarray, b'batch/d embed'\]: "
+                                                 r"the annotation wants a jax.Array \| numpy.ndarray, not a list"):
+            typeguard.check_type([1.0], HOST_OR_DEVICE)
