@@ -16,6 +16,7 @@ from .layout.auto import auto_partition_spec as auto_partition_spec, auto_partit
 from .context.settings import config as config
 from .context.tables import Scope as Scope, dims as dims, scope as scope
 from .model.annotations import number as number
+from .model.array_classes import HostOrDevice as HostOrDevice
 
 # Static checkers read the annotation names as typing.Annotated, so that the static spelling
 # f32[jax.Array, b'batch/d embed'] is a jax.Array to them (see _indirection); at run time they
@@ -136,7 +137,7 @@ from .tools.verification import Problem as Problem, VerifyReport as VerifyReport
 
 from . import _legacy, linen as linen, nnx as nnx, ops as ops
 from .integrations.decorator import typechecked as typechecked
-from .checking.entry import check as check
+from .checking.entry import check as check, is_instance as is_instance
 from .model.errors import ArrayError as ArrayError, FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
 from .integrations.typeguard_hook import register_with_typeguard as register_with_typeguard
 from typeguard import TypeCheckError as TypeCheckError
@@ -151,6 +152,7 @@ __all__ = [
     "DataLayout",
     "DimSpec",
     "FieldError",
+    "HostOrDevice",
     "PlanReport",
     "Problem",
     "Scope",
@@ -199,6 +201,7 @@ __all__ = [
     "i8",
     "integer",
     "is_fully_sharded",
+    "is_instance",
     "make_global_array",
     "make_partition_specs",
     "make_shape_dtype_structs",

@@ -2,7 +2,8 @@
 
 ``shardtypes/__init__.py`` imports these names from here under ``TYPE_CHECKING`` only, so that
 pyright and mypy read ``f32[jax.Array, b'batch/d embed']`` as ``Annotated[jax.Array, b'...']``,
-that is as ``jax.Array``, and ``Stacked[Layer, b'layers']`` as ``Layer`` (the approach of
+that is as ``jax.Array`` (``f32[jax.Array | np.ndarray, b'...']`` as the union), and
+``Stacked[Layer, b'layers']`` as ``Layer`` (the approach of
 jaxtyping's ``_indirection.py``). It has to be an import: ``f32 = Annotated`` is an assignment,
 which checkers do not accept as a type alias of a special form. At run time the names are the
 classes of ``_dtypes`` and ``_trees``; the one-argument ``f32[b'...']`` and ``Array[axes, cls]``

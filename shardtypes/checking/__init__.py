@@ -15,6 +15,7 @@ from .entry import (
     check as check,
     check_named as check_named,
     check_with_plan as check_with_plan,
+    is_instance as is_instance,
 )
 from .fast_path import (
     fast_check as fast_check,
@@ -29,5 +30,6 @@ __all__ = [
     "check_with_plan",
     "fast_check",
     "fast_tree",
+    "is_instance",
     "learn_layout",
 ]

@@ -9,7 +9,9 @@ check of one argument, each where the caller names the value.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, TypeGuard, TypeVar, overload
+
+import jax
 
 import numpy as np
 import typeguard
@@ -19,13 +21,17 @@ from .value import check_value
 from ..context.settings import _FORCED, config
 from ..model.describe import Mismatch
 from ..context.tables import _TABLE, Table
-from ..model.annotations import annotation_class, dtype_classes, install_instance_check, number
+from ..model.annotations import annotation_class, dtype_classes, install_instance_check, number, type_name
+from ..model.array_classes import union_members
 from ..model.errors import _collect, _found, _qualified
 from ..model.plans import Plan, annotation_text, plan_for, plan_of
 from .fast_path import fast_check
 from ..language.shape import ShapeSpec
 
-__all__ = ["check", "check_named", "check_with_plan"]
+__all__ = ["check", "check_named", "check_with_plan", "is_instance"]
+
+_T = TypeVar("_T")
+_U = TypeVar("_U")
 
 
 def check_with_plan(value: Any, plan: Plan, role: str, func: str, origin: str,
@@ -149,6 +155,43 @@ def instance_check(annotation: type[number], value: object) -> bool:
 
 
 install_instance_check(instance_check)
+
+
+@overload
+def is_instance(value: object, annotation: Any, /) -> TypeGuard[jax.Array]: ...
+@overload
+def is_instance(value: object, annotation: Any, array_type: type[_T], /) -> TypeGuard[_T]: ...
+@overload
+def is_instance(value: object, annotation: Any, array_type: tuple[type[_T], type[_U]], /) -> TypeGuard[_T | _U]: ...
+def is_instance(value: object, annotation: Any, array_type: Any = jax.Array, /) -> bool:
+    """``isinstance(value, annotation)`` in a spelling static checkers accept and narrow by:
+
+    >>> if shardtypes.is_instance(x, f32[jax.Array, b'batch embed']):  # doctest: +SKIP
+    ...     reveal_type(x)  # jax.Array
+    >>> shardtypes.is_instance(x, f32[np.ndarray, b'rows'], np.ndarray)  # doctest: +SKIP
+    >>> shardtypes.is_instance(x, f32[jax.Array | np.ndarray, b'b e'], (jax.Array, np.ndarray))  # doctest: +SKIP
+
+    Checkers cannot read the array class out of an annotation used as a value, so it is the
+    third argument, ``jax.Array`` unless given (a class, or a tuple of two for a union), and it
+    must name the annotation's array classes; the narrowing holds only where the check passes
+    (a ``TypeGuard``: False says nothing about the class). The check is ``isinstance``'s.
+    """
+    found = annotation_class(annotation)
+    if found is None:
+        raise TypeError(f"is_instance: annotation must be an array annotation such as "
+                        f"f32[jax.Array, b'batch embed'], got {annotation!r}")
+    given = array_type if isinstance(array_type, tuple) else (array_type,)
+    if not given or not all(isinstance(c, type) for c in given):
+        raise TypeError(f"is_instance: array_type must be a class or a tuple of classes, got {array_type!r}")
+    wanted = found.array_type
+    if wanted is not None:
+        members = union_members(wanted) or (wanted,)
+        if set(members) != set(given):
+            shown = type_name(given[0]) if len(given) == 1 else "(" + ", ".join(type_name(c) for c in given) + ")"
+            fix = type_name(members[0]) if len(members) == 1 else "(" + ", ".join(type_name(c) for c in members) + ")"
+            raise TypeError(f"is_instance: {found!r} wants a {type_name(wanted)}, but the class to narrow to is "
+                            f"{shown}; pass is_instance(value, annotation, {fix})")
+    return isinstance(value, given) and instance_check(found, value)
 
 
 def check_named(value: Any, annotation: Any, where: str, who: str) -> None:

@@ -9,7 +9,9 @@ Contexts, and where the sharding comes from:
   ``jax.debug.inspect_array_sharding`` (see ``shardtypes.config.auto_sharding_check``);
 * inside ``jax.shard_map``, Manual axes: the value is a local shard, so the global size of a dim is
   its local size times the sizes of the Manual axes it is annotated with;
-* ``numpy.ndarray``: host data, never sharded; ``jax.ShapeDtypeStruct``: its ``sharding`` if any.
+* ``numpy.ndarray``: host data, never sharded (against a host-or-device annotation,
+  ``f32[jax.Array | np.ndarray, ...]``, its dtype and shape only); ``jax.ShapeDtypeStruct``: its
+  ``sharding`` if any.
 
 The dimension table is only read here; new bindings are returned to the caller, which commits
 them once the whole value has passed.
@@ -22,6 +24,7 @@ in ``_sharding_check``, the compile-time check is ``_compile_time``'s, messages 
 from __future__ import annotations
 
 import math
+import types
 from typing import Any, Callable
 
 import jax
@@ -35,6 +38,7 @@ from ..context.settings import config
 from ..model.describe import Mismatch, _fmt_layout, _fmt_shape, _fmt_size, _missing_axes_problem, _n_dims, _normalise, _type_of
 from ..context.tables import Table
 from ..model.annotations import dtype_name, number, type_name
+from ..model.array_classes import accepts_host
 from .fast_path import _ARRAY_TYPES, _MISSING
 from ..context.rules import _ACTIVE as _ACTIVE_RULES
 from ..language.shape import BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec
@@ -172,7 +176,7 @@ def check_value(
     spec: ShapeSpec,
     table: Table,
     context: Callable[[], str],
-    array_type: type | None = None,
+    array_type: type | types.UnionType | None = None,
 ) -> dict:
     """Checks ``value`` against ``dtype_cls[spec]`` (``dtype_cls[array_type, spec]`` when
     ``array_type`` is given); returns the new bindings.
@@ -228,7 +232,9 @@ def check_value(
         )
     elif kind == "numpy":
         problem = None
-        expected = _expected_layout(spec, ndim, None, shape, active)
+        # Host-or-device (f32[jax.Array | np.ndarray, ...]): host data is checked for dtype and
+        # shape; its layout is where shard will put it, so it is not a sharding it has now.
+        expected = () if accepts_host(array_type) else _expected_layout(spec, ndim, None, shape, active)
         if any(expected):
             layout = _fmt_layout(expected)
             problem = (

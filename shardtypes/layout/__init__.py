@@ -20,6 +20,9 @@ from .explanations import explain as explain
 from .least_sharding import convert_specs as convert_specs, partition_specs_for_budget as partition_specs_for_budget
 from .placement import shard as shard, tree_guard as tree_guard
 from .specs import (
+    PartitionSpecTree as PartitionSpecTree,
+    ShardingTree as ShardingTree,
+    StructTree as StructTree,
     is_fully_sharded as is_fully_sharded,
     make_partition_specs as make_partition_specs,
     make_shape_dtype_structs as make_shape_dtype_structs,
@@ -29,6 +32,9 @@ from .validate import ShardingProblem as ShardingProblem, validate_shardings as 
 
 __all__ = [
     "DataLayout",
+    "PartitionSpecTree",
+    "ShardingTree",
+    "StructTree",
     "ShardingProblem",
     "auto_partition_spec",
     "auto_partition_specs",

@@ -9,7 +9,7 @@ import contextlib
 import copy
 import dataclasses
 import math
-from typing import Any, Iterator
+from typing import Any, Iterator, TypeVar, overload
 
 import jax
 import jax.core
@@ -23,6 +23,8 @@ from ..model import ClassNode, describe, model
 from ..model.walk import _brief, _Leaf, _walk
 
 __all__ = ["shard", "tree_guard"]
+
+_T = TypeVar("_T")
 
 
 _MAX_TREE_DEPTH = 256
@@ -58,8 +60,17 @@ def tree_guard(what: str, arg: str, *trees: Any) -> Iterator[None]:
         raise
 
 
+@overload
+def shard(value: jax.Array | np.ndarray | np.generic | complex, annotation: Any, mesh: Any = None, *,
+          like: Any = None) -> jax.Array: ...
+@overload
+def shard(value: _T, annotation: Any, mesh: Any = None, *, like: Any = None) -> _T: ...
 def shard(value: Any, annotation: Any, mesh: Any = None, *, like: Any = None) -> Any:
     """Lays ``value`` (an array or a tree) out as ``annotation`` says.
+
+    To a checker an array (numpy, a scalar) comes back a ``jax.Array`` and a tree comes back its
+    own type: declare a field that holds host data before ``shard`` host-or-device
+    (``f32[jax.Array | np.ndarray, b'...']``), as its arrays become ``jax.Array``.
 
     Eagerly this is ``jax.device_put``; under jit, ``jax.sharding.reshard`` on Explicit mesh axes
     and ``jax.lax.with_sharding_constraint`` on Auto ones. For a tree of values whose annotated

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, Mapping, ParamSpec, TypeVar
+from typing import Any, Callable, Mapping, ParamSpec, TypeAlias, TypeVar
 
 import jax
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
@@ -33,7 +33,20 @@ __all__ = [
     "make_shape_dtype_structs",
     "is_fully_sharded",
     "current_mesh",
+    "PartitionSpecTree",
+    "ShardingTree",
+    "StructTree",
 ]
+
+# What the make_* functions return: the annotation's tree (a dataclass instance, tuple, dict,
+# optax state, ...) with a PartitionSpec / NamedSharding / ShapeDtypeStruct at each array leaf; a
+# single leaf for a single array annotation. Python's type system cannot map a tree type's
+# leaves to another type (and checkers see an annotation used as a value as an opaque special
+# form), so to a checker these are Any, by name: assign the result to the type you know
+# (``spec: PartitionSpec = make_partition_specs(f32[...])``). shard keeps its input's type.
+PartitionSpecTree: TypeAlias = Any
+ShardingTree: TypeAlias = Any
+StructTree: TypeAlias = Any
 
 
 _P = ParamSpec("_P")
@@ -61,7 +74,7 @@ def _entry(name: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
 
 
 @_entry("make_partition_specs")
-def make_partition_specs(annotation: Any, *, like: Any = None) -> Any:
+def make_partition_specs(annotation: Any, *, like: Any = None) -> PartitionSpecTree:
     """The tree of ``PartitionSpec`` an annotation describes.
 
     >>> make_partition_specs(f32[b'batch/d seq embed/t'])
@@ -242,7 +255,7 @@ def check_dims_for(dims: Any, single: set[str], variadic: set[str], what: str, s
 
 
 @_entry("make_shardings")
-def make_shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Any:
+def make_shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> ShardingTree:
     """The tree of ``NamedSharding`` an annotation describes, over ``mesh`` or the current mesh.
 
     An axis the mesh lacks, or a fixed-size dim that its axes do not divide, is an error naming
@@ -279,7 +292,7 @@ _SHARDINGS: dict = {}
 
 @_entry("make_shape_dtype_structs")
 def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None, *,
-                             like: Any = None) -> Any:
+                             like: Any = None) -> StructTree:
     """The tree of ``jax.ShapeDtypeStruct`` (with shardings) an annotation describes, with the
     sizes of its named dims taken from ``dims``. For ``jax.eval_shape``, AOT lowering and memory
     planning. ``mesh`` defaults to the current mesh; with no mesh at all the structs have no

@@ -24,6 +24,7 @@ from .annotations import (
     subscript as subscript,
     type_name as type_name,
 )
+from .array_classes import HostOrDevice as HostOrDevice, accepts_host as accepts_host
 from .describe import (
     Mismatch as Mismatch,
     axis_hint as axis_hint,

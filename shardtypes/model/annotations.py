@@ -6,6 +6,7 @@ Subscripting one gives a class (cached: the same arguments give the same class):
 
     f32[b'batch/d embed']              # seqax's spelling, read at run time only
     f32[jax.Array, b'batch/d embed']   # the static spelling: the value must also be a jax.Array
+    f32[jax.Array | np.ndarray, b'b e']  # host-or-device: either class (see array_classes.py)
 
 ``f32['a b'] is f32[b'a b']``; the class is a subclass of ``f32`` that says its shape
 (``.shape_string``, bytes; ``.spec``, the parsed ``ShapeSpec``) and array type (``.array_type``, or
@@ -21,6 +22,7 @@ Static checkers never see these classes: under ``TYPE_CHECKING`` the package bin
 from __future__ import annotations
 
 import copyreg
+import types
 from typing import Any, Callable, ClassVar, Union, cast
 
 import jax
@@ -28,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..language.shape import ShapeSpec
+from .array_classes import check_union, union_members, union_of
 
 __all__ = ["number", "dtype_names", "annotation_class", "is_annotation", "is_dtype_class", "subscript", "type_name"]
 
@@ -36,7 +39,7 @@ __all__ = ["number", "dtype_names", "annotation_class", "is_annotation", "is_dty
 # dict lookup keyed on what was written. _CANONICAL holds one class per (dtype class, array type,
 # shape bytes), so 'a b' and b'a b' give the same class.
 _ANNOTATIONS: dict[tuple[type, object], type[number]] = {}
-_CANONICAL: dict[tuple[type, type | None, bytes], type[number]] = {}
+_CANONICAL: dict[tuple[type, Any, bytes], type[number]] = {}
 
 # isinstance(x, f32[b'...']) needs the checker, which sits in a later layer; it installs itself
 # with install_instance_check when shardtypes is imported.
@@ -68,8 +71,12 @@ _PUBLIC_NAMES: dict[type, str] = {jax.Array: "jax.Array"}
 _BY_PUBLIC_NAME: dict[str, type] = {name: cls for cls, name in _PUBLIC_NAMES.items()}
 
 
-def type_name(cls: type) -> str:
-    """``jax.Array``, ``numpy.ndarray``: how a user names the class."""
+def type_name(cls: type | types.UnionType) -> str:
+    """``jax.Array``, ``numpy.ndarray``, ``jax.Array | numpy.ndarray``: how a user names the class."""
+    members = union_members(cls)
+    if members is not None:
+        return " | ".join(type_name(m) for m in members)
+    assert isinstance(cls, type)
     public = _PUBLIC_NAMES.get(cls)
     if public is not None:
         return public
@@ -102,16 +109,22 @@ def _reduce(cls: _AnnotationMeta) -> Union[str, tuple[Callable[..., type[number]
     if annotation is None:
         return cls.__qualname__  # a dtype class: found by module and name
     array_type = annotation.array_type
-    named = _PUBLIC_NAMES.get(array_type) if array_type is not None else None
+    members = union_members(array_type)
+    if members is not None:  # a union pickles as its members
+        return _subscript, (annotation.dtype_class, tuple(_PUBLIC_NAMES.get(m) or m for m in members),
+                            annotation.shape_string)
+    named = _PUBLIC_NAMES.get(array_type) if isinstance(array_type, type) else None
     return _subscript, (annotation.dtype_class, named or array_type, annotation.shape_string)
 
 
 copyreg.pickle(_AnnotationMeta, _reduce)
 
 
-def _subscript(dtype_class: type[number], array_type: type | str | None, shape: bytes) -> type[number]:
+def _subscript(dtype_class: type[number], array_type: Any, shape: bytes) -> type[number]:
     if isinstance(array_type, str):
         array_type = _BY_PUBLIC_NAME[array_type]
+    elif isinstance(array_type, tuple):
+        array_type = union_of(tuple(_BY_PUBLIC_NAME[m] if isinstance(m, str) else m for m in array_type))
     return subscript(dtype_class, shape if array_type is None else (array_type, shape))
 
 
@@ -128,7 +141,7 @@ class number(metaclass=_AnnotationMeta):
     description: ClassVar[str] = "number"
     shape_string: ClassVar[bytes | None] = None
     spec: ClassVar[ShapeSpec | None] = None
-    array_type: ClassVar[type | None] = None
+    array_type: ClassVar[type | types.UnionType | None] = None
     dtype_class: ClassVar[type[number]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -168,7 +181,7 @@ def _make(cls: type, key: Any) -> type[number]:
     name = cls.dtype_class.__name__
     if cls.shape_string is not None:
         raise TypeError(f"{cls!r} already has a shape; subscript the dtype class, as in {name}[b'batch embed']")
-    array_type: type | None = None
+    array_type: Any = None
     shape = key
     if isinstance(key, tuple):
         if len(key) == 1:  # typing re-subscripts with args tuples
@@ -179,10 +192,13 @@ def _make(cls: type, key: Any) -> type[number]:
                 f"and a shape string, as in {name}[jax.Array, b'batch embed']; got {_shown(key)}"
             )
         array_type, shape = key
-        if not isinstance(array_type, type):
+        members = union_members(array_type)
+        if members is not None:  # f32[jax.Array | np.ndarray, ...]: normalised to X | Y
+            array_type = union_of(check_union(name, shape, members))
+        elif not isinstance(array_type, type):
             raise TypeError(
                 f"{name}[array_type, shape]: array_type must be a class such as jax.Array or "
-                f"numpy.ndarray, got {array_type!r}"
+                f"numpy.ndarray, or a union of them (jax.Array | np.ndarray), got {array_type!r}"
             )
         inner = annotation_class(array_type)
         if inner is not None:

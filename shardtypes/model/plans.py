@@ -5,12 +5,14 @@ keeps its memos on it.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import jax
 from typeguard import TypeCheckError
 
 from .annotations import annotation_class, number
+from .array_classes import union_members
 from ..language.shape import ANY, FIXED, NAMED, ShapeSpec
 
 __all__ = ["Plan", "plan_of", "plan_for", "malformed", "annotation_text"]
@@ -29,14 +31,18 @@ class Plan:
     __slots__ = ("dtype_cls", "spec", "text", "array_type", "strict_type", "names", "ndim", "seen",
                  "by_id", "agreed")
 
-    def __init__(self, dtype_cls: type[number], spec: ShapeSpec, text: str, array_type: type | None = None):
+    def __init__(self, dtype_cls: type[number], spec: ShapeSpec, text: str,
+                 array_type: type | types.UnionType | None = None):
         self.dtype_cls = dtype_cls
         self.spec = spec
         self.text = text
         # The class a value must be an instance of (f32[jax.Array, b'...']), or None; and the
         # same where a concrete jax.Array might not be one (the fast paths then step aside).
         self.array_type = array_type
-        self.strict_type = array_type if array_type not in (None, jax.Array, object) else None
+        # A union with jax.Array among its members (host-or-device) takes every concrete jax.Array,
+        # the only values the fast paths see: they need not step aside for it.
+        members = union_members(array_type) or (array_type,)
+        self.strict_type = None if any(m in (None, jax.Array, object) for m in members) else array_type
         self.ndim = len(spec.dims)
         simple = all(d.kind in (NAMED, FIXED, ANY) for d in spec.dims)
         self.names = (

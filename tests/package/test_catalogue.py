@@ -298,6 +298,16 @@ case("f32", "three-args", lambda: f32[jax.Array, "a", "b"], TypeError, "takes a 
 case("f32", "empty-tuple", lambda: f32[()], TypeError, "takes a shape string")
 case("f32", "array-type-and-None", lambda: f32[jax.Array, None], ShapeSpecError, "not NoneType")
 case("f32", "subscript-twice", lambda: f32[b"a"][b"b"], TypeError, "already has a shape")
+
+# --- host-or-device array classes and is_instance ------------------------------------------------
+case("f32", "union-with-int", lambda: f32[int | np.ndarray, b"b e"], TypeError, "f32[int | numpy.ndarray, b'b e']", "must be a class of arrays", "got int")
+case("f32", "union-with-None", lambda: f32[jax.Array | None, b"b e"], TypeError, "f32[jax.Array | None, b'b e']", "None is not an array class")
+case("HostOrDevice", "union-with-str", lambda: f32[shardtypes.HostOrDevice | str, b"b e"], TypeError, "f32[jax.Array | numpy.ndarray | str, b'b e']", "got str")
+case("is_instance", "not-an-annotation", lambda: shardtypes.is_instance(3, int), TypeError, "is_instance: annotation must be an array annotation", "got <class 'int'>")
+case("is_instance", "bare-dtype-class", lambda: shardtypes.is_instance(3, f32), TypeError, "is_instance: annotation must be an array annotation", "got <class 'shardtypes.f32'>")
+case("is_instance", "array-type-str", lambda: shardtypes.is_instance(3, f32[b"a"], "x"), TypeError, "array_type must be a class or a tuple of classes, got 'x'")
+case("is_instance", "wrong-class", lambda: shardtypes.is_instance(np.ones(2), f32[np.ndarray, b"a"]), TypeError, "f32[numpy.ndarray, b'a'] wants a numpy.ndarray", "is_instance(value, annotation, numpy.ndarray)")
+case("is_instance", "union-needs-both", lambda: shardtypes.is_instance(np.ones(2), f32[jax.Array | np.ndarray, b"a"], np.ndarray), TypeError, "wants a jax.Array | numpy.ndarray", "(jax.Array, numpy.ndarray)")
 case("f32", "unhashable-list", lambda: f32[["a"]], ShapeSpecError, "not list")
 case("f32", "bad-dim", lambda: f32[b"a/"], ShapeSpecError, "empty mesh axis name")
 case("number", "number-subscript", lambda: number[b"a"], TypeError, "number is the base class")

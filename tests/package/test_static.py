@@ -78,6 +78,8 @@ def test_the_user_module_runs():
     out = user_module.run()
     assert out["center"] == (4, 3) and out["forward"] == (4, 3) and out["callee"] == (9,)
     assert out["dims"] == {"batch": 4, "embed": 3}
+    assert out["host_then_device"] is True and out["is_instance"] == (True, True, True, None)
+    assert tuple(out["shardings"]) == (None, None)
     assert "is not f32[jax.Array, b'batch embed']: the annotation wants a jax.Array, not a numpy.ndarray" in str(
         out["numpy_rejected"]
     )
@@ -131,3 +133,65 @@ def test_mypy_in_a_users_project_outside_the_repository_sees_the_installed_packa
     lines = [l for l in proc.stdout.splitlines() if ": error:" in l]
     assert len(lines) == 1 and lines[0].startswith("train.py:13: error: Incompatible types in assignment"), proc.stdout
     assert "import-not-found" not in proc.stdout and "import-untyped" not in proc.stdout
+
+
+# What the checkers say the derivation functions and is_instance give (reveal_type), in a user's
+# project: shard keeps a tree's type and gives a jax.Array for an array, is_instance narrows to
+# the class named, the make_* functions are their documented tree aliases (Any to a checker).
+REVEAL = '''
+import jax
+import numpy as np
+from shardtypes import f32, is_instance, make_partition_specs, make_shardings, make_shape_dtype_structs
+from shardtypes import pytree_dataclass, shard
+
+
+@pytree_dataclass
+class Batch:
+    x: f32[jax.Array | np.ndarray, b"batch embed"]
+
+
+def f(batch: Batch, x: object, mesh: jax.sharding.Mesh) -> None:
+    reveal_type(batch.x)
+    reveal_type(shard(batch, Batch, mesh))
+    reveal_type(shard(np.zeros((2, 3)), f32[jax.Array, b"batch embed"], mesh))
+    reveal_type(make_partition_specs(Batch))
+    reveal_type(make_shardings(Batch, mesh))
+    reveal_type(make_shape_dtype_structs(Batch, {"batch": 2, "embed": 3}, mesh))
+    if is_instance(x, f32[jax.Array, b"batch embed"]):
+        reveal_type(x)
+    if is_instance(x, f32[jax.Array | np.ndarray, b"batch embed"], (jax.Array, np.ndarray)):
+        reveal_type(x)
+'''
+
+REVEALED = ["Array | ndarray", "Batch", "Array", "Any", "Any", "Any", "Array", "Array | ndarray"]
+
+
+def _shortened(revealed: str) -> str:
+    """``jax._src.basearray.Array | numpy.ndarray[Any, Any]`` -> ``Array | ndarray``."""
+    return " | ".join(part.split("[")[0].rsplit(".", 1)[-1] for part in revealed.split(" | "))
+
+
+@pytest.mark.skipif(not _installed("pyright"), reason="pyright is not installed (pip install pyright)")
+def test_pyright_reveals_the_derivation_and_narrowing_types(tmp_path):
+    (tmp_path / "reveal.py").write_text(REVEAL)
+    proc = subprocess.run([sys.executable, "-m", "pyright", "--pythonpath", sys.executable, "--outputjson", "reveal.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    try:
+        report = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.skip(f"pyright is installed but did not run (it needs Node.js): {(proc.stderr or proc.stdout)[-800:]}")
+    messages = [d["message"] for d in report["generalDiagnostics"]]
+    assert all(d["severity"] == "information" for d in report["generalDiagnostics"]), messages
+    revealed = [_shortened(m.split(" is ", 1)[1].strip('"')) for m in messages]
+    assert revealed == REVEALED, messages
+
+
+@pytest.mark.skipif(not _installed("mypy"), reason="mypy is not installed (pip install mypy)")
+def test_mypy_reveals_the_derivation_and_narrowing_types(tmp_path):
+    (tmp_path / "reveal.py").write_text(REVEAL)
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "reveal.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert ": error:" not in proc.stdout, proc.stdout
+    revealed = [_shortened(line.split('Revealed type is "', 1)[1].rstrip('"'))
+                for line in proc.stdout.splitlines() if "Revealed type is" in line]
+    assert revealed == REVEALED, proc.stdout

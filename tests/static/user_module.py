@@ -13,13 +13,14 @@ checked at run time too.
 from __future__ import annotations
 
 from functools import partial
-from typing import Annotated
+from typing import Annotated, assert_type
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from shardtypes import (
+    HostOrDevice,
     Scope,
     Stacked,
     TypeCheckError,
@@ -29,9 +30,12 @@ from shardtypes import (
     field,
     floating,
     i32,
+    is_instance,
     make_partition_specs,
+    make_shardings,
     pytree_dataclass,
     scope,
+    shard,
     typechecked,
     typed_shard_map,
 )
@@ -144,6 +148,48 @@ def local_double(x: f32[jax.Array, b"batch/d embed"]) -> f32[jax.Array, b"batch/
     return x * 2
 
 
+# ---------------------------------------------------------------------------------------------
+# Host-or-device: a field that holds host data before shard() reads as the union.
+
+
+@pytree_dataclass
+class HostBatch:
+    x: f32[jax.Array | np.ndarray, b"batch embed"]
+    ids: i32[HostOrDevice, b"batch"]
+
+
+def host_then_device(mesh: jax.sharding.Mesh) -> HostBatch:
+    on_host = HostBatch(x=np.zeros((4, 3), np.float32), ids=np.zeros(4, np.int32))
+    HostBatch(x=jnp.zeros((4, 3)), ids=jnp.zeros(4, jnp.int32))  # a device value is one too
+    placed = shard(on_host, HostBatch, mesh)
+    assert_type(placed, HostBatch)  # shard keeps a tree's type
+    assert_type(shard(np.zeros((4, 3), np.float32), f32[jax.Array, b"batch embed"], mesh), jax.Array)
+    assert_type(shard(1.0, f32[jax.Array, b""], mesh), jax.Array)
+    return placed
+
+
+# is_instance is isinstance with an annotation, in a spelling the checkers narrow by.
+
+
+def device_rows(x: object) -> jax.Array | None:
+    if is_instance(x, f32[jax.Array, b"batch embed"]):
+        assert_type(x, jax.Array)
+        return x
+    return None
+
+
+def host_rows_of(x: object) -> np.ndarray | None:
+    if is_instance(x, i32[np.ndarray, b"rows"], np.ndarray):
+        return x  # narrowed: an object is not an np.ndarray
+    return None
+
+
+def either(x: object) -> jax.Array | np.ndarray | None:
+    if is_instance(x, f32[jax.Array | np.ndarray, b"batch embed"], (jax.Array, np.ndarray)):
+        return x  # narrowed to the union
+    return None
+
+
 def derive() -> object:
     return make_partition_specs(f32[jax.Array, b"batch/d embed"]), make_partition_specs(Weights)
 
@@ -170,6 +216,11 @@ def run() -> dict[str, object]:
     except TypeCheckError as e:
         out["numpy_rejected"] = str(e)
     out["specs"] = derive()
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",))
+    out["host_then_device"] = isinstance(host_then_device(mesh).x, jax.Array)
+    out["is_instance"] = (device_rows(x) is x, host_rows_of(np.zeros(2, np.int32)) is not None,
+                          either(np.ones((4, 3), np.float32)) is not None, device_rows(np.ones((4, 3))))
+    out["shardings"] = make_shardings(HostBatch, mesh).x.spec
     return out
 
 
@@ -204,5 +255,14 @@ def must_fail() -> None:
     local_double(x, 2)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
     local_scale(x, "f")  # pyright: ignore[reportArgumentType]
     typed_shard_map(mesh="mesh")  # type: ignore[call-overload]  # pyright: ignore[reportArgumentType]
-    # isinstance with an annotation is a run-time question only: checkers reject Annotated there.
+    # isinstance with an annotation is a run-time question only: checkers reject Annotated there
+    # (shardtypes.is_instance is the spelling they accept).
     isinstance(x, f32[jax.Array, b"batch embed"])  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    # Host-or-device is jax.Array | np.ndarray: an int is neither.
+    HostBatch(x=3, ids=np.zeros(4, np.int32))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
+    # shard keeps a tree's type, so its fields are known.
+    shard(HostBatch(x=x, ids=x), HostBatch).nonexistent  # type: ignore[attr-defined]  # pyright: ignore[reportAttributeAccessIssue]
+    # An array comes back a jax.Array.
+    label: str = shard(x, f32[jax.Array, b"batch embed"])  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
+    # is_instance's class must be a class.
+    is_instance(x, f32[jax.Array, b"batch embed"], "jax.Array")  # type: ignore[call-overload]  # pyright: ignore[reportCallIssue, reportArgumentType]
