@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from typing import Any
 
 import jax
@@ -96,7 +97,17 @@ def varying_axes(aval: Any) -> frozenset:
 @functools.cache
 def invariant_gather_native() -> bool:
     """Whether ``jax.lax.all_gather`` takes ``to='invarying'`` (JAX 0.10 and later): tried once on
-    a one-device abstract mesh, not read from the version string."""
+    a one-device abstract mesh, not read from the version string. The try runs in a thread of its
+    own, which starts with no mesh set and no trace running (both are per thread in JAX), so the
+    caller's mesh or kernel trace cannot make it fail."""
+    found: list[bool] = []
+    thread = threading.Thread(target=lambda: found.append(_gathers_invariant()))
+    thread.start()
+    thread.join()
+    return found[0] if found else jax_version() >= (0, 10)
+
+
+def _gathers_invariant() -> bool:
     mesh = jax.sharding.AbstractMesh((1,), ("_shardtypes_probe",))
     probe = jax.shard_map(
         lambda x: jax.lax.all_gather(x, "_shardtypes_probe", tiled=True, to="invarying"),
@@ -105,8 +116,10 @@ def invariant_gather_native() -> bool:
     )
     try:
         jax.eval_shape(probe, jax.ShapeDtypeStruct((1,), jnp.float32))
-    except ValueError:  # "Allowed `to` values are: {'reduced', 'varying'}"
-        return False
+    except ValueError as e:
+        if "`to`" in str(e):  # "Allowed `to` values are: {'reduced', 'varying'}"
+            return False
+        raise  # any other failure: the thread's caller falls back on the version
     return True
 
 

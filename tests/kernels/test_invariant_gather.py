@@ -11,6 +11,7 @@ runs on the oldest JAX (0.9.2), where the invariant gather is a psum of the zero
 """
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -175,3 +176,13 @@ def test_a_plain_gather_returned_with_check_vma_off_still_passes(mesh):
     with jax.set_mesh(mesh):
         out = typed_shard_map(plain_gather_tuple, check_vma=False)(put(mesh, MAT, "t", "d"))
     close(out[0], MAT)
+
+
+def test_compiles_to_one_all_gather_where_jax_has_to_invarying(mesh):
+    # JAX 0.10+: jax.lax.all_gather(..., to='invarying'), however the caller's mesh is set; older
+    # JAX: a psum of the zero-padded block, an all-reduce.
+    version = tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in jax.__version__.split(".")[:2])
+    with jax.set_mesh(mesh):
+        text = jax.jit(gather_both).lower(put(mesh, MAT, "t", "d")).compile().as_text()
+    collectives = set(re.findall(r"= \S+ (all-gather|all-reduce)\(", text))
+    assert collectives == ({"all-gather"} if version >= (0, 10) else {"all-reduce"}), collectives
