@@ -15,6 +15,9 @@ Each op compares its operands' known layouts with its spec string dim by dim and
 annotation check compares the same way; a value still owing a sum may only go to ``ops.psum`` or
 ``ops.psum_scatter``. A value the table does not know (the result of a ``jnp`` op, an argument of
 a nested ``grad``/``vmap``/``scan`` body) is unknown: the size checks are all there is for it.
+A kernel (check_vma on) that returns a value JAX types as varying over axes a plain
+``ops.all_gather`` gathered, with out_specs that replicate it over them, is refused by name
+(``returned``) before shard_map's own ValueError.
 
 The table is keyed by ``id()`` and holds the value itself, so no id is reused while it lives
 (tracers are unhashable, and a bare ``id()`` is reused within one trace once a temporary dies).

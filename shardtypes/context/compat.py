@@ -136,4 +136,6 @@ def all_gather_invariant(x: Any, axis_name: str | tuple[str, ...], axis: int, co
     full = jnp.zeros(x.shape[:axis] + (n * count,) + x.shape[axis + 1:], x.dtype)
     start = [0] * x.ndim
     start[axis] = jax.lax.axis_index(axis_name) * n  # major axis first, as all_gather orders blocks
-    return jax.lax.psum(jax.lax.dynamic_update_slice(full, x, start), axis_name)
+    # One term of each sum is the block, the others zeros: exact (but -0.0 comes back as 0.0).
+    # psum adds bools as ints: cast back.
+    return jax.lax.psum(jax.lax.dynamic_update_slice(full, x, start), axis_name).astype(x.dtype)

@@ -186,3 +186,15 @@ def test_compiles_to_one_all_gather_where_jax_has_to_invarying(mesh):
         text = jax.jit(gather_both).lower(put(mesh, MAT, "t", "d")).compile().as_text()
     collectives = set(re.findall(r"= \S+ (all-gather|all-reduce)\(", text))
     assert collectives == ({"all-gather"} if version >= (0, 10) else {"all-reduce"}), collectives
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int32, jnp.bfloat16], ids=["bool", "int32", "bfloat16"])
+def test_keeps_the_dtype(mesh, dtype):
+    # (older JAX's psum adds bools as int32)
+    x = (np.arange(16) % 3 == 0).astype(dtype)
+    gather = jax.shard_map(lambda v: ops.all_gather("a/d/t -> a", v, invariant=True), mesh=mesh,
+                           in_specs=P(("d", "t")), out_specs=P())
+    with jax.set_mesh(mesh):
+        out = jax.jit(gather)(put(mesh, x, ("d", "t")))
+    assert out.dtype == x.dtype
+    np.testing.assert_array_equal(np.asarray(out), x)
