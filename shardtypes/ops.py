@@ -5,6 +5,8 @@ result against the current dimension table (global sizes, as in annotations), an
 collective the layouts imply::
 
     all_gather('V/t M/d -> V/t M', w)          # gather dim 1 over mesh axis d
+    all_gather('V/t M/d -> V/t M', w, invariant=True)   # typed invariant over d: a kernel may
+                                                        # return it replicated (check_vma on)
     psum_scatter('B/d L M -> B/d L M/t', h)    # sum over t, leaving dim 2 scattered over t
     all_to_all('B/d L M -> B L M/d', x)        # move mesh axis d from dim 0 to dim 2
     einsum_unreduced('B/d L M, M F/t -> B/d L F/t', x, w)   # local einsum; sharded contracted

@@ -15,6 +15,9 @@ Each op compares its operands' known layouts with its spec string dim by dim and
 annotation check compares the same way; a value still owing a sum may only go to ``ops.psum`` or
 ``ops.psum_scatter``. A value the table does not know (the result of a ``jnp`` op, an argument of
 a nested ``grad``/``vmap``/``scan`` body) is unknown: the size checks are all there is for it.
+A kernel (check_vma on) that returns a value JAX types as varying over axes a plain
+``ops.all_gather`` gathered, with out_specs that replicate it over them, is refused by name
+(``returned``) before shard_map's own ValueError.
 
 The table is keyed by ``id()`` and holds the value itself, so no id is reused while it lives
 (tracers are unhashable, and a bare ``id()`` is reused within one trace once a temporary dies).
@@ -30,15 +33,17 @@ import contextvars
 from typing import Any, Callable, Iterator
 
 import jax
+from jax.sharding import PartitionSpec
 from typeguard import TypeCheckError
 
 from ..context.settings import checks_on
 from ..model.describe import Mismatch, _fmt_layout
 from ..context.rule_resolution import layout as rules_layout
-from ..language.shape import ShapeSpec, ShapeSpecError
+from ..context.compat import varying_axes
+from ..language.shape import ShapeSpec, ShapeSpecError, entry_axes
 
 __all__ = ["tracking", "known", "record", "record_checked", "operand", "op_operand", "op_result", "owed_message",
-           "REDUCERS"]
+           "REDUCERS", "gathered", "kernel_check_vma", "returned"]
 
 Layout = tuple[tuple[str, ...], ...]
 
@@ -64,15 +69,17 @@ class Known:
 
 
 class _Trace:
-    __slots__ = ("kernel", "entries", "gathered")
+    __slots__ = ("kernel", "entries", "gathered", "check_vma")
 
-    def __init__(self, kernel: str):
+    def __init__(self, kernel: str, check_vma: bool | None = None):
         self.kernel = kernel
         self.entries: dict[int, Known] = {}
-        # Mesh axes ops.all_gather has gathered over in this trace: JAX types its results (and
-        # all that is computed from them) as varying over them although they are the same on
-        # every device, so varying over them says nothing (see _check._manual_layout).
-        self.gathered: set[str] = set()
+        # Mesh axes a plain ops.all_gather has gathered over in this trace, each with the first
+        # op call that did: JAX types its results (and all that is computed from them) as varying
+        # over them although they are the same on every device, so varying over them says nothing
+        # (see checking/value.py), and a kernel may not return them replicated (``returned``).
+        self.gathered: dict[str, str] = {}
+        self.check_vma = check_vma  # the kernel's shard_map option (None: not known)
 
 
 _TRACE: contextvars.ContextVar[_Trace | None] = contextvars.ContextVar("shardtypes.kernel_layouts", default=None)
@@ -82,8 +89,9 @@ _OFF = _Trace("")
 
 
 @contextlib.contextmanager
-def tracking(kernel: str) -> Iterator[None]:
-    """Layouts are tracked inside: one trace of kernel ``kernel``'s body."""
+def tracking(kernel: str, check_vma: bool | None = None) -> Iterator[None]:
+    """Layouts are tracked inside: one trace of kernel ``kernel``'s body, a ``shard_map`` with
+    ``check_vma`` (None: not known)."""
     if not ENABLED or not checks_on():
         token = _TRACE.set(_OFF)  # an outer kernel's table is not this body's
         try:
@@ -91,7 +99,7 @@ def tracking(kernel: str) -> Iterator[None]:
         finally:
             _TRACE.reset(token)
         return
-    trace = _Trace(kernel)
+    trace = _Trace(kernel, check_vma)
     token = _TRACE.set(trace)
     try:
         yield
@@ -118,10 +126,19 @@ def in_op() -> bool:
     return _IN_OP.get()
 
 
-def gathered(axes: Any) -> None:
+def gathered(axes: Any, op_call: str) -> None:
+    """Mesh axes ``axes`` were gathered by ``op_call`` (a plain, varying gather)."""
     trace = _active()
     if trace is not None:
-        trace.gathered.update(axes)
+        for axis in axes:
+            trace.gathered.setdefault(axis, op_call)
+
+
+def kernel_check_vma() -> tuple[str, bool | None] | None:
+    """``(kernel, check_vma)`` of the typed_shard_map kernel traced here (None outside one, or
+    with tracking off)."""
+    trace = _active()
+    return None if trace is None else (trace.kernel, trace.check_vma)
 
 
 def vma_exempt() -> frozenset | None:
@@ -300,3 +317,40 @@ def with_op_context(error: Exception, op: str, spec_text: Any) -> Exception:
     trace = _active()
     where = f"in kernel {trace.kernel}(), " if trace is not None else ""
     return type(error)(f"{where}shardtypes.ops.{op}({spec_text!r}): the spec string's {error}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The kernel's return value.
+
+
+def returned(out: Any, out_specs: Any) -> None:
+    """A kernel (check_vma on) may not return a value JAX types as varying over a mesh axis a
+    plain ``ops.all_gather`` gathered while its out_specs replicate it over that axis: shard_map
+    would reject the out_specs with a ValueError naming neither the value nor the gather. Raises
+    TypeCheckError naming them and the fix (``invariant=True``)."""
+    trace = _active()
+    if trace is None or not trace.gathered or trace.check_vma is False:
+        return
+    def one(path: Any, spec: Any, value: Any) -> None:
+        if not isinstance(spec, PartitionSpec) or not isinstance(value, jax.Array):
+            return
+        aval = jax.typeof(value)
+        named = {a for entry in spec for a in entry_axes(entry)}
+        axes = sorted(a for a in varying_axes(aval) - named if a in trace.gathered)
+        if not axes:
+            return
+        listed = ", ".join(repr(a) for a in axes)
+        calls = ", ".join(dict.fromkeys(trace.gathered[a] for a in axes))
+        plural = "axes" if len(axes) > 1 else "axis"
+        raise TypeCheckError(
+            f"in kernel {trace.kernel}(), the return value{jax.tree_util.keystr(path)} varies over "
+            f"mesh {plural} {listed} (jax.typeof gives {aval}), gathered by {calls}, but the return "
+            f"annotation replicates it over {listed} (out_specs {spec}): JAX types a plain "
+            "all_gather's result as varying, so shard_map would reject the out_specs; gather it "
+            "with shardtypes.ops.all_gather(..., invariant=True), whose result is invariant"
+        )
+
+    try:
+        jax.tree_util.tree_map_with_path(one, out_specs, out, is_leaf=lambda x: isinstance(x, PartitionSpec))
+    except ValueError:  # out and out_specs differ in structure: shard_map says so
+        return

@@ -22,7 +22,8 @@ from typeguard import TypeCheckError
 
 from ..checking.value import check_value
 from ..model.describe import Mismatch, axis_hint, describe
-from ..checking.kernel_layouts import op_check, with_op_context
+from ..checking.kernel_layouts import kernel_check_vma, op_check, with_op_context
+from ..context.compat import varying_axes
 from ..context.rules import AxisRulesError
 from ..context.tables import _TABLE, Table
 from ..model.categories import anydtype
@@ -31,7 +32,7 @@ from ..language.shape import FIXED, NAMED, DimSpec, ShapeSpec, ShapeSpecError
 
 __all__ = [
     "check", "call", "arrow", "single", "same_dims", "own_table", "axes", "trailing_extra",
-    "one_or_tuple", "axis_names", "manual", "splits", "IndexSpec", "index_spec", "lookup",
+    "one_or_tuple", "axis_names", "manual", "tracks_varying", "splits", "IndexSpec", "index_spec", "lookup",
 ]
 
 
@@ -197,6 +198,28 @@ def manual(op: str, spec_text: Any, names: tuple[str, ...], where: str) -> dict[
             raise ValueError(f"{head}: mesh axis {name!r} is not manual in this shard_map (manual "
                              f"axes: {manual_}); add it to the shard_map's axis_names")
     return {name: mesh.shape[name] for name in names}
+
+
+def tracks_varying(op: str, spec_text: Any, x: Any, names: tuple[str, ...]) -> None:
+    """An invariant gather over ``names`` needs JAX to track varying axes (check_vma on): with it
+    off, JAX's gradient of the gather is wrong. In a typed_shard_map kernel the option is known;
+    in a hand-written shard_map, an operand that varies over no gathered axis says it is off."""
+    if not names:
+        return
+    head = f"{call(op, spec_text)} with invariant=True"
+    why = ("JAX's gradient of an invariant gather is wrong (scaled by one over the number of "
+           "devices gathered over); use a plain gather (invariant=False) or turn check_vma on")
+    kernel = kernel_check_vma()
+    if kernel is not None and kernel[1] is False:
+        raise TypeCheckError(f"in kernel {kernel[0]}(), {head}: the kernel runs with check_vma=False, where {why}")
+    aval = jax.typeof(x)
+    missing = [a for a in names if a not in varying_axes(aval)]
+    if missing:
+        raise TypeCheckError(
+            f"{_caller()}{head}: the operand does not vary over mesh axis {missing[0]!r} (jax.typeof "
+            f"gives {aval}): the shard_map runs with check_vma=False, or the operand is the same on "
+            f"every device of {missing[0]!r}, not a block split over it; with check_vma off, {why}"
+        )
 
 
 def splits(op: str, spec_text: str, spec: ShapeSpec, i: int, x: Any, sizes: dict[str, int]) -> None:

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from . import collectives as c
 from ..checking import kernel_layouts as kl
+from ..context.compat import all_gather_invariant
 from ..model.categories import integer
 from ..language.shape import NAMED, ShapeSpecError
 
@@ -22,11 +23,29 @@ __all__ = [
 
 
 @c.own_table
-def all_gather(spec: str, x: jax.Array) -> jax.Array:
+def all_gather(spec: str, x: jax.Array, *, invariant: bool = False) -> jax.Array:
     """Gathers the mesh axes that ``spec`` removes from a dim: ``'V/t M/d -> V/t M'``.
 
     The removed axes must be the trailing axes of that dim (``M/d/e -> M/d`` gathers ``e``).
+
+    JAX types the result as varying over the gathered axes, although it is the same on every
+    device: computing with it is fine, but a kernel cannot return it replicated over them.
+    ``invariant=True`` gives a result typed invariant over them, which a kernel can return::
+
+        @typed_shard_map
+        def gather_rows(x: f32[b'batch/d embed']) -> f32[b'batch embed']:
+            return ops.all_gather('batch/d embed -> batch embed', x, invariant=True)
+
+    It needs ``check_vma`` on (the default): with it off, JAX's gradient of an invariant gather is
+    wrong (scaled by one over the number of devices gathered over). On JAX 0.10+ it is the same
+    single all-gather (``to='invarying'``); on older JAX it is a ``psum`` of the zero-padded
+    block, an all-reduce of the whole array. Inside a kernel, a loss computed from an invariant
+    gather is counted once in all, from a plain one once per device: keep the plain gather for
+    weights gathered inside a training step.
     """
+    if not isinstance(invariant, bool):
+        raise TypeError(f"{c.call('all_gather', spec)}: argument 'invariant' must be True or False, "
+                        f"not {invariant!r}")
     (before,), after = c.arrow("all_gather", spec, 1)
     c.same_dims("all_gather", spec, before, after)
     gathers = [
@@ -34,14 +53,20 @@ def all_gather(spec: str, x: jax.Array) -> jax.Array:
         for i, (b, a, b_axes, a_axes) in enumerate(zip(before.dims, after.dims, c.axes(before), c.axes(after)))
         if b_axes != a_axes
     ]
-    c.manual("all_gather", spec, tuple(a for _, names in gathers for a in names), "the spec")
+    sizes = c.manual("all_gather", spec, tuple(a for _, names in gathers for a in names), "the spec")
     kl.op_operand("all_gather", spec, "operand", x, before)
     c.check("all_gather", spec, "operand", before, x)
+    if invariant:
+        c.tracks_varying("all_gather", spec, x, tuple(sizes))
     for i, names in gathers:
-        x = jax.lax.all_gather(x, c.one_or_tuple(names), axis=i, tiled=True)
+        if invariant:
+            x = all_gather_invariant(x, c.one_or_tuple(names), i, math.prod(sizes[a] for a in names))
+        else:
+            x = jax.lax.all_gather(x, c.one_or_tuple(names), axis=i, tiled=True)
     c.check("all_gather", spec, "result", after, x)
     kl.op_result("all_gather", spec, x, after)
-    kl.gathered(a for _, names in gathers for a in names)
+    if not invariant:
+        kl.gathered((a for _, names in gathers for a in names), c.call("all_gather", spec))
     return x
 
 

@@ -32,7 +32,7 @@ from ..model.forms import holds_shardtypes
 from ..context.rules import axis_rules, current_rules
 from ..language.shape import axes_entry, entry_axes
 from ..layout.specs import partition_specs as derive_specs
-from ..checking.kernel_layouts import tracking
+from ..checking.kernel_layouts import returned, tracking
 from .params import bare_array_annotation, check_kernel, check_static, conform_specs
 
 __all__ = ["typed_shard_map"]
@@ -252,8 +252,10 @@ class _TypedShardMap:
                 given.update(zip(array_names, arrays))
                 positional = [given.pop(p.name) for p in parameters
                               if p.kind is inspect.Parameter.POSITIONAL_ONLY]
-                with tracking(state.name):  # layouts follow values through this trace
-                    return body(*positional, **given)
+                with tracking(state.name, state.check_vma is not False):  # layouts follow values
+                    out = body(*positional, **given)
+                    returned(out, out_specs)  # before shard_map's own out_specs check
+                    return out
 
             in_specs, out_specs = state.specs()
             in_specs = conform_specs(in_specs, [values[n] for n in array_names], array_names, state.name)

@@ -55,32 +55,33 @@ def assert_layout(out, mesh, *spec):
 # all_gather
 #
 # A gathered result is replicated over the gathered axes, but jax.lax.all_gather types it as
-# varying over them, so kernels that return one directly turn off the vma check (as seqax does).
+# varying over them: kernels that return one replicated gather with invariant=True, with the vma
+# check on (tests/kernels/test_invariant_gather.py covers gradients and errors).
 
 
-@kernel(check_vma=False)
+@kernel
 def gather_one(x: f32[b"V/t M/d"]) -> f32[b"V/t M"]:
-    return ops.all_gather("V/t M/d -> V/t M", x)
+    return ops.all_gather("V/t M/d -> V/t M", x, invariant=True)
 
 
-@kernel(check_vma=False)
+@kernel
 def gather_two(x: f32[b"M/d/t"]) -> f32[b"M"]:
-    return ops.all_gather("M/d/t -> M", x)
+    return ops.all_gather("M/d/t -> M", x, invariant=True)
 
 
-@kernel(check_vma=False)
+@kernel
 def gather_two_reversed(x: f32[b"M/t/d"]) -> f32[b"M"]:
-    return ops.all_gather("M/t/d -> M", x)
+    return ops.all_gather("M/t/d -> M", x, invariant=True)
 
 
-@kernel(check_vma=False)
+@kernel
 def gather_trailing(x: f32[b"M/d/t"]) -> f32[b"M/d"]:
-    return ops.all_gather("M/d/t -> M/d", x)
+    return ops.all_gather("M/d/t -> M/d", x, invariant=True)
 
 
-@kernel(check_vma=False)
+@kernel
 def gather_both_dims(x: f32[b"V/t M/d"]) -> f32[b"V M"]:
-    return ops.all_gather("V/t M/d -> V M", x)
+    return ops.all_gather("V/t M/d -> V M", x, invariant=True)
 
 
 def test_all_gather_one_axis(mesh):

@@ -177,6 +177,21 @@ def in_shard_map(body: Callable[[jax.Array], Any]) -> Any:
     return jax.shard_map(body, mesh=MESH(), in_specs=P(), out_specs=P(), check_vma=False)(jnp.zeros((8,)))
 
 
+def gather_kernel_vma_off(x: f32[b"a/d"]) -> f32[b"a"]:
+    return ops.all_gather("a/d -> a", x, invariant=True)
+
+
+def gather_kernel_plain(x: f32[b"a/d"]) -> f32[b"a"]:
+    return ops.all_gather("a/d -> a", x)
+
+
+def in_kernel(f: Callable[..., Any]) -> Any:
+    """Calls ``f`` as a typed_shard_map kernel over MESH (check_vma off for ``*_vma_off``)."""
+    with jax.set_mesh(MESH()):
+        x = jax.device_put(jnp.zeros((8,)), NamedSharding(MESH(), P("d")))
+        return typed_shard_map(f, check_vma=not f.__name__.endswith("_vma_off"))(x)
+
+
 def define_pytree(**options: Any) -> type:
     class C:
         w: f32[b"a"]
@@ -679,6 +694,10 @@ case("ops", "psum-bad-dim", lambda: ops.psum("a/", X(), "d"), ShapeSpecError, "s
 case("ops", "all_gather-different-dims", lambda: ops.all_gather("a/d -> b", X()), ShapeSpecError, "same dims")
 case("ops", "all_gather-outside-shard-map", lambda: ops.all_gather("a/d b -> a b", X()), ValueError, "no shard_map is running")
 case("ops", "all_gather-unknown-axis", lambda: in_shard_map(lambda x: ops.all_gather("a/zz -> a", x)), ValueError, "mesh axis 'zz' is not in the mesh")
+case("ops", "all_gather-invariant-int", lambda: ops.all_gather("a/d b -> a b", X(), invariant=1), TypeError, "shardtypes.ops.all_gather('a/d b -> a b'): argument 'invariant' must be True or False, not 1")
+case("ops", "all_gather-invariant-vma-off", lambda: in_shard_map(lambda x: ops.all_gather("a/d -> a", x, invariant=True)), TypeCheckError, "shardtypes.ops.all_gather('a/d -> a') with invariant=True: the operand does not vary over mesh axis 'd'", "check_vma=False", "gradient")
+case("ops", "all_gather-invariant-kernel-vma-off", lambda: in_kernel(gather_kernel_vma_off), TypeCheckError, "in kernel gather_kernel_vma_off(), shardtypes.ops.all_gather('a/d -> a') with invariant=True: the kernel runs with check_vma=False", "gradient")
+case("ops", "all_gather-plain-returned-replicated", lambda: in_kernel(gather_kernel_plain), TypeCheckError, "in kernel gather_kernel_plain(), the return value varies over mesh axis 'd'", "gathered by shardtypes.ops.all_gather('a/d -> a')", "invariant=True")
 case("ops", "psum_scatter-spec-int", lambda: ops.psum_scatter(3, X()), ShapeSpecError, "psum_scatter wants a str spec")
 case("ops", "psum_scatter-no-dim-gains", lambda: ops.psum_scatter("a/d b -> a/d b", X()), ShapeSpecError, "at least one dim must gain mesh axes")
 case("ops", "all_to_all-spec-None", lambda: ops.all_to_all(None, X()), ShapeSpecError, "all_to_all wants a str spec")

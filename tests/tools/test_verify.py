@@ -410,6 +410,27 @@ def test_typed_shard_map_kernel_local_check():
     assert "dimension 'hidden' is hidden here (dim 1) but was bound to 64*hidden" in str(problem)
 
 
+@typed_shard_map
+def gathers_invariant(x: f32[b"rows/d/t cols"]) -> f32[b"rows/d cols"]:
+    return ops.all_gather("rows/d/t cols -> rows/d cols", x, invariant=True)
+
+
+@typed_shard_map
+def gathers_plain(x: f32[b"rows/d/t cols"]) -> f32[b"rows/d cols"]:
+    return ops.all_gather("rows/d/t cols -> rows/d cols", x)
+
+
+def test_a_kernel_returning_a_gather():
+    # invariant=True passes at 4,096 devices (symbolic sizes); a plain gather returned replicated
+    # is the TypeCheckError typed_shard_map raises, before JAX's out_specs check.
+    assert verify(gathers_invariant, {"d": 64, "t": 64}).ok
+    (problem,) = verify(gathers_plain, {"d": 64, "t": 64}).problems
+    assert problem.kind == "check"
+    assert str(problem).startswith(
+        "in kernel gathers_plain(), the return value varies over mesh axis 't' (jax.typeof gives "
+        "float32[64*rows,cols]{V:(d,t)}), gathered by shardtypes.ops.all_gather('rows/d/t cols -> rows/d cols')")
+
+
 def test_typed_shard_map_kernel_global_check():
     report = verify(kernel_given_replicated, MESH)
     assert report.problems[0].kind == "check"
