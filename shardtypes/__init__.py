@@ -22,6 +22,7 @@ from .model.annotations import number as number
 # are the annotation classes.
 if TYPE_CHECKING:
     from ._indirection import (
+        PyTree as PyTree,
         Stacked as Stacked,
         anydtype as anydtype,
         bf16 as bf16,
@@ -129,6 +130,8 @@ from .layout.specs import (
     make_shardings as make_shardings,
 )
 from .model.trees import Array as Array, pytree_dataclass as pytree_dataclass
+if not TYPE_CHECKING:
+    from .model.pytrees import PyTree as PyTree
 from dataclasses import field as field
 
 from .tools.memory_plan import PlanReport as PlanReport, plan as plan, plan_html as plan_html
@@ -153,6 +156,7 @@ __all__ = [
     "FieldError",
     "PlanReport",
     "Problem",
+    "PyTree",
     "Scope",
     "ShapeSpec",
     "ShapeSpecError",

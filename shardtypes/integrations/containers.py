@@ -9,12 +9,14 @@ import dataclasses
 import functools
 from typing import Any
 
+import jax
 import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from ..model.errors import FieldError, _qualified
+from ..model.errors import FieldError, _qualified, field_path
 from ..model.hints import resolve_hints
 from ..model.forms import holds_shardtypes, type_text
+from ..model.nodes import PyTreeNode, model
 from ..model.value_trees import annotated_instances
 from ..model.trees import tree_info
 from ..checking.frames import _FIELD_PATH, _role, _snapshot
@@ -100,6 +102,40 @@ def _check_fields(value: Any, types: dict, names: tuple, memo: TypeCheckMemo) ->
         _FIELD_PATH.set(outer)
 
 
+def _check_pytree(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
+    """``PyTree[X]``: every leaf of the value (as JAX flattens it; instances of ``X``'s class are
+    leaves when ``X`` is a class) against ``X``, in one table, with the leaf's key path in errors."""
+    node = model(origin)
+    assert isinstance(node, PyTreeNode)
+    leaf_class = node.leaf_class
+    is_leaf = None
+    if leaf_class is not None:  # an instance of the class, or of a stacking of it, is one leaf
+        def is_leaf(x: Any) -> bool:
+            info = tree_info(type(x))
+            return isinstance(x, leaf_class) or (info is not None and info.base is leaf_class)
+    try:
+        leaves = jax.tree_util.tree_flatten_with_path(value, is_leaf=is_leaf)[0]
+    except Exception as e:  # a registered class whose flatten fails on this value
+        raise TypeCheckError(f"is not a pytree JAX can flatten ({type(e).__name__}: {e})") from None
+    restore = _snapshot(memo)
+    outer = _FIELD_PATH.get()
+    annotation = node.leaf.annotation
+    try:
+        for path, leaf in leaves:
+            where = jax.tree_util.keystr(path).removeprefix(".")
+            if where:
+                _FIELD_PATH.set((*outer, where))
+            try:
+                typeguard.check_type_internal(leaf, annotation, memo)
+            except TypeCheckError as e:
+                restore()
+                if not where:
+                    raise
+                raise _field_error(e, where) from None
+    finally:
+        _FIELD_PATH.set(outer)
+
+
 def _check_instances_inside(field: Any, name: str, memo: TypeCheckMemo, restore: Any, outer: tuple) -> None:
     """A field whose annotation holds no shardtypes one (``opt_state: Any``, an optax state):
     each annotated class inside it (``mu``, a ``Params``) is still checked against its own class,
@@ -120,7 +156,7 @@ def _field_error(e: TypeCheckError, name: str) -> FieldError:
     else:
         fields, core = [name], _core_message(e)
     role, func, kind = _role()
-    path = "." + ".".join(fields)
+    path = field_path(fields)
     if kind == "argument" and role.startswith('argument "'):
         root = role[len('argument "'):-1]
         message = f"of {func}(): {root}{path} {core}"
