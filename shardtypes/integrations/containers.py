@@ -13,7 +13,7 @@ import jax
 import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from ..model.errors import FieldError, _qualified, field_path
+from ..model.errors import ArrayError, FieldError, _qualified, field_path
 from ..model.hints import resolve_hints
 from ..model.forms import holds_shardtypes, type_text
 from ..model.nodes import PyTreeNode, model
@@ -47,10 +47,8 @@ def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo)
     info = tree_info(origin)
     if info is None:
         if not isinstance(value, origin):
-            _, func, kind = _role()
-            prefix = f"of {func}() " if func and kind != "check_type" else ""
-            raise TypeCheckError(f"{prefix}is not an instance of {origin.__module__}.{origin.__qualname__} "
-                                 f"(found {_qualified(value)})")
+            raise ArrayError(f"{_prefix()}is not an instance of {origin.__module__}.{origin.__qualname__} "
+                             f"(found {_qualified(value)})")
         cls: type = type(value)
         field_types = _dataclass_field_types(cls)
         _check_fields(value, field_types, tuple(field_types), memo)
@@ -60,13 +58,12 @@ def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo)
         value_info.base is info.base
         or (issubclass(value_info.base, info.base) and value_info.axes == info.axes)
     ):
-        _, func, kind = _role()
-        prefix = f"of {func}() " if func and kind != "check_type" else ""
         hint = ""
         if value_info is None and isinstance(value, info.base):
             hint = (f"; {type(value).__qualname__} subclasses {info.base.__qualname__} but is not "
                     "registered as a pytree: decorate it with @pytree_dataclass too")
-        raise TypeCheckError(f"{prefix}is not an instance of {origin!r} (found {_qualified(value)}){hint}")
+        name = repr(origin) if type(origin) is not type else f"{origin.__module__}.{origin.__qualname__}"
+        raise ArrayError(f"{_prefix()}is not an instance of {name} (found {_qualified(value)}){hint}")
     # The annotation's fields against its own types; a subclass's extra fields against its own.
     field_types = info.field_types
     names = info.field_names
@@ -116,7 +113,7 @@ def _check_pytree(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) ->
     try:
         leaves = jax.tree_util.tree_flatten_with_path(value, is_leaf=is_leaf)[0]
     except Exception as e:  # a registered class whose flatten fails on this value
-        raise TypeCheckError(f"is not a pytree JAX can flatten ({type(e).__name__}: {e})") from None
+        raise ArrayError(f"{_prefix()}is not a pytree JAX can flatten ({type(e).__name__}: {e})") from None
     restore = _snapshot(memo)
     outer = _FIELD_PATH.get()
     annotation = node.leaf.annotation
@@ -179,7 +176,8 @@ def _core_message(e: TypeCheckError) -> str:
 
 def _check_union(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
     """typing.Union with shardtypes members: like typeguard's, but a member that fails leaves
-    no bindings behind for the next member to trip on."""
+    no bindings behind for the next member to trip on, members are written as in the source
+    (``f32[b'a b']``) and the value's class by its public name (``jax.Array``)."""
     restore = _snapshot(memo)
     errors = []
     for member in args:
@@ -187,6 +185,25 @@ def _check_union(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> N
             typeguard.check_type_internal(value, member, memo)
             return
         except TypeCheckError as e:
-            errors.append(f"{type_text(member)}: {e}")
+            errors.append(f"{type_text(member).replace('shardtypes.', '')}: {_core_message(e)}")
             restore()
-    raise TypeCheckError("did not match any element in the union:\n  " + "\n  ".join(errors))
+    raise ArrayError(f"{_prefix()}did not match any element in the union:\n  " + "\n  ".join(errors))
+
+
+def public_error(e: TypeCheckError) -> TypeCheckError:
+    """typeguard's own failure inside a shardtypes annotation (the ``jax.Array`` of
+    ``Annotated[jax.Array, f32[b'...']]``) as an ``ArrayError``: the function named, and classes
+    by their public names (``jax.Array``, not ``jaxlib._jax.ArrayImpl``), under plain
+    ``typeguard.typechecked`` too. Our own errors pass through unchanged."""
+    if type(e) is not TypeCheckError:
+        return e
+    public = ArrayError(f"{_prefix()}{e.args[0] if e.args else ''}")
+    public._path = e._path  # the path inside the value typeguard has noted so far (item 0, ...)
+    return public
+
+
+def _prefix() -> str:
+    """``of f() `` where the failure is an argument or return value of ``f``, for messages that
+    typeguard's frame then starts with the value's own path."""
+    _, func, kind = _role()
+    return f"of {func}() " if func and kind != "check_type" else ""

@@ -9,6 +9,7 @@ typeguard's frames (``_typeguard_frames``).
 
 from __future__ import annotations
 
+import types
 import typing
 from typing import Any, Union
 
@@ -18,7 +19,7 @@ from typeguard import _checkers as _tg_checkers
 
 from ..context.settings import _FORCED, config
 from ..checking.value import check_value
-from .containers import _all_or_nothing, _check_dataclass, _check_pytree, _check_union
+from .containers import _all_or_nothing, _check_dataclass, _check_pytree, _check_union, public_error
 from ..model.forms import holds_shardtypes, is_checked_class, safe_is_checked_class
 from ..model.describe import Mismatch
 from ..model.annotations import annotation_class, is_annotation, number
@@ -93,7 +94,10 @@ def _annotated_checker(origin: Any, args: tuple, extras: tuple) -> Any:
 
     def check(value: Any, _origin: Any, _args: tuple, memo: TypeCheckMemo) -> None:
         if origin is not Any and origin is not typing.Any:
-            typeguard.check_type_internal(value, origin[args] if args else origin, memo)
+            try:
+                typeguard.check_type_internal(value, origin[args] if args else origin, memo)
+            except TypeCheckError as e:
+                raise public_error(e) from None
         for extra in extras:
             typeguard.check_type_internal(value, extra, memo)
 
@@ -119,7 +123,7 @@ def _ours(origin: Any, args: tuple) -> Any:
         except NameError:  # annotations that cannot be resolved: typeguard's isinstance
             pass
     if args and origin is not None and holds_shardtypes(args):
-        if origin is Union:
+        if origin is Union or origin is types.UnionType:  # Optional[X], X | Y
             return _check_union
         checker = _CONTAINER_CHECKERS.get(origin)
         if checker is not None:

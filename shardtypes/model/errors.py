@@ -66,9 +66,10 @@ _public_names = public_names
 
 
 class ArrayError(TypeCheckError):
-    """An array failed its shardtypes annotation where typeguard checks it (``typeguard.check_type``,
-    an instrumented function, a container or union holding the annotation); typeguard adds the
-    value's path to the message. A ``TypeCheckError``, so ``except TypeCheckError`` catches it."""
+    """A value failed its shardtypes annotation where typeguard checks it (``typeguard.check_type``,
+    an instrumented function, a container, union, dataclass or ``PyTree`` holding the annotation);
+    typeguard adds the value's path to the message, which names the value's class by its public
+    name (``jax.Array``, not ``jaxlib._jax.ArrayImpl``). A ``TypeCheckError``, so ``except TypeCheckError`` catches it."""
 
     def __str__(self) -> str:
         return _public_names(super().__str__())
