@@ -46,6 +46,7 @@ from shardtypes import (
     FieldError,
     PlanReport,
     Problem,
+    PyTree,
     Scope,
     ShapeSpec,
     ShapeSpecError,
@@ -411,6 +412,14 @@ case("make_partition_specs", "deep-nesting", lambda: make_partition_specs(deep_l
 case("make_partition_specs", "recursive-list", lambda: make_partition_specs(recursive_list()), ValueError, "contains itself")
 case("make_partition_specs", "recursive-dict", lambda: make_partition_specs(recursive_dict()), ValueError, "contains itself")
 case("make_partition_specs", "variadic-before-sharded", lambda: make_partition_specs(f32[b"... a/d"]), ValueError, "the annotation (f32[b'... a/d'])", "partition_spec(ndim=...)")
+case("PyTree", "not-an-annotation", lambda: PyTree[3], TypeError, "PyTree[3]", "must be a shardtypes annotation")
+case("PyTree", "dtype-without-shape", lambda: PyTree[f32], TypeError, "PyTree[f32]", "f32 has no shape")
+case("PyTree", "structure-argument", lambda: PyTree[f32[b"a"], "T"], TypeError, "structure argument", "not supported")
+case("PyTree", "container-leaf", lambda: PyTree[tuple[f32[b"a"]]], TypeError, "never leaves")
+case("PyTree", "instantiated", lambda: PyTree[f32[b"a"]](), TypeError, "not a class to instantiate")
+case("PyTree", "leaves-disagree", lambda: typeguard.check_type({"x": np.zeros(2, np.float32), "y": np.zeros(3, np.float32)}, PyTree[f32[b"n"]]), TypeCheckError, "['y']", "bound to 2 by ['x']")
+case("make_partition_specs", "pytree-alone", lambda: make_partition_specs(PyTree[f32[b"a/d"]]), TypeError, "PyTree[f32[b'a/d']]", "like=")
+case("make_partition_specs", "pytree-like-non-array", lambda: make_partition_specs({"a": 3}, like=PyTree[f32[b"a/d"]]), TypeError, "['a'] is int, not an array")
 case("make_shardings", "mesh-str", lambda: make_shardings(ANN, "x"), TypeError, "make_shardings: mesh must be a Mesh")
 case("make_shardings", "mesh-int", lambda: make_shardings(ANN, 3), TypeError, "make_shardings: mesh must be a Mesh")
 case("make_shardings", "mesh-dict", lambda: make_shardings(ANN, {"d": 4}), TypeError, "make_shardings: mesh must be a Mesh")
