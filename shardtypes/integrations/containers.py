@@ -185,7 +185,8 @@ def _check_union(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> N
             typeguard.check_type_internal(value, member, memo)
             return
         except TypeCheckError as e:
-            errors.append(f"{type_text(member).replace('shardtypes.', '')}: {_core_message(e)}")
+            why = f"{field_path(e.fields)} {e.core}" if isinstance(e, FieldError) else _core_message(e)
+            errors.append(f"{type_text(member).replace('shardtypes.', '')}: {why}")
             restore()
     raise ArrayError(f"{_prefix()}did not match any element in the union:\n  " + "\n  ".join(errors))
 

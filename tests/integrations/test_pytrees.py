@@ -21,6 +21,8 @@ from shardtypes import (
     typechecked,
 )
 
+from shardtypes.model import model
+
 from conftest import put
 
 Tree = PyTree[f32[b"batch embed"]]
@@ -95,6 +97,7 @@ def test_fast_path_still_checks_every_leaf():
     good = {"a": jnp.zeros((2, 3)), "b": jnp.zeros((2, 3))}
     for _ in range(3):
         check_args(good)  # the structure is learnt after the first call
+    assert model(Tree).layouts  # the fast path for trees knows this structure now
     with pytest.raises(TypeCheckError, match=r"x\['b'\].*dimension 'batch' is 4 here"):
         check_args({"a": jnp.zeros((2, 3)), "b": jnp.zeros((4, 3))})
     with pytest.raises(TypeCheckError, match=r"x\['b'\].*has dtype int32"):

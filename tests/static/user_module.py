@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from shardtypes import (
+    PyTree,
     Scope,
     Stacked,
     TypeCheckError,
@@ -126,6 +127,19 @@ def first_layer(weights: Weights) -> Layer:
 
 
 # ---------------------------------------------------------------------------------------------
+# PyTree[X] is Any to the checkers (as jaxtyping's): any tree of arrays is accepted.
+
+
+@typechecked
+def leaf_count(grads: PyTree[f32[jax.Array, b"batch embed"]]) -> int:
+    return len(jax.tree.leaves(grads))
+
+
+def count_both() -> int:
+    return leaf_count({"a": jnp.ones((4, 3)), "b": [jnp.ones((4, 3))]}) + leaf_count(jnp.ones((4, 3)))
+
+
+# ---------------------------------------------------------------------------------------------
 # typed_shard_map keeps the signature, in all three forms.
 
 
@@ -170,6 +184,7 @@ def run() -> dict[str, object]:
     except TypeCheckError as e:
         out["numpy_rejected"] = str(e)
     out["specs"] = derive()
+    out["leaves"] = count_both()
     return out
 
 
