@@ -52,12 +52,13 @@ from typing import (
 if not TYPE_CHECKING:
     raise ImportError("shardtypes._indirection is for static checkers only")
 
-import typing
-from typing import TypeAlias
+from typing import Any, TypeAlias, TypeVar, Union
 
-# PyTree and PyTree[X] are Any to static checkers, as jaxtyping's PyTree is: a name whose
-# value the checkers cannot know (getattr of a made-up attribute) reads as Any, subscript too.
-PyTree: TypeAlias = getattr(typing, "foo" + "bar")
+_Leaf = TypeVar("_Leaf")
+
+# PyTree[X] accepts any value to static checkers, as jaxtyping's PyTree does (its structure is
+# the value's, which no static type says): ``X | Any``.
+PyTree: TypeAlias = Union[_Leaf, Any]
 
 __all__ = [
     "PyTree", "Stacked", "anydtype", "bf16", "bool_", "c64", "c128", "f8e3m4", "f8e4m3", "f8e4m3b11fnuz",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import typeguard
@@ -104,14 +104,8 @@ def _check_pytree(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) ->
     leaves when ``X`` is a class) against ``X``, in one table, with the leaf's key path in errors."""
     node = model(origin)
     assert isinstance(node, PyTreeNode)
-    leaf_class = node.leaf_class
-    is_leaf = None
-    if leaf_class is not None:  # an instance of the class, or of a stacking of it, is one leaf
-        def is_leaf(x: Any) -> bool:
-            info = tree_info(type(x))
-            return isinstance(x, leaf_class) or (info is not None and info.base is leaf_class)
     try:
-        leaves = jax.tree_util.tree_flatten_with_path(value, is_leaf=is_leaf)[0]
+        leaves = jax.tree_util.tree_flatten_with_path(value, is_leaf=_leaf_test(node.leaf_class))[0]
     except Exception as e:  # a registered class whose flatten fails on this value
         raise ArrayError(f"{_prefix()}is not a pytree JAX can flatten ({type(e).__name__}: {e})") from None
     restore = _snapshot(memo)
@@ -131,6 +125,19 @@ def _check_pytree(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) ->
                 raise _field_error(e, where) from None
     finally:
         _FIELD_PATH.set(outer)
+
+
+def _leaf_test(leaf_class: type | None) -> Callable[[Any], bool] | None:
+    """``is_leaf`` for ``PyTree[X]``: None when X is an array annotation (JAX's own leaves);
+    for an annotated class, an instance of it or of a stacking of it is one leaf."""
+    if leaf_class is None:
+        return None
+
+    def is_leaf(x: Any) -> bool:
+        info = tree_info(type(x))
+        return isinstance(x, leaf_class) or (info is not None and info.base is leaf_class)
+
+    return is_leaf
 
 
 def _check_instances_inside(field: Any, name: str, memo: TypeCheckMemo, restore: Any, outer: tuple) -> None:

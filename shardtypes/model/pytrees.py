@@ -12,7 +12,7 @@ leaves are ``Layer`` instances, found with ``is_leaf``, each checked field by fi
 ... def mean_norm(grads: PyTree[f32[b'...']]) -> f32[b'']: ...   # doctest: +SKIP
 
 The same arguments give the same class; it pickles and its repr is what was written. Static
-checkers read ``PyTree`` as ``Any`` (as jaxtyping's), so ``PyTree[X]`` accepts any value there.
+checkers read ``PyTree[X]`` as ``X | Any`` (``_indirection``), so any value passes there, as with jaxtyping's.
 """
 
 from __future__ import annotations
