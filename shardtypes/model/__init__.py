@@ -53,6 +53,7 @@ from .nodes import (
 )
 from .pytrees import (
     PyTree as PyTree,
+    holds_pytree as holds_pytree,
     install_pytree_instance_check as install_pytree_instance_check,
     is_pytree as is_pytree,
     pytree_leaf as pytree_leaf,
@@ -105,6 +106,7 @@ __all__ = [
     "dtype_names",
     "follow",
     "holds_annotated_class",
+    "holds_pytree",
     "in_function",
     "install_pytree_instance_check",
     "is_annotation",

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from .annotations import annotation_class, is_dtype_class
 from .nodes import PYTREES, ArrayNode, ClassNode, model
 
-__all__ = ["PyTree", "install_pytree_instance_check", "is_pytree", "pytree_leaf"]
+__all__ = ["PyTree", "holds_pytree", "install_pytree_instance_check", "is_pytree", "pytree_leaf"]
 
 # isinstance(x, PyTree[X]) needs the checker, which sits in a later layer; it installs itself.
 _INSTANCE_CHECK: list[Callable[[type, object], bool]] = []
@@ -137,3 +137,13 @@ def is_pytree(annotation: Any) -> bool:
 def pytree_leaf(annotation: Any) -> Any:
     """``X`` of ``PyTree[X]``, or None for any other annotation."""
     return PYTREES.get(annotation) if isinstance(annotation, type) else None
+
+
+def holds_pytree(annotation: Any) -> bool:
+    """Whether ``annotation`` is or holds (in a union, tuple, list or dict) a ``PyTree[X]``."""
+    if is_pytree(annotation):
+        return True
+    try:
+        return any(holds_pytree(a) for a in typing.get_args(annotation))
+    except TypeError:
+        return False

@@ -640,6 +640,15 @@ case("config", "auto-sharding-check", lambda: setattr(config, "auto_sharding_che
 case("config", "unknown-setting", lambda: setattr(config, "check", False), AttributeError, "shardtypes.config has no setting 'check'", "'checks'")
 case("config", "auto-sharding-check-None", lambda: setattr(config, "auto_sharding_check", None), ValueError, "auto_sharding_check must be one of")
 
+def pytree_kernel() -> Any:
+    def k(x: PyTree[f32[b"b/d"]]) -> f32[b"b/d"]:
+        return x
+
+    mesh = MESH()
+    return typed_shard_map(k, mesh=mesh)({"a": jax.device_put(jnp.zeros(8), NamedSharding(mesh, P("d")))})
+
+
+case("typed_shard_map", "pytree-parameter", pytree_kernel, TypeError, 'argument "x" of', "PyTree[f32[b'b/d']]", "fixes no tree structure")
 case("typed_shard_map", "int", lambda: typed_shard_map(3), TypeError, "typed_shard_map expects a function")
 case("typed_shard_map", "check-rep-and-vma", lambda: typed_shard_map(step, check_rep=True, check_vma=False), TypeError, "check_rep is the old name of check_vma")
 case("typed_shard_map", "axis-names-int", lambda: typed_shard_map(step, axis_names=3), TypeError, "axis_names")
