@@ -23,6 +23,7 @@ from .model.array_classes import HostOrDevice as HostOrDevice
 # are the annotation classes.
 if TYPE_CHECKING:
     from ._indirection import (
+        PyTree as PyTree,
         Stacked as Stacked,
         anydtype as anydtype,
         bf16 as bf16,
@@ -130,6 +131,8 @@ from .layout.specs import (
     make_shardings as make_shardings,
 )
 from .model.trees import Array as Array, pytree_dataclass as pytree_dataclass
+if not TYPE_CHECKING:
+    from .model.pytrees import PyTree as PyTree
 from dataclasses import field as field
 
 from .tools.memory_plan import PlanReport as PlanReport, plan as plan, plan_html as plan_html
@@ -155,6 +158,7 @@ __all__ = [
     "HostOrDevice",
     "PlanReport",
     "Problem",
+    "PyTree",
     "Scope",
     "ShapeSpec",
     "ShapeSpecError",

@@ -2,8 +2,8 @@
 
 ``shardtypes/__init__.py`` imports these names from here under ``TYPE_CHECKING`` only, so that
 pyright and mypy read ``f32[jax.Array, b'batch/d embed']`` as ``Annotated[jax.Array, b'...']``,
-that is as ``jax.Array`` (``f32[jax.Array | np.ndarray, b'...']`` as the union), and
-``Stacked[Layer, b'layers']`` as ``Layer`` (the approach of
+that is as ``jax.Array`` (``f32[jax.Array | np.ndarray, b'...']`` as the union),
+``Stacked[Layer, b'layers']`` as ``Layer``, ``PyTree[X]`` as ``X | Any`` (the approach of
 jaxtyping's ``_indirection.py``). It has to be an import: ``f32 = Annotated`` is an assignment,
 which checkers do not accept as a type alias of a special form. At run time the names are the
 classes of ``_dtypes`` and ``_trees``; the one-argument ``f32[b'...']`` and ``Array[axes, cls]``
@@ -53,8 +53,16 @@ from typing import (
 if not TYPE_CHECKING:
     raise ImportError("shardtypes._indirection is for static checkers only")
 
+from typing import Any, TypeAlias, TypeVar, Union
+
+_Leaf = TypeVar("_Leaf")
+
+# PyTree[X] accepts any value to static checkers, as jaxtyping's PyTree does (its structure is
+# the value's, which no static type says): ``X | Any``.
+PyTree: TypeAlias = Union[_Leaf, Any]
+
 __all__ = [
-    "Stacked", "anydtype", "bf16", "bool_", "c64", "c128", "f8e3m4", "f8e4m3", "f8e4m3b11fnuz",
+    "PyTree", "Stacked", "anydtype", "bf16", "bool_", "c64", "c128", "f8e3m4", "f8e4m3", "f8e4m3b11fnuz",
     "f8e4m3fn", "f8e4m3fnuz", "f8e5m2", "f8e5m2fnuz", "f8e8m0fnu", "f16", "f32", "f64", "floating",
     "i4", "i8", "i16", "i32", "i64", "integer", "u4", "u8", "u16", "u32", "u64",
     "complexfloating", "inexact", "key", "numeric", "real", "signed", "unsigned",

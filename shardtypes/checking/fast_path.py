@@ -16,7 +16,7 @@ import jax
 from jax.sharding import NamedSharding
 
 from ..context.rules import _ACTIVE as _ACTIVE_RULES
-from ..model.nodes import ArrayNode, ClassNode, DictNode, Node, SeqNode, follow
+from ..model.nodes import ArrayNode, ClassNode, DictNode, Node, PyTreeNode, SeqNode, follow
 from ..model.plans import Plan
 from .sharding import _named_sharding_problem
 
@@ -133,12 +133,12 @@ def _simple_pairs(plan: Plan, key: tuple) -> tuple | None:
 # The fast path for trees.
 
 # The nodes whose values are trees of several leaves: the fast path learns a layout per structure.
-TreeNode = Union[ClassNode, SeqNode, DictNode]
+TreeNode = Union[ClassNode, SeqNode, DictNode, PyTreeNode]
 
 
 def tree_node(node: Node) -> TreeNode | None:
     """``node`` if it is a tree with arrays in it (the fast path of trees applies), else None."""
-    return node if isinstance(node, (ClassNode, SeqNode, DictNode)) and node.has_arrays else None
+    return node if isinstance(node, (ClassNode, SeqNode, DictNode, PyTreeNode)) and node.has_arrays else None
 
 
 def fast_tree(value: Any, node: TreeNode, sizes: dict) -> tuple | None:

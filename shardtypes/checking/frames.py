@@ -17,6 +17,7 @@ from typeguard import _functions as _tg_functions
 
 from ..context import tables as _dims
 from ..context.tables import _TABLE, Table
+from ..model.errors import field_path
 
 __all__ = ["check_argument_types_internal", "check_return_type_internal", "failed_function"]
 
@@ -90,7 +91,7 @@ def _origin_phrase() -> str:
     phrase = f"{role} of {func}()" if func else role
     fields = _FIELD_PATH.get()
     if fields:
-        path = "." + ".".join(fields)
+        path = field_path(fields)
         if kind == "argument" and role.startswith('argument "'):
             path = role[len('argument "'):-1] + path
         phrase = f"{path} ({phrase})"

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Callable
 
+import jax
 import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from ..model.errors import FieldError, _qualified
+from ..model.errors import ArrayError, FieldError, _qualified, field_path
 from ..model.hints import resolve_hints
 from ..model.forms import holds_shardtypes, type_text
+from ..model.nodes import PyTreeNode, model
 from ..model.value_trees import annotated_instances
 from ..model.trees import tree_info
 from ..checking.frames import _FIELD_PATH, _role, _snapshot
@@ -45,10 +47,8 @@ def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo)
     info = tree_info(origin)
     if info is None:
         if not isinstance(value, origin):
-            _, func, kind = _role()
-            prefix = f"of {func}() " if func and kind != "check_type" else ""
-            raise TypeCheckError(f"{prefix}is not an instance of {origin.__module__}.{origin.__qualname__} "
-                                 f"(found {_qualified(value)})")
+            raise ArrayError(f"{_prefix()}is not an instance of {origin.__module__}.{origin.__qualname__} "
+                             f"(found {_qualified(value)})")
         cls: type = type(value)
         field_types = _dataclass_field_types(cls)
         _check_fields(value, field_types, tuple(field_types), memo)
@@ -58,13 +58,12 @@ def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo)
         value_info.base is info.base
         or (issubclass(value_info.base, info.base) and value_info.axes == info.axes)
     ):
-        _, func, kind = _role()
-        prefix = f"of {func}() " if func and kind != "check_type" else ""
         hint = ""
         if value_info is None and isinstance(value, info.base):
             hint = (f"; {type(value).__qualname__} subclasses {info.base.__qualname__} but is not "
                     "registered as a pytree: decorate it with @pytree_dataclass too")
-        raise TypeCheckError(f"{prefix}is not an instance of {origin!r} (found {_qualified(value)}){hint}")
+        name = repr(origin) if type(origin) is not type else f"{origin.__module__}.{origin.__qualname__}"
+        raise ArrayError(f"{_prefix()}is not an instance of {name} (found {_qualified(value)}){hint}")
     # The annotation's fields against its own types; a subclass's extra fields against its own.
     field_types = info.field_types
     names = info.field_names
@@ -100,6 +99,47 @@ def _check_fields(value: Any, types: dict, names: tuple, memo: TypeCheckMemo) ->
         _FIELD_PATH.set(outer)
 
 
+def _check_pytree(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
+    """``PyTree[X]``: every leaf of the value (as JAX flattens it; instances of ``X``'s class are
+    leaves when ``X`` is a class) against ``X``, in one table, with the leaf's key path in errors."""
+    node = model(origin)
+    assert isinstance(node, PyTreeNode)
+    try:
+        leaves = jax.tree_util.tree_flatten_with_path(value, is_leaf=_leaf_test(node.leaf_class))[0]
+    except Exception as e:  # a registered class whose flatten fails on this value
+        raise ArrayError(f"{_prefix()}is not a pytree JAX can flatten ({type(e).__name__}: {e})") from None
+    restore = _snapshot(memo)
+    outer = _FIELD_PATH.get()
+    annotation = node.leaf.annotation
+    try:
+        for path, leaf in leaves:
+            where = jax.tree_util.keystr(path).removeprefix(".")
+            if where:
+                _FIELD_PATH.set((*outer, where))
+            try:
+                typeguard.check_type_internal(leaf, annotation, memo)
+            except TypeCheckError as e:
+                restore()
+                if not where:
+                    raise
+                raise _field_error(e, where) from None
+    finally:
+        _FIELD_PATH.set(outer)
+
+
+def _leaf_test(leaf_class: type | None) -> Callable[[Any], bool] | None:
+    """``is_leaf`` for ``PyTree[X]``: None when X is an array annotation (JAX's own leaves);
+    for an annotated class, an instance of it or of a stacking of it is one leaf."""
+    if leaf_class is None:
+        return None
+
+    def is_leaf(x: Any) -> bool:
+        info = tree_info(type(x))
+        return isinstance(x, leaf_class) or (info is not None and info.base is leaf_class)
+
+    return is_leaf
+
+
 def _check_instances_inside(field: Any, name: str, memo: TypeCheckMemo, restore: Any, outer: tuple) -> None:
     """A field whose annotation holds no shardtypes one (``opt_state: Any``, an optax state):
     each annotated class inside it (``mu``, a ``Params``) is still checked against its own class,
@@ -120,7 +160,7 @@ def _field_error(e: TypeCheckError, name: str) -> FieldError:
     else:
         fields, core = [name], _core_message(e)
     role, func, kind = _role()
-    path = "." + ".".join(fields)
+    path = field_path(fields)
     if kind == "argument" and role.startswith('argument "'):
         root = role[len('argument "'):-1]
         message = f"of {func}(): {root}{path} {core}"
@@ -143,7 +183,8 @@ def _core_message(e: TypeCheckError) -> str:
 
 def _check_union(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
     """typing.Union with shardtypes members: like typeguard's, but a member that fails leaves
-    no bindings behind for the next member to trip on."""
+    no bindings behind for the next member to trip on, members are written as in the source
+    (``f32[b'a b']``) and the value's class by its public name (``jax.Array``)."""
     restore = _snapshot(memo)
     errors = []
     for member in args:
@@ -151,6 +192,26 @@ def _check_union(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> N
             typeguard.check_type_internal(value, member, memo)
             return
         except TypeCheckError as e:
-            errors.append(f"{type_text(member)}: {e}")
+            why = f"{field_path(e.fields)} {e.core}" if isinstance(e, FieldError) else _core_message(e)
+            errors.append(f"{type_text(member).replace('shardtypes.', '')}: {why}")
             restore()
-    raise TypeCheckError("did not match any element in the union:\n  " + "\n  ".join(errors))
+    raise ArrayError(f"{_prefix()}did not match any element in the union:\n  " + "\n  ".join(errors))
+
+
+def public_error(e: TypeCheckError) -> TypeCheckError:
+    """typeguard's own failure inside a shardtypes annotation (the ``jax.Array`` of
+    ``Annotated[jax.Array, f32[b'...']]``) as an ``ArrayError``: the function named, and classes
+    by their public names (``jax.Array``, not ``jaxlib._jax.ArrayImpl``), under plain
+    ``typeguard.typechecked`` too. Our own errors pass through unchanged."""
+    if type(e) is not TypeCheckError:
+        return e
+    public = ArrayError(f"{_prefix()}{e.args[0] if e.args else ''}")
+    public._path = e._path  # the path inside the value typeguard has noted so far (item 0, ...)
+    return public
+
+
+def _prefix() -> str:
+    """``of f() `` where the failure is an argument or return value of ``f``, for messages that
+    typeguard's frame then starts with the value's own path."""
+    _, func, kind = _role()
+    return f"of {func}() " if func and kind != "check_type" else ""

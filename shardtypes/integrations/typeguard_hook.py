@@ -9,6 +9,7 @@ typeguard's frames (``_typeguard_frames``).
 
 from __future__ import annotations
 
+import types
 import typing
 from typing import Any, Union
 
@@ -18,14 +19,17 @@ from typeguard import _checkers as _tg_checkers
 
 from ..context.settings import _FORCED, config
 from ..checking.value import check_value
-from .containers import _all_or_nothing, _check_dataclass, _check_union
+from .containers import _all_or_nothing, _check_dataclass, _check_pytree, _check_union, public_error
 from ..model.forms import holds_shardtypes, is_checked_class, safe_is_checked_class
 from ..model.describe import Mismatch
 from ..model.annotations import annotation_class, is_annotation, number
-from ..model.errors import COLLECTED, ArrayError, _collect, _found
+from ..model.errors import COLLECTED, ArrayError, _collect, _found, field_path
 from ..checking.fast_path import fast_check
 from ..model.plans import _PLANS, malformed, plan_of
 from ..model.trees import _INFO as _TREE_CLASSES
+from ..model.nodes import PYTREES
+from ..model.pytrees import install_pytree_instance_check
+from ..context.tables import _TABLE, Table
 from ..checking.frames import _FIELD_PATH, _get_table, _origin_phrase, _role, _set_table
 
 __all__ = ["register_with_typeguard"]
@@ -53,7 +57,7 @@ def _check_annotation(value: Any, origin: type, args: tuple, memo: TypeCheckMemo
                 where = role
                 if fields:
                     root = role[len('argument "'):-1] if role.startswith('argument "') else ""
-                    where = f"{role} of {func}(): {root}.{'.'.join(fields)}" if func else f".{'.'.join(fields)}"
+                    where = f"{role} of {func}(): {root}{field_path(fields)}" if func else field_path(fields)
                 elif func:
                     where = f"{role} of {func}()"
                 _collect(TypeCheckError(f"{where} {core}"))
@@ -73,7 +77,7 @@ def _lookup(origin, args, extras):
     if checker is not None and not config._checks and not _FORCED.get():
         # Containers and unions go back to typeguard's own checkers, which then meet their
         # shardtypes members here again.
-        return _no_check if checker in (_check_annotation, _check_dataclass) else None
+        return _no_check if checker in (_check_annotation, _check_dataclass, _check_pytree) else None
     return checker
 
 
@@ -81,7 +85,7 @@ def _is_shardtypes_annotation(extra: Any) -> bool:
     """Whether ``Annotated`` metadata is a shardtypes annotation (checked, not ignored)."""
     if is_annotation(extra):
         return True
-    return isinstance(extra, type) and (extra in _TREE_CLASSES or safe_is_checked_class(extra))
+    return isinstance(extra, type) and (extra in _TREE_CLASSES or extra in PYTREES or safe_is_checked_class(extra))
 
 
 def _annotated_checker(origin: Any, args: tuple, extras: tuple) -> Any:
@@ -90,7 +94,10 @@ def _annotated_checker(origin: Any, args: tuple, extras: tuple) -> Any:
 
     def check(value: Any, _origin: Any, _args: tuple, memo: TypeCheckMemo) -> None:
         if origin is not Any and origin is not typing.Any:
-            typeguard.check_type_internal(value, origin[args] if args else origin, memo)
+            try:
+                typeguard.check_type_internal(value, origin[args] if args else origin, memo)
+            except TypeCheckError as e:
+                raise public_error(e) from None
         for extra in extras:
             typeguard.check_type_internal(value, extra, memo)
 
@@ -106,6 +113,8 @@ def _ours(origin: Any, args: tuple) -> Any:
     if isinstance(origin, type) and issubclass(origin, number):
         return _check_annotation
     if not args and isinstance(origin, type):
+        if origin in PYTREES:
+            return _check_pytree
         if origin in _TREE_CLASSES:
             return _check_dataclass
         try:
@@ -114,7 +123,7 @@ def _ours(origin: Any, args: tuple) -> Any:
         except NameError:  # annotations that cannot be resolved: typeguard's isinstance
             pass
     if args and origin is not None and holds_shardtypes(args):
-        if origin is Union:
+        if origin is Union or origin is types.UnionType:  # Optional[X], X | Y
             return _check_union
         checker = _CONTAINER_CHECKERS.get(origin)
         if checker is not None:
@@ -129,6 +138,29 @@ _CONTAINER_CHECKERS = {
     if origin is not Union
 }
 _ALL_OR_NOTHING: dict = {}
+
+
+def _pytree_instance_check(cls: type, value: object) -> bool:
+    """``isinstance(value, PyTree[X])``: the full check as a bool. Inside a checked call or
+    ``Scope`` the leaves bind into the current table (as ``isinstance(x, f32[...])`` does);
+    elsewhere they share a fresh one. Runs whether or not ``config.checks`` is on."""
+    outer = _TABLE.get()
+    token, forced = _TABLE.set(outer if outer is not None else Table()), _FORCED.set(True)
+    passed = True
+    try:
+        typeguard.check_type(value, cls, collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS)
+    except TypeCheckError:
+        passed = False
+    finally:
+        _FORCED.reset(forced)
+        table = _TABLE.get()
+        _TABLE.reset(token)
+    if passed and outer is not None and table is not None:
+        _TABLE.set(table)
+    return passed
+
+
+install_pytree_instance_check(_pytree_instance_check)
 
 
 def register_with_typeguard() -> None:

@@ -32,6 +32,7 @@ from ..model.forms import holds_shardtypes
 from ..context.rules import axis_rules, current_rules
 from ..language.shape import axes_entry, entry_axes
 from ..layout.specs import partition_specs as derive_specs
+from ..model.pytrees import holds_pytree
 from ..checking.kernel_layouts import returned, tracking
 from .params import bare_array_annotation, check_kernel, check_static, conform_specs
 
@@ -213,6 +214,12 @@ class _TypedShardMap:
                 return None
         if static_ok and not _has_arrays(annotation):
             return None  # no array annotation anywhere in it: a static parameter
+        if holds_pytree(annotation):
+            raise TypeError(
+                f"typed_shard_map: {what} of {self.name} is annotated {annotation!r}, which fixes no tree "
+                "structure, so it has no in_specs/out_specs; annotate the structure (a pytree_dataclass, "
+                "tuple[...]) or use jax.shard_map with make_partition_specs(value, like=...)"
+            )
         try:
             specs = derive_specs(annotation)
         except (TypeError, ValueError) as e:

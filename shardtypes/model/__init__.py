@@ -2,7 +2,7 @@
 
 The annotation classes (``f32[b'batch/d embed']``, the static spelling ``f32[jax.Array, ...]``,
 the categories ``floating``, ``integer``, ``key``, ``anydtype`` and the rest), trees (``pytree_dataclass``,
-``Array[axes, cls]``, ``Stacked``), and ``model(annotation)``: the node tree every other layer
+``Array[axes, cls]``, ``Stacked``, ``PyTree[X]``), and ``model(annotation)``: the node tree every other layer
 walks (array annotations with their ``Plan``, dataclass-likes of every model library, tuples,
 lists, dicts, NamedTuples, unions, ``Annotated``), and trees of values whose annotated classes
 give the layout (optimizer states: ``value_trees``). ``typing.get_origin``/``get_args`` appear
@@ -46,10 +46,18 @@ from .nodes import (
     DictNode as DictNode,
     Node as Node,
     OtherNode as OtherNode,
+    PyTreeNode as PyTreeNode,
     SeqNode as SeqNode,
     UnionNode as UnionNode,
     follow as follow,
     model as model,
+)
+from .pytrees import (
+    PyTree as PyTree,
+    holds_pytree as holds_pytree,
+    install_pytree_instance_check as install_pytree_instance_check,
+    is_pytree as is_pytree,
+    pytree_leaf as pytree_leaf,
 )
 from .plans import (
     Plan as Plan,
@@ -85,6 +93,8 @@ __all__ = [
     "Node",
     "OtherNode",
     "Plan",
+    "PyTree",
+    "PyTreeNode",
     "SeqNode",
     "ShardtypesWarning",
     "Stacked",
@@ -97,9 +107,12 @@ __all__ = [
     "dtype_names",
     "follow",
     "holds_annotated_class",
+    "holds_pytree",
     "in_function",
+    "install_pytree_instance_check",
     "is_annotation",
     "is_box",
+    "is_pytree",
     "is_dtype_class",
     "is_value_tree",
     "model",
@@ -108,6 +121,7 @@ __all__ = [
     "plan_of",
     "public_names",
     "pytree_dataclass",
+    "pytree_leaf",
     "resolve_hints",
     "stack_annotation",
     "subscript",

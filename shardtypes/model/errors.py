@@ -20,7 +20,7 @@ from typeguard import TypeCheckError
 
 from .describe import Mismatch, describe
 
-__all__ = ["ShardtypesWarning", "ArrayError", "FieldError", "COLLECTED", "in_function", "public_names"]
+__all__ = ["ShardtypesWarning", "ArrayError", "FieldError", "COLLECTED", "field_path", "in_function", "public_names"]
 
 
 class ShardtypesWarning(UserWarning):
@@ -66,9 +66,10 @@ _public_names = public_names
 
 
 class ArrayError(TypeCheckError):
-    """An array failed its shardtypes annotation where typeguard checks it (``typeguard.check_type``,
-    an instrumented function, a container or union holding the annotation); typeguard adds the
-    value's path to the message. A ``TypeCheckError``, so ``except TypeCheckError`` catches it."""
+    """A value failed its shardtypes annotation where typeguard checks it (``typeguard.check_type``,
+    an instrumented function, a container, union, dataclass or ``PyTree`` holding the annotation);
+    typeguard adds the value's path to the message, which names the value's class by its public
+    name (``jax.Array``, not ``jaxlib._jax.ArrayImpl``). A ``TypeCheckError``, so ``except TypeCheckError`` catches it."""
 
     def __str__(self) -> str:
         return _public_names(super().__str__())
@@ -91,6 +92,12 @@ def in_function(error: TypeCheckError, func_name: str) -> TypeCheckError:
     return TypeCheckError(_public_names(message))
 
 
+def field_path(fields: Any) -> str:
+    """A field path as messages write it: attribute names after a dot (``.weights.embed``), the
+    key paths of a ``PyTree``'s leaves as ``jax.tree_util.keystr`` writes them (``['mlp'][0]``)."""
+    return "".join(f if f.startswith("[") else "." + f for f in fields)
+
+
 class FieldError(TypeCheckError):
     """A field of a dataclass failed its annotation: ``fields`` is the attribute path from the
     outermost dataclass (``['weights', 'embed']``), ``core`` the leaf's own complaint. A
@@ -105,7 +112,7 @@ class FieldError(TypeCheckError):
         # typeguard puts the value's own path before the message with a space; a message that
         # starts with the field path (``.weights.embed``) continues that path instead.
         message = str(self.args[0]) if self.args else ""
-        if self._path and message.startswith("."):
+        if self._path and message.startswith((".", "[")):
             return _public_names(" of ".join(self._path) + message)
         return _public_names(super().__str__())
 

@@ -15,6 +15,7 @@ from typing import Any
 from .annotations import is_annotation
 from .nodes import ClassNode, model
 from .trees import _INFO as _TREE_CLASSES
+from .nodes import PYTREES
 
 __all__ = ["generator_types", "holds_shardtypes", "is_checked_class", "safe_is_checked_class", "type_text",
            "variable_annotation", "item_annotation"]
@@ -39,7 +40,7 @@ def safe_is_checked_class(cls: type) -> bool:
 @functools.lru_cache(maxsize=1024)
 def _holds(args: tuple) -> bool:
     for arg in args:
-        if is_annotation(arg) or arg in _TREE_CLASSES:
+        if is_annotation(arg) or arg in _TREE_CLASSES or arg in PYTREES:
             return True
         if isinstance(arg, type) and safe_is_checked_class(arg):
             return True

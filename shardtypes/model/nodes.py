@@ -7,6 +7,7 @@
   any dataclass, a NamedTuple), with a node per field;
 * ``SeqNode`` (``tuple[...]``, ``list[...]``), ``DictNode`` (``dict[str, ...]``), ``UnionNode``
   (``Optional``/``Union``);
+* ``PyTreeNode``: ``PyTree[X]``, any pytree whose leaves are all ``X`` (``leaf``, ``X``'s node);
 * ``OtherNode``: anything else (``int``, a config class), which holds no layout.
 
 The checker's fast path for trees (``shardtypes.checking.fast_path``) keeps a memo per tree
@@ -27,8 +28,11 @@ from .annotations import annotation_class
 from .hints import resolve_hints
 from .trees import tree_info
 
-__all__ = ["Node", "ArrayNode", "ClassNode", "SeqNode", "DictNode", "UnionNode", "OtherNode", "model",
-           "follow"]
+__all__ = ["Node", "ArrayNode", "ClassNode", "SeqNode", "DictNode", "UnionNode", "OtherNode", "PyTreeNode",
+           "model", "follow", "PYTREES"]
+
+# The PyTree[X] classes and their X (filled by ``pytrees``, which builds on this module).
+PYTREES: dict[type, Any] = {}
 
 
 class Node:
@@ -93,6 +97,20 @@ class UnionNode(Node):
         self.optional = optional
 
 
+class PyTreeNode(Node):
+    """``PyTree[X]``: ``leaf`` is ``X``'s node; ``leaf_class`` the class whose instances are the
+    tree's leaves when ``X`` is an annotated class (JAX would flatten them further), else None.
+    ``layouts`` is the fast path's memo (used when ``X`` is an array annotation)."""
+
+    __slots__ = ("leaf", "leaf_class", "layouts")
+
+    def __init__(self, annotation: Any, leaf: Node, leaf_class: type | None):
+        super().__init__(annotation, leaf.has_arrays)
+        self.leaf = leaf
+        self.leaf_class = leaf_class
+        self.layouts: dict = {}
+
+
 class OtherNode(Node):
     __slots__ = ()
 
@@ -118,6 +136,9 @@ def _build(annotation: Any, seen: tuple) -> Node:
     array = annotation_class(annotation)
     if array is not None:
         return ArrayNode(annotation, plan_of(array))
+    if isinstance(annotation, type) and annotation in PYTREES:
+        leaf = _child(PYTREES[annotation], seen)
+        return PyTreeNode(annotation, leaf, leaf.base if isinstance(leaf, ClassNode) else None)
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is Union:
@@ -169,6 +190,8 @@ def follow(node: Node | None, path: tuple) -> Node | None:
     for key in path:
         while isinstance(node, UnionNode) and len(node.members) == 1:
             node = node.members[0]  # Optional[X] holding a value
+        if isinstance(node, PyTreeNode):  # every leaf of PyTree[array annotation] is X
+            return node.leaf if isinstance(node.leaf, ArrayNode) else None
         if isinstance(key, jax.tree_util.GetAttrKey) and isinstance(node, ClassNode):
             node = node.fields.get(key.name)
         elif isinstance(key, jax.tree_util.SequenceKey) and isinstance(node, SeqNode):
@@ -184,6 +207,8 @@ def follow(node: Node | None, path: tuple) -> Node | None:
             return None
     while isinstance(node, UnionNode) and len(node.members) == 1:
         node = node.members[0]
+    if isinstance(node, PyTreeNode):  # the value itself is the one leaf
+        return node.leaf if isinstance(node.leaf, ArrayNode) else None
     return node
 
 

@@ -14,11 +14,13 @@ from typing import Any, Callable, Union
 import jax
 
 from .annotations import annotation_class, is_annotation, number
-from .nodes import ArrayNode, ClassNode, follow, model
+from .nodes import ArrayNode, ClassNode, PyTreeNode, follow, model
+from .pytrees import pytree_leaf
+from .errors import _qualified
 from .plans import plan_of
 from ..language.shape import ShapeSpec
 from .trees import tree_info
-from .value_trees import Like, is_value_tree, walk_value
+from .value_trees import Like, is_array_value, is_value_tree, walk_value
 
 __all__: list[str] = []
 
@@ -63,6 +65,8 @@ def _walk(
     layout of subtrees with its structure that no annotation covers.
     A tree that contains itself, or is nested more than ``_MAX_DEPTH`` deep, is a ValueError.
     """
+    if like is not None and pytree_leaf(like) is not None and not _stack:
+        return _walk_pytree(annotation, like, leaf, path or "", fast)
     if like is not None and not isinstance(like, Like):
         like = _like(like)
     if path is None:
@@ -80,6 +84,11 @@ def _walk(
     array = annotation_class(annotation)
     if array is not None:
         return leaf(_leaf_of(array, path, _optional))
+    if pytree_leaf(annotation) is not None:
+        raise TypeError(
+            f"{_brief(where)} is {annotation!r}, whose structure is the value's, not the annotation's: "
+            f"pass a value tree with it as like=, as in make_partition_specs(params, like={annotation!r})"
+        )
     if any(a is annotation for a in _stack):
         raise ValueError(
             f"{_brief(where)} contains itself (a {type(annotation).__name__} that holds itself): an "
@@ -146,6 +155,31 @@ def _walk(
 
 
 _NOT_A_MODEL = object()
+
+
+def _walk_pytree(values: Any, like: type, leaf: Callable[[_Leaf], Any], path: str,
+                 fast: Callable[[Any], Any] | None) -> Any:
+    """``values`` (a tree of arrays, or of instances of X's class) with ``like=PyTree[X]``: the
+    same tree with X's result at each leaf."""
+    node = model(like)
+    assert isinstance(node, PyTreeNode)
+    x, cls = node.leaf.annotation, node.leaf_class
+
+    def is_leaf(v: Any) -> bool:
+        info = tree_info(type(v))
+        return cls is not None and (isinstance(v, cls) or (info is not None and info.base is cls))
+
+    def one(key_path: Any, value: Any) -> Any:
+        at = f"{path}{jax.tree_util.keystr(key_path)}"
+        if cls is None and not is_array_value(value):
+            raise TypeError(f"{at or 'the value'} is {_qualified(value)}, not an array; like= {like!r} wants "
+                            "a tree of arrays")
+        if cls is not None and not is_leaf(value):
+            raise TypeError(f"{at or 'the value'} is {_qualified(value)}, not a {cls.__qualname__}; like= "
+                            f"{like!r} wants a tree of them")
+        return _walk(x, leaf, at, fast)
+
+    return jax.tree_util.tree_map_with_path(one, values, is_leaf=is_leaf)
 
 
 def _model_class_or_instance(annotation: Any, walk: Callable[[Any, str], Any], path: str) -> Any:

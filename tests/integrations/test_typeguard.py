@@ -990,3 +990,50 @@ def test_annotated_metadata_naming_a_plain_dataclass_with_annotated_fields_is_ch
     typeguard.check_type(Plain(np.zeros((2, 3), np.float32)), Annotated[object, Plain])
     with pytest.raises(typeguard.TypeCheckError, match=r"\.w .*f32\[b'a b'\]"):
         typeguard.check_type(Plain(np.zeros((2,), np.float32)), Annotated[object, Plain])
+
+
+# Issue 19: plain typeguard.typechecked names JAX's public classes in failures of shardtypes
+# annotations (unions, dataclasses, Annotated's class check), and the function, as ours does.
+
+
+def test_plain_typeguard_names_public_classes():
+    import typing
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from shardtypes import f32, pytree_dataclass
+
+    @pytree_dataclass
+    class Box:
+        w: f32[b"a b"]
+
+    @typeguard.typechecked
+    def opt(x: typing.Optional[f32[b"a b"]]) -> None:
+        pass
+
+    @typeguard.typechecked
+    def bar(x: f32[b"a b"] | int) -> None:
+        pass
+
+    @typeguard.typechecked
+    def boxed(x: Box) -> None:
+        pass
+
+    @typeguard.typechecked
+    def annotated(x: typing.Annotated[jax.Array, f32[b"a"]]) -> None:
+        pass
+
+    cases = [
+        (opt, jnp.ones(3), r"argument \"x\" \(jax\.Array\) of .*opt\(\) did not match any element in the union:\n"
+                           r"  f32\[b'a b'\]: is not f32\[b'a b'\]: has 1 dim \[3\]"),
+        (bar, jnp.ones(3), r"argument \"x\" \(jax\.Array\) of .*bar\(\) did not match any element in the union:\n"
+                           r"  f32\[b'a b'\]: is not"),
+        (boxed, jnp.ones(3), r"argument \"x\" \(jax\.Array\) of .*boxed\(\) is not an instance of .*Box \(found jax\.Array\)"),
+        (annotated, np.ones(2, np.float32), r"argument \"x\" \(numpy\.ndarray\) of .*annotated\(\) is not an instance of jax\.Array$"),
+    ]
+    for fn, value, message in cases:
+        with pytest.raises(TypeCheckError, match=message) as info:
+            fn(value)
+        assert "jaxlib" not in str(info.value) and "<class" not in str(info.value)

@@ -46,6 +46,7 @@ from shardtypes import (
     FieldError,
     PlanReport,
     Problem,
+    PyTree,
     Scope,
     ShapeSpec,
     ShapeSpecError,
@@ -436,6 +437,14 @@ case("make_partition_specs", "deep-nesting", lambda: make_partition_specs(deep_l
 case("make_partition_specs", "recursive-list", lambda: make_partition_specs(recursive_list()), ValueError, "contains itself")
 case("make_partition_specs", "recursive-dict", lambda: make_partition_specs(recursive_dict()), ValueError, "contains itself")
 case("make_partition_specs", "variadic-before-sharded", lambda: make_partition_specs(f32[b"... a/d"]), ValueError, "the annotation (f32[b'... a/d'])", "partition_spec(ndim=...)")
+case("PyTree", "not-an-annotation", lambda: PyTree[3], TypeError, "PyTree[3]", "must be a shardtypes annotation")
+case("PyTree", "dtype-without-shape", lambda: PyTree[f32], TypeError, "PyTree[f32]", "f32 has no shape")
+case("PyTree", "structure-argument", lambda: PyTree[f32[b"a"], "T"], TypeError, "structure argument", "not supported")
+case("PyTree", "container-leaf", lambda: PyTree[tuple[f32[b"a"]]], TypeError, "never leaves")
+case("PyTree", "instantiated", lambda: PyTree[f32[b"a"]](), TypeError, "not a class to instantiate")
+case("PyTree", "leaves-disagree", lambda: typeguard.check_type({"x": np.zeros(2, np.float32), "y": np.zeros(3, np.float32)}, PyTree[f32[b"n"]]), TypeCheckError, "['y']", "bound to 2 by ['x']")
+case("make_partition_specs", "pytree-alone", lambda: make_partition_specs(PyTree[f32[b"a/d"]]), TypeError, "PyTree[f32[b'a/d']]", "like=")
+case("make_partition_specs", "pytree-like-non-array", lambda: make_partition_specs({"a": 3}, like=PyTree[f32[b"a/d"]]), TypeError, "['a'] is int, not an array")
 case("make_shardings", "mesh-str", lambda: make_shardings(ANN, "x"), TypeError, "make_shardings: mesh must be a Mesh")
 case("make_shardings", "mesh-int", lambda: make_shardings(ANN, 3), TypeError, "make_shardings: mesh must be a Mesh")
 case("make_shardings", "mesh-dict", lambda: make_shardings(ANN, {"d": 4}), TypeError, "make_shardings: mesh must be a Mesh")
@@ -656,6 +665,15 @@ case("config", "auto-sharding-check", lambda: setattr(config, "auto_sharding_che
 case("config", "unknown-setting", lambda: setattr(config, "check", False), AttributeError, "shardtypes.config has no setting 'check'", "'checks'")
 case("config", "auto-sharding-check-None", lambda: setattr(config, "auto_sharding_check", None), ValueError, "auto_sharding_check must be one of")
 
+def pytree_kernel() -> Any:
+    def k(x: PyTree[f32[b"b/d"]]) -> f32[b"b/d"]:
+        return x
+
+    mesh = MESH()
+    return typed_shard_map(k, mesh=mesh)({"a": jax.device_put(jnp.zeros(8), NamedSharding(mesh, P("d")))})
+
+
+case("typed_shard_map", "pytree-parameter", pytree_kernel, TypeError, 'argument "x" of', "PyTree[f32[b'b/d']]", "fixes no tree structure")
 case("typed_shard_map", "int", lambda: typed_shard_map(3), TypeError, "typed_shard_map expects a function")
 case("typed_shard_map", "check-rep-and-vma", lambda: typed_shard_map(step, check_rep=True, check_vma=False), TypeError, "check_rep is the old name of check_vma")
 case("typed_shard_map", "axis-names-int", lambda: typed_shard_map(step, axis_names=3), TypeError, "axis_names")

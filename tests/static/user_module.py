@@ -21,6 +21,7 @@ import numpy as np
 
 from shardtypes import (
     HostOrDevice,
+    PyTree,
     Scope,
     Stacked,
     TypeCheckError,
@@ -130,6 +131,19 @@ def first_layer(weights: Weights) -> Layer:
 
 
 # ---------------------------------------------------------------------------------------------
+# PyTree[X] is Any to the checkers (as jaxtyping's): any tree of arrays is accepted.
+
+
+@typechecked
+def leaf_count(grads: PyTree[f32[jax.Array, b"batch embed"]]) -> int:
+    return len(jax.tree.leaves(grads))
+
+
+def count_both() -> int:
+    return leaf_count({"a": jnp.ones((4, 3)), "b": [jnp.ones((4, 3))]}) + leaf_count(jnp.ones((4, 3)))
+
+
+# ---------------------------------------------------------------------------------------------
 # typed_shard_map keeps the signature, in all three forms.
 
 
@@ -221,6 +235,7 @@ def run() -> dict[str, object]:
     out["is_instance"] = (device_rows(x) is x, host_rows_of(np.zeros(2, np.int32)) is not None,
                           either(np.ones((4, 3), np.float32)) is not None, device_rows(np.ones((4, 3))))
     out["shardings"] = make_shardings(HostBatch, mesh).x.spec
+    out["leaves"] = count_both()
     return out
 
 
