@@ -28,7 +28,7 @@ PENDING = {
     # item 2: x: f32 (bare) says 'argument "x" (jaxlib._jax.ArrayImpl) has a malformed
     # annotation f32[]', naming neither the function nor a public class
     "bare_dtype_class_message": False,
-    "plain_dataclass": True,  # item 3: shard(x, PlainLayer) raises AttributeError 'leaf'
+    "plain_dataclass": False,  # item 3: shard(x, PlainLayer) raised AttributeError 'leaf'
     # found by the fuzzer: the annotation walk's errors (make_partition_specs, make_shardings,
     # plan, ...) name the path inside the argument ("[1] is 3") but not the entry point
     "walk_messages_name_only_the_path": False,
