@@ -71,7 +71,7 @@ def shard(value: Any, annotation: Any, mesh: Any = None, *, like: Any = None) ->
     mesh = mesh_arg(mesh, "shard")
     if dataclasses.is_dataclass(value) and not isinstance(value, type) and _is_one_leaf(value):
         return _shard_fields(value, annotation, mesh)
-    shardings = derive_shardings(annotation, mesh, like=like)
+    shardings = derive_shardings(annotation, mesh, like=like, unconstrained_ok=True)
     # None in the value is an Optional left empty: a leaf here, so it lines up with the
     # annotation's leaf, and it stays None.
     with tree_guard("shard", "value", value):
@@ -161,6 +161,13 @@ def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
                 f"over mesh axes {axes} ({parts} devices) as {sharding.spec} asks"
             )
     if not isinstance(x, jax.core.Tracer):
+        free = [i for i, entry in enumerate(sharding.spec) if entry is jax.sharding.PartitionSpec.UNCONSTRAINED]
+        if free:
+            raise ValueError(
+                f"shard: {path}: dim {free[0]} is UNCONSTRAINED (XLA decides its layout), which only "
+                "a constraint inside jax.jit can leave open; eagerly shard puts the value on devices "
+                "and must place every dim: call it inside jax.jit, or give the dim mesh axes"
+            )
         if isinstance(sharding.mesh, jax.sharding.AbstractMesh):
             raise ValueError(
                 f"shard: {path}: the mesh is an AbstractMesh, which has no devices to put a value "

@@ -104,9 +104,11 @@ def _partition_spec(leaf: _Leaf, ndim: int | None = None, mesh_sizes: Mapping[st
 
 
 def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = None,
-                   ndim: int | None = None) -> PartitionSpec:
+                   ndim: int | None = None, unconstrained_ok: bool = False) -> PartitionSpec:
     """The leaf's PartitionSpec on ``mesh``, checked: every axis is in the mesh, and every dim
-    whose size ``sizes`` gives divides over its axes."""
+    whose size ``sizes`` gives divides over its axes. An UNCONSTRAINED dim (``embed/?``) is an
+    error unless ``unconstrained_ok`` (``shard``, which passes it to with_sharding_constraint
+    under jit) and the mesh has an Auto axis (JAX refuses it on an all-Explicit mesh)."""
     mesh_sizes = dict(mesh.shape)
     where = leaf.path or "the annotation"
     known = [_dim_size(dim, sizes or {}, leaf, i, required=False) if not dim.is_variadic else None
@@ -116,6 +118,8 @@ def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = Non
     var = leaf.spec.variadic_index
     for i, entry in enumerate(spec):
         axes = entry_axes(entry)
+        if entry is PartitionSpec.UNCONSTRAINED:
+            _refuse_unconstrained(leaf, mesh, i, var, unconstrained_ok)
         if var is not None and i >= var:
             break  # positions after a variadic dim: their sizes are not known here
         text = str(leaf.spec.dims[i]) if i < len(leaf.spec.dims) else ""
@@ -136,6 +140,25 @@ def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = Non
                 f"divide over mesh axes {axes} of total size {parts}"
             )
     return spec
+
+
+def _refuse_unconstrained(leaf: _Leaf, mesh: Any, i: int, var: int | None, unconstrained_ok: bool) -> None:
+    where, dims = leaf.path or "the annotation", leaf.spec.dims
+    text = f" {str(dims[i])!r}" if (var is None or i < var) and i < len(dims) else ""
+    auto = any(t == jax.sharding.AxisType.Auto for t in mesh.axis_types)
+    if not unconstrained_ok:
+        raise ValueError(
+            f"{where} ({leaf.text}): dim {i}{text} is UNCONSTRAINED (XLA decides its layout), so it "
+            "cannot be placed on devices: give the dim mesh axes (or replicate it), or lay the "
+            "value out with shardtypes.shard(x, annotation) inside jax.jit on Auto mesh axes, "
+            "which passes PartitionSpec.UNCONSTRAINED to jax.lax.with_sharding_constraint"
+        )
+    if not auto:
+        raise ValueError(
+            f"{where} ({leaf.text}): dim {i}{text} is UNCONSTRAINED (XLA decides its layout), which "
+            f"needs Auto mesh axes; the mesh's axes are all Explicit {tuple(mesh.axis_names)} (JAX "
+            "refuses PartitionSpec.UNCONSTRAINED there): give the dim mesh axes, or use an Auto mesh"
+        )
 
 
 def _dim_size(dim, sizes: Mapping[str, Any], leaf: _Leaf, index: int, required: bool) -> Any:
@@ -253,10 +276,11 @@ def make_shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> An
     return shardings(annotation, mesh, like=like)
 
 
-def shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Any:
-    """``make_shardings`` for callers that name themselves in its errors."""
+def shardings(annotation: Any, mesh: Any = None, *, like: Any = None, unconstrained_ok: bool = False) -> Any:
+    """``make_shardings`` for callers that name themselves in its errors (and ``shard``'s
+    ``unconstrained_ok``, see ``_resolved_spec``)."""
     mesh = mesh_arg(mesh, "make_shardings")
-    key = (mesh, current_rules())
+    key = (mesh, current_rules(), unconstrained_ok)
     cache = _SHARDINGS.get(key)
     if cache is None:
         if len(_SHARDINGS) > 64:
@@ -264,7 +288,7 @@ def shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Any:
         cache = _SHARDINGS[key] = {}
 
     def leaf(leaf: _Leaf) -> NamedSharding:
-        sharding = NamedSharding(mesh, _resolved_spec(leaf, mesh))
+        sharding = NamedSharding(mesh, _resolved_spec(leaf, mesh, unconstrained_ok=unconstrained_ok))
         cache[leaf.annotation] = sharding
         return sharding
 
@@ -274,7 +298,6 @@ def shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Any:
 # (mesh, active rules) -> {array annotation -> NamedSharding}: a sharding is a function of these
 # alone, and parameter trees repeat a few annotations many times (every layer, every moment).
 _SHARDINGS: dict = {}
-
 
 
 @_entry("make_shape_dtype_structs")
