@@ -298,7 +298,7 @@ class ShapeSpec:
         for i, dim in enumerate(self.dims):
             if i == var:
                 if ndim is None:
-                    if any(d.sharding for d in self.dims[i + 1 :]):
+                    if any(d.sharding or d.unconstrained for d in self.dims[i + 1 :]):
                         raise ShapeSpecError(
                             str(self),
                             f"the variadic dim {str(dim)!r} comes before sharded dims, so their "

@@ -71,7 +71,7 @@ def shard(value: Any, annotation: Any, mesh: Any = None, *, like: Any = None) ->
     mesh = mesh_arg(mesh, "shard")
     if dataclasses.is_dataclass(value) and not isinstance(value, type) and _is_one_leaf(value):
         return _shard_fields(value, annotation, mesh)
-    shardings = derive_shardings(annotation, mesh, like=like, unconstrained_ok=True)
+    shardings = derive_shardings(annotation, mesh, like=like, unconstrained="auto")
     # None in the value is an Optional left empty: a leaf here, so it lines up with the
     # annotation's leaf, and it stays None.
     with tree_guard("shard", "value", value):
