@@ -14,9 +14,11 @@ from typing import Any, Iterator
 import jax
 import jax.core
 import numpy as np
+from typeguard import TypeCheckError
 from jax.sharding import NamedSharding
 
 from ..language.shape import entry_axes
+from ..context.tracebacks import filter_traceback
 from ..language.sizes import divides
 from .specs import mesh_arg, shardings as derive_shardings
 from ..model import ClassNode, describe, model
@@ -68,6 +70,14 @@ def shard(value: Any, annotation: Any, mesh: Any = None, *, like: Any = None) ->
     ``AbstractMesh`` has no devices, so eagerly it is an error; under jit on Explicit axes JAX
     needs the mesh set around the call (``with jax.set_mesh(mesh):``), and shard says so.
     """
+    try:
+        return _shard(value, annotation, mesh, like)
+    except (TypeError, ValueError, TypeCheckError) as e:
+        filter_traceback(e)  # the user's frames only (config.traceback_filtering)
+        raise
+
+
+def _shard(value: Any, annotation: Any, mesh: Any, like: Any) -> Any:
     mesh = mesh_arg(mesh, "shard")
     if dataclasses.is_dataclass(value) and not isinstance(value, type) and _is_one_leaf(value):
         return _shard_fields(value, annotation, mesh)
@@ -135,7 +145,7 @@ def _shard_fields(value: Any, annotation: Any, mesh: Any) -> Any:
     out = copy.copy(value)
     for name, field in node.fields.items():
         if field.has_arrays:
-            object.__setattr__(out, name, shard(getattr(value, name), field.annotation, mesh))
+            object.__setattr__(out, name, _shard(getattr(value, name), field.annotation, mesh, None))
     return out
 
 

@@ -96,6 +96,17 @@ def state() -> tuple:
     return (dict(dims()), current_rules(), config.checks, config.auto_sharding_check, jax.sharding.get_abstract_mesh())
 
 
+@pytest.fixture(autouse=True)
+def _full_tracebacks():
+    """Who raised is read from the innermost frame, which traceback filtering (on by default:
+    the user's frames only) leaves out."""
+    config.traceback_filtering = "off"
+    try:
+        yield
+    finally:
+        config.traceback_filtering = "on"
+
+
 def _raised_by_us(error: BaseException) -> bool:
     frames = traceback.extract_tb(error.__traceback__)
     if not frames:
