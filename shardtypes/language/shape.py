@@ -291,7 +291,7 @@ class ShapeSpec:
                 raise TypeError(f"ShapeSpec.partition_spec: ndim must be an int or None, got {ndim!r}")
             if ndim < 0:
                 raise ValueError(f"ShapeSpec.partition_spec: ndim must be non-negative, got {ndim}")
-        entries: list[str | tuple[str, ...] | None] = []
+        entries: list[object] = []  # axis names, tuples of them, None, P.UNCONSTRAINED
         var = self.variadic_index
         if var is None and ndim is not None and ndim != len(self.dims):
             raise ShapeSpecError(str(self), f"rank {ndim} does not match the {len(self.dims)} dims")
