@@ -223,3 +223,30 @@ def test_plan_shows_an_unconstrained_dim():
 
 def test_the_public_name():
     assert "UNCONSTRAINED" in shardtypes.__all__ and shardtypes.UNCONSTRAINED is P.UNCONSTRAINED
+
+
+def test_verify_lays_an_unconstrained_input_dim_out_replicated(mesh):
+    from jax.sharding import AbstractMesh
+
+    abstract = AbstractMesh((4, 2), ("d", "t"), axis_types=mesh.axis_types)
+    report = shardtypes.verify(double, abstract, {"batch": 8, "embed": 4})
+    assert report.ok, report.problems
+
+
+def test_nnx_shardings_refuse_an_unconstrained_dim():
+    nnx = pytest.importorskip("flax.nnx")
+    import shardtypes.nnx as st_nnx
+
+    class Block(nnx.Module):
+        w: nnx.Param[f32[b"embed/d hidden/?"]]
+
+        def __init__(self):
+            self.w = nnx.Param(jnp.zeros((8, 4)))
+
+    block = Block()
+    specs = jax.tree.leaves(st_nnx.partition_specs(block, nnx.Param), is_leaf=lambda x: isinstance(x, P))
+    assert specs == [P("d", P.UNCONSTRAINED)]
+    with pytest.raises(ValueError, match=re.escape(
+            "shardtypes.nnx.shardings: ['w'].value is laid out P('d', UNCONSTRAINED): an UNCONSTRAINED dim "
+            "(XLA decides) cannot be placed on devices")):
+        st_nnx.shardings(block, make_mesh("auto"), nnx.Param)
