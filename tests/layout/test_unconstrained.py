@@ -250,3 +250,17 @@ def test_nnx_shardings_refuse_an_unconstrained_dim():
             "shardtypes.nnx.shardings: ['w'].value is laid out P('d', UNCONSTRAINED): an UNCONSTRAINED dim "
             "(XLA decides) cannot be placed on devices")):
         st_nnx.shardings(block, make_mesh("auto"), nnx.Param)
+
+
+def test_unconstrained_specs_and_rules_pickle():
+    import copy
+    import pickle
+
+    spec = ShapeSpec.parse("batch/d embed/?")
+    again = pickle.loads(pickle.dumps(spec))
+    assert again == spec and again.partition_spec() == P("d", P.UNCONSTRAINED)
+    assert copy.deepcopy(spec) == spec
+    rules = pickle.loads(pickle.dumps(RULES))
+    assert rules == RULES and list(rules)[1] == ("act_embed", P.UNCONSTRAINED)
+    with axis_rules(rules):
+        assert make_partition_specs(f32[b"b/batch e/act_embed"]) == P("d", P.UNCONSTRAINED)
