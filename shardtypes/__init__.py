@@ -114,6 +114,7 @@ from .layout.data_layout import (
     make_global_array as make_global_array,
 )
 from .context.rules import (
+    UNCONSTRAINED as UNCONSTRAINED,
     AxisRules as AxisRules,
     AxisRulesError as AxisRulesError,
     axis_rules as axis_rules,
@@ -166,6 +167,7 @@ __all__ = [
     "ShardtypesWarning",
     "Stacked",
     "TypeCheckError",
+    "UNCONSTRAINED",
     "VerifyReport",
     "anydtype",
     "auto_partition_spec",

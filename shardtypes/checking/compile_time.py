@@ -17,8 +17,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 from typeguard import TypeCheckError
 
 from ..context.settings import config
-from ..model.describe import Layout, _fmt_layout, _fmt_shape, _layout_problem, _missing_axes_problem, _normalise
-from ..language.shape import ShapeSpec
+from ..model.describe import Layout, _adopt, _fmt_layout, _fmt_shape, _layout_problem, _missing_axes_problem, _normalise
+from ..language.shape import ShapeSpec, is_unconstrained
 from .sharding import _drop_size_one, _missing_axes, _unnamed_sharding_problem
 from .compile_errors import failed
 from .sharding_primitive import compile_time_check
@@ -49,20 +49,21 @@ def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset,
         if isinstance(sharding, NamedSharding):
             mesh_sizes = dict(sharding.mesh.shape)
             missing = _missing_axes(expected, sharding.mesh.axis_names)
-            want = tuple(tuple(a for a in axes if a not in manual)
-                         for axes in _drop_size_one(expected, mesh_sizes))
             found = tuple(sharding.spec) + (None,) * (len(shape) - len(sharding.spec))
             actual = _normalise(PartitionSpec(*found[batch:]), ndim, mesh_sizes)
+            want = tuple(axes if is_unconstrained(axes) else tuple(a for a in axes if a not in manual)
+                         for axes in _drop_size_one(expected, mesh_sizes))
             problem: str | None
             if missing:
                 problem = _missing_axes_problem(missing, sharding.mesh.axis_names, "the array's mesh")
             else:
-                problem = None if actual == want else _layout_problem(actual, want)
+                problem = None if actual == _adopt(actual, want) else _layout_problem(actual, want)
         else:
             problem = _unnamed_block_problem(sharding, shape, batch, expected, sizes, spec, ndim,
                                              order)
         if problem is not None:
-            fix = _fmt_layout(tuple(tuple(a for a in axes if a not in manual) for axes in expected))
+            fix = _fmt_layout(tuple(axes if is_unconstrained(axes) else tuple(a for a in axes if a not in manual)
+                                    for axes in expected))
             raise failed(TypeCheckError(
                 f"shardtypes (compile-time check): {where}: {problem} (the sharding XLA chose "
                 f"under jax.jit on Auto mesh axes). Fix: lay the value out as annotated, with "
@@ -89,7 +90,8 @@ def _unnamed_block_problem(sharding: Any, shape: tuple, batch: int, expected: La
         block = tuple(blocks[dim] for dim in order)[batch:]
     else:
         block = tuple(sharding.shard_shape(shape))[batch:]
-    wanted = tuple(size // math.prod(sizes[a] for a in axes) for size, axes in zip(shape[batch:], want))
+    wanted = tuple(got if is_unconstrained(axes) else size // math.prod(sizes[a] for a in axes)
+                   for size, axes, got in zip(shape[batch:], want, block))  # UNCONSTRAINED: any block
     if block == wanted:
         return None
     return (f"the array's blocks are {_fmt_shape(block)} but the annotation's layout "

@@ -19,6 +19,7 @@ from typeguard import TypeCheckError
 
 from .value import check_value
 from ..context.settings import _FORCED, config
+from ..context.tracebacks import filter_traceback
 from ..model.describe import Mismatch
 from ..context.tables import _TABLE, Table
 from ..model.annotations import annotation_class, dtype_classes, install_instance_check, number, type_name
@@ -117,21 +118,25 @@ def check(dtype: Any, shape_spec: ShapeSpec | str | bytes, value: Any) -> None:
     """
     if not config._checks and not _FORCED.get():
         return
-    dtype_cls = _check_dtype_argument(dtype)
-    if not isinstance(shape_spec, (ShapeSpec, str, bytes)):
-        raise TypeError(
-            f"check(): shape_spec must be a shape string ('batch embed') or a ShapeSpec, got "
-            f"{shape_spec!r}"
-        )
-    spec = shape_spec if isinstance(shape_spec, ShapeSpec) else ShapeSpec.parse(shape_spec)
-    table = _TABLE.get()
-    text = annotation_text(dtype_cls, str(spec).encode())
     try:
-        new = check_value(value, dtype_cls, spec, table or Table(), lambda: f"check() of {text}")
-    except Mismatch as m:
-        raise TypeCheckError(f"check(): value is not {text}: {m.problem}{_found(value, m)}") from None
-    if new and table is not None:
-        _TABLE.set(table.bind(new, "check()"))
+        dtype_cls = _check_dtype_argument(dtype)
+        if not isinstance(shape_spec, (ShapeSpec, str, bytes)):
+            raise TypeError(
+                f"check(): shape_spec must be a shape string ('batch embed') or a ShapeSpec, got "
+                f"{shape_spec!r}"
+            )
+        spec = shape_spec if isinstance(shape_spec, ShapeSpec) else ShapeSpec.parse(shape_spec)
+        table = _TABLE.get()
+        text = annotation_text(dtype_cls, str(spec).encode())
+        try:
+            new = check_value(value, dtype_cls, spec, table or Table(), lambda: f"check() of {text}")
+        except Mismatch as m:
+            raise TypeCheckError(f"check(): value is not {text}: {m.problem}{_found(value, m)}") from None
+        if new and table is not None:
+            _TABLE.set(table.bind(new, "check()"))
+    except TypeCheckError as e:
+        filter_traceback(e)  # the user's frames only (config.traceback_filtering)
+        raise
 
 
 def instance_check(annotation: type[number], value: object) -> bool:

@@ -12,10 +12,10 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding
 
-from ..model.describe import Layout, Mismatch, _fmt_layout, _layout_problem, _missing_axes_problem, _normalise
+from ..model.describe import Layout, Mismatch, _adopt, _fmt_layout, _layout_problem, _missing_axes_problem, _normalise
 from ..context.rule_resolution import layout as rules_layout
 from ..context.rules import AxisRulesError
-from ..language.shape import ShapeSpec
+from ..language.shape import ShapeSpec, is_unconstrained
 
 
 def _expected_layout(spec: ShapeSpec, ndim: int, mesh_sizes: dict | None = None,
@@ -29,7 +29,8 @@ def _expected_layout(spec: ShapeSpec, ndim: int, mesh_sizes: dict | None = None,
 
 
 def _drop_size_one(layout: Layout, axis_sizes: dict) -> Layout:
-    return tuple(tuple(a for a in axes if axis_sizes.get(a, 2) != 1) for axes in layout)
+    return tuple(axes if is_unconstrained(axes) else tuple(a for a in axes if axis_sizes.get(a, 2) != 1)
+                 for axes in layout)
 
 
 def _missing_axes(layout: Layout, axis_names) -> list[str]:
@@ -60,7 +61,7 @@ def _named_sharding_problem_cached(sharding, spec, ndim, active, shape) -> str |
         return _missing_axes_problem(missing, mesh.axis_names, "the array's mesh")
     actual = _normalise(sharding.spec, ndim, sizes)
     expected = _drop_size_one(expected, sizes)
-    if actual != expected:
+    if actual != _adopt(actual, expected):
         return _layout_problem(actual, expected)
     return None
 

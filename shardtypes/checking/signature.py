@@ -19,6 +19,7 @@ from typeguard import TypeCheckError, TypeCheckMemo
 from .call_tables import _EMPTY, NO_TYPE_CHECK, _with_table
 from .entry import check_with_plan
 from ..context.settings import _FORCED, config
+from ..context.tracebacks import filter_traceback
 from ..context.tables import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
 from ..model.errors import in_function
 from ..model.hints import resolve_hints
@@ -232,9 +233,10 @@ class _SignatureChecker:
                     elif new is None:
                         set_table(check_one(ret, result, table, tried_fast=plan is not None))
                 return result
-            except TypeCheckError:
+            except TypeCheckError as e:
                 if token is None:  # nested: a failed call leaves the caller's table as it was
                     set_table(start)
+                filter_traceback(e)  # the user's frames only (config.traceback_filtering)
                 raise
             finally:
                 if key is not None:

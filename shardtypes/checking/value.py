@@ -35,13 +35,13 @@ from jax.sharding import NamedSharding
 
 from .compile_time import COMPILE_TIME_CHECKS, _check_at_compile_time
 from ..context.settings import config
-from ..model.describe import Mismatch, _fmt_layout, _fmt_shape, _fmt_size, _missing_axes_problem, _n_dims, _normalise, _type_of
+from ..model.describe import Mismatch, _adopt, _fmt_layout, _fmt_shape, _fmt_size, _missing_axes_problem, _n_dims, _normalise, _type_of
 from ..context.tables import Table
 from ..model.annotations import dtype_name, number, type_name
 from ..model.array_classes import accepts_host
 from .fast_path import _ARRAY_TYPES, _MISSING
 from ..context.rules import _ACTIVE as _ACTIVE_RULES
-from ..language.shape import BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec
+from ..language.shape import BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, is_unconstrained
 from .sharding import _expected_layout, _missing_axes, _named_sharding_problem, _unnamed_sharding_problem
 from ..language.sizes import evaluate, size_equal
 from .kernel_layouts import in_op, record_checked, vma_exempt
@@ -313,8 +313,9 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
     explicit = {a for a, t in types.items() if t == AxisType.Explicit and sizes[a] != 1}
     actual = _normalise(sharding.spec, ndim, sizes) if isinstance(sharding, NamedSharding) else ((),) * ndim
     actual_e = tuple(tuple(a for a in axes if a in explicit) for axes in actual)
-    expected_e = tuple(tuple(a for a in axes if a in explicit) for axes in expected)
-    if actual_e != expected_e:
+    expected_e = tuple(axes if is_unconstrained(axes) else tuple(a for a in axes if a in explicit)
+                       for axes in expected)
+    if actual_e != _adopt(actual_e, expected_e):
         raise Mismatch(
             f"sharding over Explicit axes is {_fmt_layout(actual_e)} but the annotation says "
             f"{_fmt_layout(expected_e)}"

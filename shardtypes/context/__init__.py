@@ -30,6 +30,7 @@ from .mesh import (
     no_mesh_error as no_mesh_error,
 )
 from .rules import (
+    UNCONSTRAINED as UNCONSTRAINED,
     AxisRules as AxisRules,
     AxisRulesError as AxisRulesError,
     axis_rules as axis_rules,
@@ -43,6 +44,7 @@ from .rule_resolution import (
 )
 
 __all__ = [
+    "UNCONSTRAINED",
     "AxisRules",
     "AxisRulesError",
     "DimChoice",

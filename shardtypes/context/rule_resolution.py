@@ -16,7 +16,7 @@ import math
 from typing import Any, Literal, Mapping, Sequence
 
 from .rules import _ACTIVE, Active, AxisRules, AxisRulesError, _fmt_target
-from ..language.shape import ShapeSpec
+from ..language.shape import UNCONSTRAINED_AXES, ShapeSpec, is_unconstrained
 from ..language.sizes import divides, size_equal
 
 __all__ = ["DimChoice", "layout", "choices"]
@@ -135,6 +135,10 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
             if logical != name or slot in placed:
                 continue
             text = str(dims[i])
+            if is_unconstrained(target):
+                placed[slot] = target
+                notes[i].append(f"{logical} -> UNCONSTRAINED (XLA decides)")
+                break
             if not target:
                 placed[slot] = ()
                 notes[i].append(f"{logical} -> None (replicated by its rule)")
@@ -190,6 +194,13 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
     story: list[DimChoice] = []
     for i, dim in enumerate(dims):
         axes = tuple(axes_of(i))
+        free = [logical for (j, logical) in slots if j == i and is_unconstrained(placed.get((j, logical)))]
+        if free and axes:
+            raise AxisRulesError(
+                f"dim {i} {str(dim)!r}: logical axis {free[0]!r} is UNCONSTRAINED (XLA decides) but the "
+                f"dim's other names place it on {axes}: a PartitionSpec entry is either, not both{chosen}")
+        if free or dim.unconstrained:
+            axes = UNCONSTRAINED_AXES
         result.append(axes)
         dim_notes = notes[i]
         if mode_note and i == 0:

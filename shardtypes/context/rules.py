@@ -34,15 +34,21 @@ from typing import Any, Iterable, Iterator, Mapping, TypeAlias
 import jax
 
 from .compat import JitKey
+from ..language.shape import UNCONSTRAINED_AXES, is_unconstrained
 from ..language.sizes import _IDENT
 
 __all__ = [
+    "UNCONSTRAINED",
     "AxisRules",
     "AxisRulesError",
     "axis_rules",
     "current_rules",
     "RULES_HINT",
 ]
+
+# "XLA decides this dim": JAX's own PartitionSpec.UNCONSTRAINED (the same object, so either
+# spelling works as a rule target, and derived specs hold the value JAX and Flax use).
+UNCONSTRAINED = jax.sharding.PartitionSpec.UNCONSTRAINED
 
 _POLICIES = {
     "on_missing": ("error", "replicate"),
@@ -56,7 +62,9 @@ class AxisRulesError(ValueError):
     """A logical axis that the active rules cannot place on the mesh."""
 
 
-Target: TypeAlias = "tuple[str, ...]"  # a tuple of mesh axis names; () for "replicated"
+# A tuple of mesh axis names; () for "replicated"; UNCONSTRAINED_AXES (equal to () as a tuple,
+# told apart by is_unconstrained) for "XLA decides", a rule to PartitionSpec.UNCONSTRAINED.
+Target: TypeAlias = "tuple[str, ...]"
 
 # One rule as written: (logical name, a mesh axis, a tuple of them, or None for replicated).
 Rule: TypeAlias = "tuple[str, str | tuple[str, ...] | list[str] | None] | list[str | tuple[str, ...] | list[str] | None]"
@@ -64,8 +72,11 @@ Rule: TypeAlias = "tuple[str, str | tuple[str, ...] | list[str] | None] | list[s
 
 def _target(name: str, value: Any) -> Target:
     # As Flax and MaxText write them: None, () and [] replicate; a list is a tuple.
+    # PartitionSpec.UNCONSTRAINED (shardtypes.UNCONSTRAINED is the same object) leaves it to XLA.
     if value is None:
         return ()
+    if value is jax.sharding.PartitionSpec.UNCONSTRAINED:
+        return UNCONSTRAINED_AXES
     written = value
     if isinstance(value, str):
         value = (value,)
@@ -73,8 +84,9 @@ def _target(name: str, value: Any) -> Target:
         value = tuple(value)
     if not isinstance(value, tuple) or not all(isinstance(a, str) and _IDENT.match(a) for a in value):
         raise TypeError(
-            f"rule for {name!r}: the target must be a mesh axis name, a tuple or list of them, or "
-            f"None (or () or []) for replicated, got {written!r}"
+            f"rule for {name!r}: the target must be a mesh axis name, a tuple or list of them, "
+            f"None (or () or []) for replicated, or shardtypes.UNCONSTRAINED for 'XLA decides', "
+            f"got {written!r}"
         )
     if len(set(value)) != len(value):
         raise TypeError(f"rule for {name!r}: mesh axis named twice in {written!r}")
@@ -95,7 +107,25 @@ def _rule_list(rules: Iterable[Rule], where: str) -> tuple[tuple[str, Target], .
     return tuple(out)
 
 
+def _tkey(target: Target) -> tuple[str, ...]:
+    """A target as a plain tuple that tells UNCONSTRAINED from replicated ('?' is no axis name)."""
+    return ("?",) if is_unconstrained(target) else target
+
+
+def _rules_key(pairs: tuple[tuple[str, Target], ...]) -> tuple:
+    return tuple((n, _tkey(t)) for n, t in pairs)
+
+
+def _public(target: Target) -> Any:
+    """A target in the constructor's form: None replicates, UNCONSTRAINED leaves it to XLA."""
+    if is_unconstrained(target):
+        return jax.sharding.PartitionSpec.UNCONSTRAINED
+    return None if not target else target[0] if len(target) == 1 else target
+
+
 def _fmt_target(target: Target) -> str:
+    if is_unconstrained(target):
+        return "UNCONSTRAINED"
     if not target:
         return "None"
     return repr(target[0]) if len(target) == 1 else repr(target)
@@ -179,7 +209,7 @@ class AxisRules:
 
     def _key(self) -> tuple:
         """What the rules are: equal keys, equal rules (and the same layouts)."""
-        return (self.rules, tuple(sorted(self.modes.items())), self.auto_mode, self.name, self.on_missing,
+        return (_rules_key(self.rules), tuple(sorted((m, _rules_key(r)) for m, r in self.modes.items())), self.auto_mode, self.name, self.on_missing,
                 self.on_unknown_axis, self.on_conflict, self.on_indivisible)
 
     def __eq__(self, other: object) -> bool:
@@ -253,10 +283,13 @@ class AxisRules:
         if not isinstance(other, AxisRules):
             raise TypeError(f"AxisRules.merge expects AxisRules, got {other!r}")
         mine, theirs = self.table(), other.table()
-        conflicts: list[tuple[str, str | None]] = [(n, None) for n in mine if n in theirs and mine[n] != theirs[n]]
+        def differ(a: tuple[Target, ...], b: tuple[Target, ...]) -> bool:
+            return tuple(map(_tkey, a)) != tuple(map(_tkey, b))
+
+        conflicts: list[tuple[str, str | None]] = [(n, None) for n in mine if n in theirs and differ(mine[n], theirs[n])]
         for mode in sorted(set(self.modes) & set(other.modes)):
             a, b = self.table(mode), other.table(mode)
-            conflicts += [(n, mode) for n in a if n in b and a[n] != b[n]]
+            conflicts += [(n, mode) for n in a if n in b and differ(a[n], b[n])]
         if conflicts:
             def targets(rules: "AxisRules", n: str, mode: str | None) -> str:
                 return " or ".join(_fmt_target(t) for t in rules.table(mode).get(n, ()))
@@ -267,7 +300,7 @@ class AxisRules:
             )
             raise AxisRulesError(f"cannot merge {self._label()} and {other._label()}: they map {details} differently")
         def public(pairs):  # the constructor's form: None for a replicating rule
-            return [(n, None if not t else t[0] if len(t) == 1 else t) for n, t in pairs]
+            return [(n, _public(t)) for n, t in pairs]
 
         rules = public(self.rules) + public(r for r in other.rules if r[0] not in mine)
         modes = {m: public(r) for m, r in self.modes.items()}
@@ -287,7 +320,7 @@ class AxisRules:
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         for name, target in self.rules:
-            yield name, (None if not target else target[0] if len(target) == 1 else target)
+            yield name, _public(target)
 
     def __len__(self) -> int:
         return len(self.rules)

@@ -1,6 +1,6 @@
 """Process-wide settings: ``shardtypes.config``.
 
-Two switches:
+Three switches:
 
 * ``config.checks``: every check on (default) or off. Off, checked functions, ``check``,
   typeguard's checks of shardtypes annotations and the typed collectives' operand checks do
@@ -9,8 +9,10 @@ Two switches:
   production runs that want no trace-time cost at all (as ``JAXTYPING_DISABLE`` does for
   jaxtyping).
 * ``config.auto_sharding_check``: how Auto mesh axes are checked under ``jax.jit``.
+* ``config.traceback_filtering``: ``'on'`` (default) leaves shardtypes' and typeguard's frames
+  out of a failed check's traceback, as JAX does with its own; ``'off'`` keeps them.
 
-Both are part of jit's cache key (through ``jax.make_user_context``; on JAX before 0.10 a change
+The first two are part of jit's cache key (through ``jax.make_user_context``; on JAX before 0.10 a change
 empties jit's caches instead, see ``_compat``): a jitted function traced with checks off is traced
 again once they are on, so jit's cache never keeps an unchecked trace.
 """
@@ -27,6 +29,7 @@ from .compat import JitKey
 __all__ = ["config"]
 
 _AUTO_MODES = ("compile", "off")
+_FILTERING = ("on", "off")
 _ENV = "SHARDTYPES_DISABLE"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -70,13 +73,18 @@ class Config:
     * ``"off"``: Auto axes are not checked under jit (Explicit and Manual axes still are). Use it
       when annotations on Auto meshes describe intent rather than what XLA chose.
 
+    ``shardtypes.config.traceback_filtering`` is ``"on"`` (default: a failed check's traceback
+    has no shardtypes or typeguard frame, as JAX's ``jax_traceback_filtering`` leaves out JAX's)
+    or ``"off"`` (every frame, for debugging shardtypes itself). Tracing does not depend on it.
+
     >>> import shardtypes
     >>> shardtypes.config.checks = False   # production: no checks, same layouts
     """
 
-    __slots__ = ("_auto", "_checks")
+    __slots__ = ("_auto", "_checks", "_filtering")
 
     def __init__(self) -> None:
+        self._filtering = "on"
         self._auto = "compile"
         self._checks = _checks_from_environment()
         self._publish()
@@ -105,12 +113,22 @@ class Config:
         self._auto = mode
         self._publish()
 
+    @property
+    def traceback_filtering(self) -> str:
+        return self._filtering
+
+    @traceback_filtering.setter
+    def traceback_filtering(self, mode: str) -> None:
+        if not isinstance(mode, str) or mode not in _FILTERING:
+            raise ValueError(f"shardtypes.config.traceback_filtering must be one of {_FILTERING}, got {mode!r}")
+        self._filtering = mode
+
     def __setattr__(self, name: str, value: object) -> None:
         # A typo (config.check = False) must not pass as a no-op or an anonymous AttributeError.
-        if name not in ("checks", "auto_sharding_check", "_auto", "_checks"):
+        if name not in ("checks", "auto_sharding_check", "traceback_filtering", "_auto", "_checks", "_filtering"):
             raise AttributeError(
-                f"shardtypes.config has no setting {name!r}: the settings are 'checks' and "
-                "'auto_sharding_check'"
+                f"shardtypes.config has no setting {name!r}: the settings are 'checks', "
+                "'auto_sharding_check' and 'traceback_filtering'"
             )
         object.__setattr__(self, name, value)
 
@@ -118,7 +136,8 @@ class Config:
         _JIT_STATE.set_global((self._checks, self._auto))
 
     def __repr__(self) -> str:
-        return f"shardtypes.Config(checks={self._checks!r}, auto_sharding_check={self._auto!r})"
+        return (f"shardtypes.Config(checks={self._checks!r}, auto_sharding_check={self._auto!r}, "
+                f"traceback_filtering={self._filtering!r})")
 
 
 config: Config = Config()

@@ -75,8 +75,16 @@ def shardings(model: Any, mesh: Any = None, *filters: Any) -> Any:
     ``jax.device_put(nnx.state(model, *filters), ...)`` and ``nnx.update``."""
     mesh = mesh_arg(mesh, "shardtypes.nnx.shardings")
     specs = partition_specs(model, *filters)
-    return jax.tree.map(lambda spec: NamedSharding(mesh, spec), specs,
-                        is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+
+    def sharding(path: Any, spec: jax.sharding.PartitionSpec) -> NamedSharding:
+        if jax.sharding.PartitionSpec.UNCONSTRAINED in tuple(spec):
+            raise ValueError(
+                f"shardtypes.nnx.shardings: {jax.tree_util.keystr(path)} is laid out {spec}: an "
+                "UNCONSTRAINED dim (XLA decides) cannot be placed on devices; give it mesh axes")
+        return NamedSharding(mesh, spec)
+
+    return jax.tree_util.tree_map_with_path(sharding, specs,
+                                            is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
 
 
 def check(model: Any, *filters: Any) -> None:

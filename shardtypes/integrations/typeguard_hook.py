@@ -63,6 +63,9 @@ def _check_annotation(value: Any, origin: type, args: tuple, memo: TypeCheckMemo
                 _collect(TypeCheckError(f"{where} {core}"))
                 return
             prefix = f"of {func}() " if func and kind != "check_type" else ""
+            # typeguard raises it from the user's instrumented function, past any boundary of
+            # ours that could filter the traceback: pytest at least leaves this frame out.
+            __tracebackhide__ = True  # noqa: F841
             raise ArrayError(f"{prefix}{core}") from None
     if new:
         _set_table(memo, table.bind(new, _origin_phrase()), scoped)

@@ -224,6 +224,13 @@ class _TypedShardMap:
             specs = derive_specs(annotation)
         except (TypeError, ValueError) as e:
             raise TypeError(f"typed_shard_map: {what} of {self.name}: {e}") from None
+        for path, spec in jax.tree_util.tree_flatten_with_path(specs, is_leaf=lambda x: isinstance(x, PartitionSpec))[0]:
+            if isinstance(spec, PartitionSpec) and PartitionSpec.UNCONSTRAINED in tuple(spec):
+                raise TypeError(
+                    f"typed_shard_map: {what} of {self.name}{jax.tree_util.keystr(path)}: dim "
+                    f"{tuple(spec).index(PartitionSpec.UNCONSTRAINED)} is UNCONSTRAINED ({spec}), but "
+                    "shard_map splits every dim of its operands as its specs say: give the dim mesh "
+                    "axes (or replicate it) in the kernel's annotation")
         if self.axis_names is not None:
             specs = jax.tree.map(self._manual_only, specs, is_leaf=lambda x: isinstance(x, PartitionSpec))
         return specs

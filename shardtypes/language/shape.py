@@ -16,7 +16,9 @@ Each dim is a *size* optionally followed by ``/axis`` one or more times:
 ``seq+1``     arithmetic over names and integers: ``+ - * //`` and parentheses
 ============  =============================================================
 
-``batch/d/e`` shards ``batch`` over mesh axes ``d`` then ``e``. Note that ``//`` inside a size is
+``batch/d/e`` shards ``batch`` over mesh axes ``d`` then ``e``. ``embed/?`` leaves the dim's layout
+to XLA (``PartitionSpec.UNCONSTRAINED``): ``?`` is not an identifier, so it cannot clash with a
+mesh axis or logical axis name, and it stands alone after its ``/``. Note that ``//`` inside a size is
 floor division (``heads//kv/t`` is ``heads//kv`` sharded over ``t``).
 """
 
@@ -32,7 +34,8 @@ from .sizes import _IDENT, Node, _DimError, _expr_names, _parse_expr, evaluate
 if TYPE_CHECKING:
     from jax.sharding import PartitionSpec
 
-__all__ = ["DimSpec", "ShapeSpec", "ShapeSpecError", "entry_axes", "axes_entry"]
+__all__ = ["DimSpec", "ShapeSpec", "ShapeSpecError", "entry_axes", "axes_entry", "UNCONSTRAINED_AXES",
+           "is_unconstrained"]
 
 _INT = re.compile(r"[0-9]+\Z")
 
@@ -73,6 +76,33 @@ class ShapeSpecError(ValueError):
         return (type(self), (self.spec, self.problem, self.span), self.__dict__ or None)
 
 
+class _Unconstrained(tuple):
+    """The axes of a dim whose layout XLA decides (``embed/?``, or a rule to
+    ``PartitionSpec.UNCONSTRAINED``). It holds no mesh axes, so code that only collects axes
+    (which axes are used, which the mesh lacks) sees none; code that compares or places a layout
+    asks ``is_unconstrained``. Equal to ``()`` as a tuple, so ``DimSpec`` keeps a flag of its own."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNCONSTRAINED"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unconstrained, ())
+
+
+UNCONSTRAINED_AXES = _Unconstrained()
+
+
+def _unconstrained() -> _Unconstrained:
+    return UNCONSTRAINED_AXES
+
+
+def is_unconstrained(axes: object) -> bool:
+    """Whether one dim's axes (of a layout, a target or a DimSpec) mean "XLA decides"."""
+    return isinstance(axes, _Unconstrained)
+
+
 # A shape string longer than this is quoted by its head and tail in messages.
 _LONG = 200
 
@@ -105,11 +135,14 @@ class DimSpec:
     sharding: tuple[str, ...]
     kind: str
     expr: int | Node | None = dataclasses.field(default=None, repr=False, compare=False)
+    # ``embed/?``: the sharding is UNCONSTRAINED_AXES (no axes); this flag keeps ``embed/?`` and
+    # ``embed`` unequal (the sentinel compares equal to ``()``).
+    unconstrained: bool = dataclasses.field(default=False, repr=False)
 
     @property
     def name(self) -> str | None:
         """The bound name: ``batch`` for ``batch``, ``*batch`` and ``#batch``; else None."""
-        if self.kind in (NAMED,):
+        if self.kind == NAMED:
             return self.shape
         if self.kind in (VARIADIC, BROADCAST):
             return self.shape[1:]
@@ -142,6 +175,8 @@ class DimSpec:
             raise ShapeSpecError(dim, str(e), (0, len(dim))) from None
 
     def __str__(self) -> str:
+        if self.unconstrained:
+            return f"{self.shape}/?"
         return "/".join((self.shape,) + self.sharding)
 
 
@@ -152,6 +187,14 @@ def _parse_dim(text: str) -> DimSpec:
     size, axes = _split_size(text)
     if size == "":
         raise _DimError(f"dim {text!r} has no size before '/'")
+    if "?" in axes:
+        if axes != ["?"]:
+            raise _DimError(f"dim {text!r}: '?' (XLA decides the dim's layout) stands alone after one '/', "
+                            f"as in {size + '/?'!r}, not beside mesh axes")
+        if size in ("...",) or size[0] == "*":
+            raise _DimError(f"variadic dim {text!r} cannot be unconstrained: mark the dims it stands for")
+        plain = _parse_dim(size)
+        return DimSpec(plain.shape, UNCONSTRAINED_AXES, plain.kind, plain.expr, True)
     for axis in axes:
         if axis == "":
             raise _DimError(f"dim {text!r} has an empty mesh axis name (a '/' with nothing after it)")
@@ -248,14 +291,14 @@ class ShapeSpec:
                 raise TypeError(f"ShapeSpec.partition_spec: ndim must be an int or None, got {ndim!r}")
             if ndim < 0:
                 raise ValueError(f"ShapeSpec.partition_spec: ndim must be non-negative, got {ndim}")
-        entries: list[str | tuple[str, ...] | None] = []
+        entries: list[object] = []  # axis names, tuples of them, None, P.UNCONSTRAINED
         var = self.variadic_index
         if var is None and ndim is not None and ndim != len(self.dims):
             raise ShapeSpecError(str(self), f"rank {ndim} does not match the {len(self.dims)} dims")
         for i, dim in enumerate(self.dims):
             if i == var:
                 if ndim is None:
-                    if any(d.sharding for d in self.dims[i + 1 :]):
+                    if any(d.sharding or d.unconstrained for d in self.dims[i + 1 :]):
                         raise ShapeSpecError(
                             str(self),
                             f"the variadic dim {str(dim)!r} comes before sharded dims, so their "
@@ -269,7 +312,9 @@ class ShapeSpec:
                     )
                 entries.extend([None] * fill)
                 continue
-            if not dim.sharding:
+            if dim.unconstrained:
+                entries.append(PartitionSpec.UNCONSTRAINED)
+            elif not dim.sharding:
                 entries.append(None)
             elif len(dim.sharding) == 1:
                 entries.append(dim.sharding[0])
@@ -325,5 +370,10 @@ def entry_axes(entry: object) -> tuple[str, ...]:
 
 
 def axes_entry(axes: tuple[str, ...]) -> object:
-    """The PartitionSpec entry for mesh axes: () -> None, ('d',) -> 'd', ('d', 'e') as is."""
+    """The PartitionSpec entry for mesh axes: () -> None, ('d',) -> 'd', ('d', 'e') as is,
+    UNCONSTRAINED_AXES -> PartitionSpec.UNCONSTRAINED."""
+    if is_unconstrained(axes):
+        from jax.sharding import PartitionSpec
+
+        return PartitionSpec.UNCONSTRAINED
     return None if not axes else axes[0] if len(axes) == 1 else tuple(axes)

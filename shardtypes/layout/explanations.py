@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from ..context.mesh import current_mesh
 from ..context.rule_resolution import choices as rules_choices
+from ..language.shape import is_unconstrained
 from ..context.rules import AxisRulesError, current_rules
 from ..language.sizes import check_dims
 from .specs import _dim_size, mesh_arg
@@ -57,7 +58,8 @@ def explain_tree(annotation: Any, mesh: Any = None, dims: Mapping[str, Any] | No
             lines.append(f"  error: {e}")
             return
         for choice in story:
-            axes = ", ".join(choice.axes) if choice.axes else "replicated"
+            axes = ("XLA decides" if is_unconstrained(choice.axes) else
+                    ", ".join(choice.axes) if choice.axes else "replicated")
             notes = "; ".join(choice.notes)
             lines.append(f"  dim {choice.index} {choice.dim!r}: {axes}" + (f"  ({notes})" if notes else ""))
 

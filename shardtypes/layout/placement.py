@@ -14,9 +14,11 @@ from typing import Any, Iterator, TypeVar, overload
 import jax
 import jax.core
 import numpy as np
+from typeguard import TypeCheckError
 from jax.sharding import NamedSharding
 
 from ..language.shape import entry_axes
+from ..context.tracebacks import filter_traceback
 from ..language.sizes import divides
 from .specs import mesh_arg, shardings as derive_shardings
 from ..model import ClassNode, describe, model
@@ -79,10 +81,18 @@ def shard(value: Any, annotation: Any, mesh: Any = None, *, like: Any = None) ->
     ``AbstractMesh`` has no devices, so eagerly it is an error; under jit on Explicit axes JAX
     needs the mesh set around the call (``with jax.set_mesh(mesh):``), and shard says so.
     """
+    try:
+        return _shard(value, annotation, mesh, like)
+    except (TypeError, ValueError, TypeCheckError) as e:
+        filter_traceback(e)  # the user's frames only (config.traceback_filtering)
+        raise
+
+
+def _shard(value: Any, annotation: Any, mesh: Any, like: Any) -> Any:
     mesh = mesh_arg(mesh, "shard")
     if dataclasses.is_dataclass(value) and not isinstance(value, type) and _is_one_leaf(value):
         return _shard_fields(value, annotation, mesh)
-    shardings = derive_shardings(annotation, mesh, like=like)
+    shardings = derive_shardings(annotation, mesh, like=like, unconstrained="auto")
     # None in the value is an Optional left empty: a leaf here, so it lines up with the
     # annotation's leaf, and it stays None.
     with tree_guard("shard", "value", value):
@@ -146,7 +156,7 @@ def _shard_fields(value: Any, annotation: Any, mesh: Any) -> Any:
     out = copy.copy(value)
     for name, field in node.fields.items():
         if field.has_arrays:
-            object.__setattr__(out, name, shard(getattr(value, name), field.annotation, mesh))
+            object.__setattr__(out, name, _shard(getattr(value, name), field.annotation, mesh, None))
     return out
 
 
@@ -172,6 +182,13 @@ def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
                 f"over mesh axes {axes} ({parts} devices) as {sharding.spec} asks"
             )
     if not isinstance(x, jax.core.Tracer):
+        free = [i for i, entry in enumerate(sharding.spec) if entry is jax.sharding.PartitionSpec.UNCONSTRAINED]
+        if free:
+            raise ValueError(
+                f"shard: {path}: dim {free[0]} is UNCONSTRAINED (XLA decides its layout), which only "
+                "a constraint inside jax.jit can leave open; eagerly shard puts the value on devices "
+                "and must place every dim: call it inside jax.jit, or give the dim mesh axes"
+            )
         if isinstance(sharding.mesh, jax.sharding.AbstractMesh):
             raise ValueError(
                 f"shard: {path}: the mesh is an AbstractMesh, which has no devices to put a value "

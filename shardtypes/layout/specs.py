@@ -117,9 +117,11 @@ def _partition_spec(leaf: _Leaf, ndim: int | None = None, mesh_sizes: Mapping[st
 
 
 def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = None,
-                   ndim: int | None = None) -> PartitionSpec:
+                   ndim: int | None = None, unconstrained: str = "error") -> PartitionSpec:
     """The leaf's PartitionSpec on ``mesh``, checked: every axis is in the mesh, and every dim
-    whose size ``sizes`` gives divides over its axes."""
+    whose size ``sizes`` gives divides over its axes. An UNCONSTRAINED dim (``embed/?``) is an
+    error; with ``unconstrained='auto'`` (``shard``: with_sharding_constraint under jit takes it)
+    only on an all-Explicit mesh; with ``'replicate'`` (verify's inputs) it is None."""
     mesh_sizes = dict(mesh.shape)
     where = leaf.path or "the annotation"
     known = [_dim_size(dim, sizes or {}, leaf, i, required=False) if not dim.is_variadic else None
@@ -129,6 +131,8 @@ def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = Non
     var = leaf.spec.variadic_index
     for i, entry in enumerate(spec):
         axes = entry_axes(entry)
+        if entry is PartitionSpec.UNCONSTRAINED and unconstrained != "replicate":
+            _refuse_unconstrained(leaf, mesh, i, var, unconstrained == "auto")
         if var is not None and i >= var:
             break  # positions after a variadic dim: their sizes are not known here
         text = str(leaf.spec.dims[i]) if i < len(leaf.spec.dims) else ""
@@ -148,7 +152,23 @@ def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = Non
                 f"{where} ({leaf.text}): dim {i} {text!r} has size {size}, which does not "
                 f"divide over mesh axes {axes} of total size {parts}"
             )
+    if unconstrained == "replicate":
+        return PartitionSpec(*(None if e is PartitionSpec.UNCONSTRAINED else e for e in spec))
     return spec
+
+
+def _refuse_unconstrained(leaf: _Leaf, mesh: Any, i: int, var: int | None, auto_ok: bool) -> None:
+    dims = leaf.spec.dims
+    head = (f"{leaf.path or 'the annotation'} ({leaf.text}): dim {i}"
+            f"{f' {str(dims[i])!r}' if (var is None or i < var) and i < len(dims) else ''} is UNCONSTRAINED (XLA decides its layout)")
+    if not auto_ok:
+        raise ValueError(f"{head}, so it cannot be placed on devices: give the dim mesh axes (or replicate it), or "
+                         "lay the value out with shardtypes.shard(x, annotation) inside jax.jit on Auto mesh "
+                         "axes, which passes PartitionSpec.UNCONSTRAINED to jax.lax.with_sharding_constraint")
+    if not any(t == jax.sharding.AxisType.Auto for t in mesh.axis_types):
+        raise ValueError(f"{head}, which needs Auto mesh axes; the mesh's axes are all Explicit "
+                         f"{tuple(mesh.axis_names)} (JAX refuses PartitionSpec.UNCONSTRAINED there): give the "
+                         "dim mesh axes, or use an Auto mesh")
 
 
 def _dim_size(dim, sizes: Mapping[str, Any], leaf: _Leaf, index: int, required: bool) -> Any:
@@ -266,10 +286,11 @@ def make_shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Sh
     return shardings(annotation, mesh, like=like)
 
 
-def shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Any:
-    """``make_shardings`` for callers that name themselves in its errors."""
+def shardings(annotation: Any, mesh: Any = None, *, like: Any = None, unconstrained: str = "error") -> Any:
+    """``make_shardings`` for callers that name themselves in its errors (``unconstrained``: see
+    ``_resolved_spec``)."""
     mesh = mesh_arg(mesh, "make_shardings")
-    key = (mesh, current_rules())
+    key = (mesh, current_rules(), unconstrained)
     cache = _SHARDINGS.get(key)
     if cache is None:
         if len(_SHARDINGS) > 64:
@@ -277,7 +298,7 @@ def shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Any:
         cache = _SHARDINGS[key] = {}
 
     def leaf(leaf: _Leaf) -> NamedSharding:
-        sharding = NamedSharding(mesh, _resolved_spec(leaf, mesh))
+        sharding = NamedSharding(mesh, _resolved_spec(leaf, mesh, unconstrained=unconstrained))
         cache[leaf.annotation] = sharding
         return sharding
 
@@ -287,7 +308,6 @@ def shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Any:
 # (mesh, active rules) -> {array annotation -> NamedSharding}: a sharding is a function of these
 # alone, and parameter trees repeat a few annotations many times (every layer, every moment).
 _SHARDINGS: dict = {}
-
 
 
 @_entry("make_shape_dtype_structs")
@@ -315,7 +335,8 @@ def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any
     return structs(annotation, dims, mesh, like)
 
 
-def structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None, like: Any = None) -> Any:
+def structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None, like: Any = None,
+            unconstrained: str = "error") -> Any:
     """``make_shape_dtype_structs`` with ``dims`` taken as they are (validated by the caller,
     and possibly holding sizes of names other annotations use)."""
     try:
@@ -353,7 +374,7 @@ def structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None, like: An
             shape.append(_dim_size(dim, dims, leaf, i, required=True))
         sharding = None
         if mesh is not None:
-            sharding = NamedSharding(mesh, _resolved_spec(leaf, mesh, dims, len(shape)))
+            sharding = NamedSharding(mesh, _resolved_spec(leaf, mesh, dims, len(shape), unconstrained=unconstrained))
         return jax.ShapeDtypeStruct(tuple(shape), leaf.dtype_cls.dtype, sharding=sharding)
 
     return _walk(annotation, leaf, like=like)

@@ -20,7 +20,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from ..context.settings import config
 from .annotations import dtype_name, type_name
 from ..context.rules import _ACTIVE as _ACTIVE_RULES, RULES_HINT
-from ..language.shape import entry_axes
+from ..language.shape import entry_axes, is_unconstrained
 
 __all__ = ["Mismatch", "describe", "axis_hint"]
 
@@ -48,7 +48,9 @@ def _fmt_shape(shape) -> str:
 def _fmt_layout(layout: Layout) -> str:
     entries = []
     for axes in layout:
-        if not axes:
+        if is_unconstrained(axes):
+            entries.append("UNCONSTRAINED")
+        elif not axes:
             entries.append("None")
         elif len(axes) == 1:
             entries.append(repr(axes[0]))
@@ -146,6 +148,15 @@ def axis_hint(missing: list[str], axis_names) -> str:
     if _ACTIVE_RULES.get() is None:
         text += f" (if these are logical axis names, {RULES_HINT.get()})"
     return text
+
+
+def _adopt(actual: Layout, expected: Layout) -> Layout:
+    """``expected`` with each UNCONSTRAINED dim (XLA decides) taking the axes ``actual`` has
+    there: any split of such a dim passes (an array's spec never names a mesh axis twice)."""
+    if not any(is_unconstrained(axes) for axes in expected):
+        return expected
+    return tuple(found if is_unconstrained(want) else want
+                 for found, want in zip(actual + ((),) * (len(expected) - len(actual)), expected))
 
 
 def _layout_problem(actual: Layout, expected: Layout) -> str:

@@ -248,7 +248,8 @@ def verify(
 
     for pname, annotation in array_params.items():
         try:
-            args[pname] = structs(annotation, sizes, mesh)
+            # an UNCONSTRAINED dim (embed/?) accepts any split: its input is laid out replicated
+            args[pname] = structs(annotation, sizes, mesh, unconstrained="replicate")
         except TypeError:
             p = signature.parameters[pname]
             if p.default is inspect.Parameter.empty:

@@ -55,7 +55,8 @@ class Weights:
 
 def test_default_is_on_and_repr():
     assert shardtypes.config.checks is True
-    assert repr(shardtypes.config) == "shardtypes.Config(checks=True, auto_sharding_check='compile')"
+    assert repr(shardtypes.config) == ("shardtypes.Config(checks=True, auto_sharding_check='compile', "
+                                       "traceback_filtering='on')")
 
 
 def test_checked_function_off_then_on(checks_off):

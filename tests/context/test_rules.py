@@ -101,8 +101,8 @@ def test_rules_from_flax_style_pairs():
         ([("batch size", "data")], TypeError, "a logical axis name must be an identifier, got 'batch size'"),
         ([(3, "data")], TypeError, "a logical axis name must be an identifier, got 3"),
         ([("batch", ("data", 3))], TypeError,
-         "rule for 'batch': the target must be a mesh axis name, a tuple or list of them, or None "
-         "(or () or []) for replicated, got ('data', 3)"),
+         "rule for 'batch': the target must be a mesh axis name, a tuple or list of them, None "
+         "(or () or []) for replicated, or shardtypes.UNCONSTRAINED for 'XLA decides', got ('data', 3)"),
         ([("batch", 3)], TypeError, "rule for 'batch': the target must be a mesh axis name"),
         ([("batch", "not an axis")], TypeError, "rule for 'batch': the target must be a mesh axis name"),
         ([("batch", ["data", None])], TypeError, "rule for 'batch': the target must be a mesh axis name"),

@@ -39,7 +39,8 @@ def test_empty_tuple_and_list_targets_as_maxtext_writes_them():
 @pytest.mark.parametrize("target, shown", [(["x", 3], "['x', 3]"), (("x", None), "('x', None)"), ({"x"}, "{'x'}")])
 def test_bad_list_targets_are_named(target, shown):
     with pytest.raises(TypeError, match=re.escape(f"rule for 'a': the target must be a mesh axis name, a tuple "
-                                                  f"or list of them, or None (or () or []) for replicated, got {shown}")):
+                                                  f"or list of them, None (or () or []) for replicated, or shardtypes.UNCONSTRAINED for "
+                                                  f"'XLA decides', got {shown}")):
         AxisRules([("a", target)])
     with pytest.raises(TypeError, match=re.escape("rule for 'a': mesh axis named twice in ['x', 'x']")):
         AxisRules([("a", ["x", "x"])])

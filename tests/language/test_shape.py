@@ -411,6 +411,9 @@ def shape_strings(draw, allow_variadic=True):
     if n:
         for axis in axis_pool:
             axes[draw(st.integers(0, n - 1))].append(axis)
+        for a in axes:  # 'size/?': XLA decides (PartitionSpec.UNCONSTRAINED)
+            if not a and draw(st.integers(0, 3)) == 0:
+                a.append("?")
     dims = ["/".join([s] + a) for s, a in zip(sizes, axes)]
     var = None
     if allow_variadic and draw(st.booleans()):
@@ -425,6 +428,8 @@ def shape_strings(draw, allow_variadic=True):
 
 
 def _entry(axes):
+    if axes == ["?"]:
+        return P.UNCONSTRAINED
     if not axes:
         return None
     return axes[0] if len(axes) == 1 else tuple(axes)
@@ -437,7 +442,8 @@ def test_property_round_trip(case):
     parsed = ShapeSpec.parse(s)
     assert str(parsed) == " ".join(s.split())
     assert [str(d) for d in parsed.dims] == dims
-    assert [list(d.sharding) for d in parsed.dims] == axes
+    assert [["?"] if d.unconstrained else list(d.sharding) for d in parsed.dims] == axes
+    assert all(not d.sharding for d in parsed.dims if d.unconstrained)
     assert ShapeSpec.parse(str(parsed)) == parsed
     assert ShapeSpec.parse(s.encode()) == parsed
 

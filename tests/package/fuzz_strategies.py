@@ -28,7 +28,7 @@ PENDING = {
     # item 2: x: f32 (bare) says 'argument "x" (jaxlib._jax.ArrayImpl) has a malformed
     # annotation f32[]', naming neither the function nor a public class
     "bare_dtype_class_message": False,
-    "plain_dataclass": True,  # item 3: shard(x, PlainLayer) raises AttributeError 'leaf'
+    "plain_dataclass": False,  # item 3: shard(x, PlainLayer) raised AttributeError 'leaf'
     # found by the fuzzer: the annotation walk's errors (make_partition_specs, make_shardings,
     # plan, ...) name the path inside the argument ("[1] is 3") but not the entry point
     "walk_messages_name_only_the_path": False,
@@ -91,6 +91,8 @@ NAMES = ("a", "b", "batch", "embed")
 def dims_text(draw: Any) -> str:
     size = draw(st.sampled_from(NAMES + ("1", "2", "4", "8", "_", "a+1", "2*a", "a//2", "#a", "(a)", "0", "2-3")))
     axes = draw(st.lists(st.sampled_from(AXES), max_size=2, unique=True))
+    if not axes and size not in ("0", "2-3") and draw(st.integers(0, 5)) == 0:
+        axes = ["?"]  # XLA decides (PartitionSpec.UNCONSTRAINED)
     return "/".join([size, *axes])
 
 
@@ -111,7 +113,7 @@ def good_shape(draw: Any) -> str:
 
 bad_shape = st.one_of(
     st.text(alphabet="ab d/t_*#.+-()0123456789$ ", max_size=10),
-    st.sampled_from(["a/", "/d", "a/d/d", "a/d b/d", "... ...", ".../d", "a+", "(a", "a$", "#_", "*_", "a/1x",
+    st.sampled_from(["a/", "/d", "a/d/d", "a/d b/d", "... ...", ".../d", "a+", "(a", "a$", "#_", "*_", "a/1x", "a/?/d", ".../?",
                      "a b\x00", "(((((((((((((((((((((((((((((((((a)))))))))))))))))))))))))))))))))"]),
 )
 shape_text = st.one_of(good_shape(), good_shape(), bad_shape)

@@ -360,6 +360,42 @@ case("pytree_dataclass", "options-on-a-dataclass", lambda: pytree_dataclass(froz
 case("pytree_dataclass", "init-false-field", init_false_field, TypeError, "init=False")
 case("field", "positional", lambda: field(3), TypeError, "field()")
 
+# --- UNCONSTRAINED: 'embed/?' and the rule target (XLA decides a dim) ----------------------------
+
+
+def _mesh_of(kind: AxisType) -> jax.sharding.Mesh:
+    return jax.make_mesh((4, 2), ("d", "t"), axis_types=(kind,) * 2)
+
+
+def _unconstrained_kernel() -> Any:
+    @typed_shard_map
+    def kernel(x: f32[b"batch/d embed/?"]) -> f32[b"batch/d embed"]:
+        return x
+
+    mesh = _mesh_of(AxisType.Explicit)
+    with jax.set_mesh(mesh):
+        return kernel(jax.device_put(jnp.zeros((8, 4)), NamedSharding(mesh, P("d"))))
+
+
+_FREE = f32[b"batch/d embed/?"]
+_FREE_RULES = AxisRules([("batch", "d"), ("act", shardtypes.UNCONSTRAINED), ("embed", "t")])
+case("UNCONSTRAINED", "beside-an-axis", lambda: ShapeSpec.parse("e/?/d"), ShapeSpecError, "'?' (XLA decides the dim's layout) stands alone")
+case("UNCONSTRAINED", "variadic", lambda: ShapeSpec.parse(".../?"), ShapeSpecError, "variadic dim '.../?' cannot be unconstrained")
+case("UNCONSTRAINED", "make_shardings", lambda: make_shardings(_FREE, _mesh_of(AxisType.Auto)), ValueError, "make_shardings: the annotation", "dim 1 'embed/?' is UNCONSTRAINED", "cannot be placed on devices")
+case("UNCONSTRAINED", "make_shape_dtype_structs", lambda: make_shape_dtype_structs(_FREE, {"batch": 8, "embed": 4}, _mesh_of(AxisType.Auto)), ValueError, "make_shape_dtype_structs: the annotation", "dim 1 'embed/?' is UNCONSTRAINED")
+case("UNCONSTRAINED", "shard-eagerly", lambda: shard(jnp.zeros((8, 4)), _FREE, _mesh_of(AxisType.Auto)), ValueError, "shard: the value", "dim 1 is UNCONSTRAINED", "eagerly shard puts the value on devices")
+case("UNCONSTRAINED", "shard-explicit-mesh", lambda: shard(jnp.zeros((8, 4)), _FREE, _mesh_of(AxisType.Explicit)), ValueError, "dim 1 'embed/?' is UNCONSTRAINED", "the mesh's axes are all Explicit ('d', 't')")
+case("UNCONSTRAINED", "typed_shard_map", _unconstrained_kernel, TypeError, 'typed_shard_map: argument "x" of ', 'kernel: dim 1 is UNCONSTRAINED', 'shard_map splits every dim')
+case("UNCONSTRAINED", "beside-a-placed-name", lambda: _with_rules(_FREE_RULES, lambda: make_partition_specs(f32[b"b/batch e/embed/act"])), AxisRulesError, "logical axis 'act' is UNCONSTRAINED (XLA decides) but the dim's other names place it on ('t',)")
+case("UNCONSTRAINED", "merge-with-None", lambda: _FREE_RULES.merge(AxisRules([("act", None)])), AxisRulesError, "act: UNCONSTRAINED vs None")
+case("UNCONSTRAINED", "rule-target-in-a-tuple", lambda: AxisRules([("act", ("d", shardtypes.UNCONSTRAINED))]), TypeError, "or shardtypes.UNCONSTRAINED for 'XLA decides'")
+
+
+def _with_rules(rules: AxisRules, body: Callable[[], Any]) -> Any:
+    with axis_rules(rules):
+        return body()
+
+
 # --- logical axis rules -------------------------------------------------------------------------
 
 case("AxisRules", "rules-int", lambda: AxisRules(3), TypeError, "rules are a sequence of (logical name, mesh axes) pairs")
@@ -663,6 +699,7 @@ case("config", "checks-str", lambda: setattr(config, "checks", "yes"), TypeError
 case("config", "checks-int", lambda: setattr(config, "checks", 1), TypeError, "shardtypes.config.checks must be True or False")
 case("config", "auto-sharding-check", lambda: setattr(config, "auto_sharding_check", "never"), ValueError, "auto_sharding_check must be one of")
 case("config", "unknown-setting", lambda: setattr(config, "check", False), AttributeError, "shardtypes.config has no setting 'check'", "'checks'")
+case("config", "traceback-filtering", lambda: setattr(config, "traceback_filtering", "never"), ValueError, "shardtypes.config.traceback_filtering must be one of ('on', 'off'), got 'never'")
 case("config", "auto-sharding-check-None", lambda: setattr(config, "auto_sharding_check", None), ValueError, "auto_sharding_check must be one of")
 
 def pytree_kernel() -> Any:
