@@ -18,7 +18,7 @@ from typeguard import _functions as _tg_functions
 from ..context import tables as _dims
 from ..context.tables import _TABLE, Table
 
-__all__ = ["check_argument_types_internal", "check_return_type_internal", "failed_function"]
+__all__ = ["check_argument_types_internal", "check_return_type_internal", "failed_function", "field_path"]
 
 # typeguard renamed these in 4.5 (the old names became frame-reading helpers); the instrumented
 # code and our decorator call whichever this typeguard has.
@@ -90,7 +90,7 @@ def _origin_phrase() -> str:
     phrase = f"{role} of {func}()" if func else role
     fields = _FIELD_PATH.get()
     if fields:
-        path = "." + ".".join(fields)
+        path = field_path(fields)
         if kind == "argument" and role.startswith('argument "'):
             path = role[len('argument "'):-1] + path
         phrase = f"{path} ({phrase})"
@@ -106,6 +106,12 @@ def failed_function(error: BaseException) -> str | None:
             found = tb.tb_frame.f_locals.get("func_name")
         tb = tb.tb_next
     return found if isinstance(found, str) else None
+
+
+def field_path(fields: tuple) -> str:
+    """``_FIELD_PATH`` written out: ``.params.w`` (an element that is a key path from an
+    ``Any`` argument, ``[0].mu``, follows its root without a dot: ``opt_state[0].mu.w``)."""
+    return "".join(f if f.startswith("[") else "." + f for f in fields)
 
 
 # The attribute path of the dataclass field being checked, for "bound by" phrases.

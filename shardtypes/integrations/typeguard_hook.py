@@ -26,7 +26,7 @@ from ..model.errors import COLLECTED, ArrayError, _collect, _found
 from ..checking.fast_path import fast_check
 from ..model.plans import _PLANS, malformed, plan_of
 from ..model.trees import _INFO as _TREE_CLASSES
-from ..checking.frames import _FIELD_PATH, _get_table, _origin_phrase, _role, _set_table
+from ..checking.frames import _FIELD_PATH, _get_table, _origin_phrase, _role, _set_table, field_path
 
 __all__ = ["register_with_typeguard"]
 
@@ -53,7 +53,7 @@ def _check_annotation(value: Any, origin: type, args: tuple, memo: TypeCheckMemo
                 where = role
                 if fields:
                     root = role[len('argument "'):-1] if role.startswith('argument "') else ""
-                    where = f"{role} of {func}(): {root}.{'.'.join(fields)}" if func else f".{'.'.join(fields)}"
+                    where = f"{role} of {func}(): {root}{field_path(fields)}" if func else field_path(fields)
                 elif func:
                     where = f"{role} of {func}()"
                 _collect(TypeCheckError(f"{where} {core}"))
