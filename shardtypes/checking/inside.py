@@ -32,7 +32,7 @@ def looks_inside(annotation: Any, plan: Any) -> bool:
 
 
 def check_inside(name: str | None, value: Any, func_name: str, memo: TypeCheckMemo,
-                 run: Callable[[Callable, Any], Any]) -> None:
+                 run: Callable[..., Any]) -> None:
     """Checks each annotated instance inside ``value`` (argument ``name``, or the return value
     when ``name`` is None) against its class. ``run(check, *args)`` runs one of typeguard's
     checks the way the caller runs them (transactionally). A failure names the path from the
