@@ -135,7 +135,7 @@ def checkpoint_round_trip(state: Any, abstract: Any, annotations: Any) -> None:
     """Saves the sharded state with Orbax and restores it onto the layout the annotations give:
     the restore target is ``make_shape_dtype_structs`` of the abstract state."""
     try:
-        import orbax.checkpoint as ocp
+        import orbax.checkpoint as ocp  # type: ignore[import-untyped]
     except ImportError:
         print("checkpoint: orbax-checkpoint is not installed; skipped")
         return

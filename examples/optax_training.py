@@ -91,7 +91,7 @@ def checkpoint_round_trip(state: TrainState, abstract: TrainState) -> None:
     the restore target is ``make_shape_dtype_structs`` of the abstract state (each array's shape
     and dtype, with its derived sharding)."""
     try:
-        import orbax.checkpoint as ocp
+        import orbax.checkpoint as ocp  # type: ignore[import-untyped]
     except ImportError:
         print("checkpoint: orbax-checkpoint is not installed; skipped")
         return

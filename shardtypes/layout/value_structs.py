@@ -28,7 +28,9 @@ def structs_of_values(values: Any, shardings: Any, what: str) -> Any:
     value.dtype, sharding=...)``, the shardings taken leaf for leaf from ``shardings`` (the
     tree ``make_shardings(values)`` gave)."""
     flat, treedef = jax.tree_util.tree_flatten_with_path(values)
-    flat_shardings = treedef.flatten_up_to(shardings)
+    flat_shardings = jax.tree.leaves(shardings)  # one per array leaf: the same structure
+    if len(flat_shardings) != len(flat):  # pragma: no cover - the derivation maps every leaf
+        raise ValueError(f"{what}: {len(flat)} arrays but {len(flat_shardings)} shardings were derived")
     # Paths as the derivation's errors write them: from the root's class name for an instance.
     root = type(values).__qualname__ if dataclasses.is_dataclass(values) else ""
     out = []
@@ -39,7 +41,7 @@ def structs_of_values(values: Any, shardings: Any, what: str) -> Any:
         if isinstance(sharding, NamedSharding):
             _check_fits(value, sharding, where, what)
         out.append(jax.ShapeDtypeStruct(tuple(value.shape), value.dtype, sharding=sharding))
-    return treedef.unflatten(out)
+    return jax.tree_util.tree_unflatten(treedef, out)
 
 
 def _check_fits(value: Any, sharding: NamedSharding, where: str, what: str) -> None:
