@@ -300,8 +300,8 @@ def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any] | None = N
     what = "make_shape_dtype_structs"
     if dims is None:
         if not is_value_tree(annotation):
-            raise TypeError(f"{what}: dims is needed for an annotation tree (the sizes of its named dims, "
-                            "{'batch': 8, ...}); only a tree of values (jax.eval_shape's) carries its shapes")
+            raise TypeError(f"{what}: dims must be a mapping of the sizes of the named dims ({{'batch': 8, ...}}) "
+                            "for an annotation tree; only a tree of values (jax.eval_shape's) carries its shapes")
         return structs_of_values(annotation, shardings(annotation, mesh, like=like), what)
     dims = check_dims(dims, what)
     if mesh is not None:

@@ -81,7 +81,7 @@ def test_structs_of_a_value_tree_take_the_values_shapes(mesh):
 
 def test_structs_without_dims_need_a_value_tree():
     mesh = make_mesh("explicit")
-    with pytest.raises(TypeError, match=r"make_shape_dtype_structs: dims is needed for an annotation tree"):
+    with pytest.raises(TypeError, match=r"make_shape_dtype_structs: dims must be a mapping of the sizes of the named dims .* for an annotation tree"):
         make_shape_dtype_structs(Params, mesh=mesh)
 
 

@@ -437,7 +437,7 @@ case("make_shape_dtype_structs", "missing-size", lambda: make_shape_dtype_struct
 case("make_shape_dtype_structs", "ellipsis", lambda: make_shape_dtype_structs(f32[b"... a"], {"a": 8}), ValueError, "is '...', which has no shape")
 case("make_shape_dtype_structs", "any-size", lambda: make_shape_dtype_structs(f32[b"_"], {}), ValueError, "'_' (any size)")
 case("make_shape_dtype_structs", "category", lambda: make_shape_dtype_structs(floating[b"a"], {"a": 8}), ValueError, "category of dtypes")
-case("make_shape_dtype_structs", "no-dims-annotation", lambda: make_shape_dtype_structs(ANN, mesh=MESH()), TypeError, "dims is needed for an annotation tree")
+case("make_shape_dtype_structs", "no-dims-annotation", lambda: make_shape_dtype_structs(ANN, mesh=MESH()), TypeError, "dims must be a mapping", "for an annotation tree")
 case("make_shape_dtype_structs", "values-indivisible", lambda: make_shape_dtype_structs(Layer(jax.ShapeDtypeStruct((6, 8), jnp.float32), jax.ShapeDtypeStruct((8, 6), jnp.float32)), mesh=MESH()), ValueError, "Layer.w_up is float32[6, 8]", "cannot be split")
 case("make_shape_dtype_structs", "mesh-str", lambda: make_shape_dtype_structs(ANN, {"batch": 8, "embed": 4}, "x"), TypeError, "make_shape_dtype_structs: mesh must be a Mesh")
 case("make_shape_dtype_structs", "indivisible", lambda: make_shape_dtype_structs(ANN, {"batch": 6, "embed": 4}, MESH()), ValueError, "has size 6, which does not divide")
