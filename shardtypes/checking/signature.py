@@ -18,6 +18,7 @@ from typeguard import TypeCheckError, TypeCheckMemo
 
 from .call_tables import _EMPTY, NO_TYPE_CHECK, _with_table
 from .entry import check_with_plan
+from .inside import check_inside, looks_inside
 from ..context.settings import _FORCED, config
 from ..context.tracebacks import filter_traceback
 from ..context.tables import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
@@ -41,7 +42,7 @@ def _config() -> Any:
 
 
 class _Param:
-    __slots__ = ("name", "kind", "annotation", "plan", "role", "origin", "first", "node", "leaf_origins")
+    __slots__ = ("name", "kind", "annotation", "plan", "role", "origin", "first", "node", "leaf_origins", "inside")
 
     def __init__(self, name, kind, annotation, plan, role, origin):
         self.name = name
@@ -55,6 +56,9 @@ class _Param:
         node = model(annotation) if plan is None and annotation is not None else None
         self.node = tree_node(node) if node is not None else None
         self.leaf_origins: dict = {}
+        # An annotation with no shardtypes one in it (Any, optax.OptState): the annotated class
+        # instances inside the value are checked against their classes (checking/inside.py).
+        self.inside = looks_inside(annotation, plan)
         # (bindings, table) of the last call in which this parameter bound first into an empty
         # table: the next such call with the same bindings object reuses the table (both are
         # immutable), which saves building one on every top-level call.
@@ -152,6 +156,8 @@ class _SignatureChecker:
                 memo = TypeCheckMemo(target.__globals__, {param.name: value}, config=_config())
                 _transactional(check_argument_types_internal, func_name,
                                {param.name: (value, param.annotation)}, memo)
+            if param.inside:
+                check_inside(param.name if param.kind is not None else None, value, func_name, memo, _transactional)
             if node is not None:
                 learn_layout(value, node)  # it passed: the next value of its structure is fast
             return get_table() or _EMPTY

@@ -27,6 +27,8 @@ from ..context.rule_resolution import layout as rules_layout
 from ..context.rules import AxisRulesError, current_rules
 from ..model.walk import _brief, _Leaf, _walk
 from .dim_sizes import _dim_size, check_dims_for, dims_used
+from ..model.value_trees import is_value_tree
+from .value_structs import structs_of_values
 
 __all__ = [
     "make_partition_specs",
@@ -220,7 +222,7 @@ _SHARDINGS: dict = {}
 
 
 @_entry("make_shape_dtype_structs")
-def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None, *,
+def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any] | None = None, mesh: Any = None, *,
                              like: Any = None) -> StructTree:
     """The tree of ``jax.ShapeDtypeStruct`` (with shardings) an annotation describes, with the
     sizes of its named dims taken from ``dims``. For ``jax.eval_shape``, AOT lowering and memory
@@ -230,12 +232,19 @@ def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any], mesh: Any
     ``dims`` that no annotation uses but is close to one they do (a typo, as ``hiden``: the error
     names the close name), are errors naming the key. Other keys are allowed, so one table of
     sizes serves every part of a model. ``annotation`` may be a tree of values and ``like`` an
-    annotation tree, as in ``make_partition_specs``.
+    annotation tree, as in ``make_partition_specs``; for a tree of values ``dims`` may be left out
+    (None): each struct then takes its value's shape and dtype, and the sharding its annotation
+    gives (``make_shape_dtype_structs(jax.eval_shape(init, key))``: a checkpoint's restore target).
 
     >>> make_shape_dtype_structs(f32[b'batch/d embed'], {'batch': 8, 'embed': 16}, mesh)  # doctest: +SKIP
     ShapeDtypeStruct(shape=(8, 16), dtype=float32, sharding=NamedSharding(..., P('d', None)))
     """
     what = "make_shape_dtype_structs"
+    if dims is None:
+        if not is_value_tree(annotation):
+            raise TypeError(f"{what}: dims must be a mapping of the sizes of the named dims ({{'batch': 8, ...}}) "
+                            "for an annotation tree; only a tree of values (jax.eval_shape's) carries its shapes")
+        return structs_of_values(annotation, shardings(annotation, mesh, like=like), what)
     dims = check_dims(dims, what)
     if mesh is not None:
         mesh_arg(mesh, what)  # a wrong type is an error whatever else is wrong

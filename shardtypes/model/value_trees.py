@@ -99,8 +99,28 @@ def annotated_instances(tree: Any) -> list[tuple[str, Any]]:
     still checks."""
     if tree is None or isinstance(tree, (bool, int, float, str, bytes)):
         return []
-    flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: _own_node(x) is not None)[0]
-    return [(jax.tree_util.keystr(p), x) for p, x in flat if _own_node(x) is not None]
+    def is_annotated(x: Any) -> bool:
+        known = _ANNOTATED.get(type(x))
+        if known is None:
+            known = _own_node(x) is not None
+            cls = type(x)
+            structured = dataclasses.is_dataclass(cls) or (issubclass(cls, tuple) and hasattr(cls, "_fields"))
+            if (known or not structured) and len(_ANNOTATED) < 4096:
+                _ANNOTATED[cls] = known
+        return known
+
+    # Most trees hold none: a flatten without key paths (much cheaper) says so first.
+    if not any(map(is_annotated, jax.tree_util.tree_leaves(tree, is_leaf=is_annotated))):
+        return []
+    flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_annotated)[0]
+    return [(jax.tree_util.keystr(p), x) for p, x in flat if is_annotated(x)]
+
+
+# type -> whether its instances take their class's layout (``_own_node``), for the look inside
+# ``Any`` that every checked call with such an argument makes. Only answers that cannot change
+# are kept: a class that is not a dataclass or NamedTuple, or one found annotated (a dataclass
+# whose annotations do not resolve yet is asked again).
+_ANNOTATED: dict = {}
 
 
 def _is_hole(x: Any) -> bool:

@@ -36,6 +36,7 @@ from ..layout.specs import _partition_spec, check_dims_for, structs
 from ..model.walk import _Leaf, _walk
 from ..context.settings import forced_checks
 from ..model.errors import COLLECTED
+from .verify_inputs import check_inputs_arg, lay_out_input, sizes_of_input
 
 __all__ = ["verify", "VerifyReport", "Problem", "VerificationError"]
 
@@ -168,6 +169,7 @@ def verify(
     dims: Mapping[str, Any] | None = None,
     *,
     static: Mapping[str, Any] | None = None,
+    inputs: Mapping[str, Any] | None = None,
     raise_on_error: bool = False,
 ) -> VerifyReport:
     """Checks ``fn`` abstractly on ``mesh`` (an AbstractMesh, or a mapping such as
@@ -175,7 +177,11 @@ def verify(
 
     Inputs come from ``fn``'s annotations; sizes from ``dims``, symbolic for the names it does not
     give (a multiple of the mesh axes that shard them). Parameters that are not arrays are given
-    in ``static``. ``raise_on_error=True`` raises a VerificationError (a TypeCheckError) instead.
+    in ``static``. A parameter whose annotation cannot be built into structs (a TrainState whose
+    ``opt_state`` is ``Any``) is given in ``inputs`` as a tree of values, abstract or real
+    (``inputs={'state': jax.eval_shape(init, key)}``): it is laid out over ``mesh`` from the
+    annotated classes inside it (optimizer moments take the parameters' layout) and checked
+    against its annotation, whose named dims it sizes. ``raise_on_error=True`` raises a VerificationError (a TypeCheckError) instead.
     A size in ``dims`` that is not an int >= 0 is an error naming it, and so is a name close to
     one ``fn``'s annotations use that they do not (a typo, as ``hiden``); other names are bound
     too, for the body (``dims()``) and nested checked calls.
@@ -215,13 +221,15 @@ def verify(
         problems.append(Problem("setup", str(e)))
         return finish()
     signature = inspect.signature(target)
+    inputs = check_inputs_arg(inputs, signature.parameters, static, name)
+    laid_out = {key: lay_out_input(key, tree, mesh) for key, tree in inputs.items()}
     unknown = sorted(set(static) - set(signature.parameters))
     if unknown:
         problems.append(Problem("setup", f"static values given for {unknown}, which {name}() does not take"))
 
     array_params = {}
     for p in signature.parameters.values():
-        if p.name in static:
+        if p.name in static or p.name in inputs:
             continue
         annotation = hints.get(p.name)
         if annotation is None:
@@ -230,6 +238,15 @@ def verify(
             continue
         array_params[p.name] = annotation
     returns = hints.get("return")
+    inferred: dict[str, Any] = {}
+    for key, tree in laid_out.items():
+        args[key] = tree
+        if hints.get(key) is not None:
+            try:
+                inferred.update(sizes_of_input(key, tree, hints[key], mesh, {**dims, **inferred}, name))
+            except TypeCheckError as e:
+                problems.append(Problem("check", str(e)))
+    report_dims.update(inferred)
 
     multiples, variadic = _names_and_multiples(list(array_params.values()) + ([returns] if returns is not None else []), mesh)
     # A name no annotation of fn uses may still be read by its body (dims()) or bound by a nested
@@ -238,8 +255,8 @@ def verify(
     missing_variadic = sorted(n for n in variadic if n not in dims)
     if missing_variadic:
         problems.append(Problem("setup", f"dims {missing_variadic} stand for several dims ('*name'): give each as a tuple in dims"))
-    symbolic = sorted(n for n in multiples if n not in dims and n not in variadic)
-    sizes: dict[str, Any] = dict(dims)
+    symbolic = sorted(n for n in multiples if n not in dims and n not in inferred and n not in variadic)
+    sizes: dict[str, Any] = {**dims, **inferred}
     if symbolic:
         symbols = jax.export.symbolic_shape(",".join(symbolic))
         for n, sym in zip(symbolic, symbols):

@@ -79,6 +79,28 @@ def test_optax_training_example(flags):
     assert "nu.w_down after training: P('t', 'd')" in proc.stdout
     assert ("caught: argument \"state\" (__main__.TrainState) of train_step(): state.opt_state[1][0].mu.w_up "
             "is not f32[jax.Array, b'embed/d hidden/t']: sharding is P(None, None)") in proc.stdout
+    if importlib.util.find_spec("orbax") is not None:
+        assert ("checkpoint: restored 8 arrays, values and derived shardings equal: True; mu.w_up: P('d', 't')"
+                in proc.stdout), proc.stdout
+
+
+@pytest.mark.parametrize("flags", [[], ["--auto"]], ids=["explicit", "auto"])
+def test_nnx_training_example(flags):
+    pytest.importorskip("flax.nnx")
+    pytest.importorskip("optax")
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "nnx_training.py"), *flags],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"nnx.Optimizer (optax AdamW) with {'Auto' if flags else 'Explicit'} axes" in out
+    assert "mu.blocks[0].w_up: P('d', 't') count: P()" in out
+    assert "step 5: loss " in out
+    assert "nu.blocks[1].w_down after training: P('t', 'd')" in out
+    if importlib.util.find_spec("orbax") is not None:
+        assert "checkpoint: restored 14 arrays, values and derived shardings equal: True" in out
+    caught = out.split("caught: ", 1)[1]
+    assert "Model.blocks[1].w_up" in caught and "sharding" in caught
+    assert "P(None, None) but the annotation says P('d', 't')" in caught
 
 
 @pytest.mark.parametrize("flags", [[], ["--auto"]], ids=["explicit", "auto"])
