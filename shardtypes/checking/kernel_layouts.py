@@ -27,17 +27,19 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import re
 from typing import Any, Callable, Iterator
 
 import jax
 from typeguard import TypeCheckError
 
+from ..context.compat import varying_axes
 from ..context.settings import checks_on
 from ..model.describe import Mismatch, _fmt_layout
 from ..context.rule_resolution import layout as rules_layout
 from ..language.shape import ShapeSpec, ShapeSpecError
 
-__all__ = ["tracking", "known", "record", "record_checked", "operand", "op_operand", "op_result", "owed_message",
+__all__ = ["tracking", "is_staged", "mark_unreduced", "known", "record", "record_checked", "operand", "op_operand", "op_result", "owed_message",
            "REDUCERS"]
 
 Layout = tuple[tuple[str, ...], ...]
@@ -64,10 +66,12 @@ class Known:
 
 
 class _Trace:
-    __slots__ = ("kernel", "entries", "gathered")
+    __slots__ = ("kernel", "entries", "gathered", "staged", "marked")
 
-    def __init__(self, kernel: str):
+    def __init__(self, kernel: str, staged: bool = False):
         self.kernel = kernel
+        self.staged = staged  # the body is staged into a jaxpr: JAX can type partial sums
+        self.marked: list[Known] = []  # partial sums JAX types unreduced (see mark_unreduced)
         self.entries: dict[int, Known] = {}
         # Mesh axes ops.all_gather has gathered over in this trace: JAX types its results (and
         # all that is computed from them) as varying over them although they are the same on
@@ -82,8 +86,9 @@ _OFF = _Trace("")
 
 
 @contextlib.contextmanager
-def tracking(kernel: str) -> Iterator[None]:
-    """Layouts are tracked inside: one trace of kernel ``kernel``'s body."""
+def tracking(kernel: str, staged: bool = False) -> Iterator[None]:
+    """Layouts are tracked inside: one trace of kernel ``kernel``'s body; ``staged``: the body
+    is traced into a jaxpr (``is_staged``), so partial sums are typed unreduced for JAX too."""
     if not ENABLED or not checks_on():
         token = _TRACE.set(_OFF)  # an outer kernel's table is not this body's
         try:
@@ -91,13 +96,19 @@ def tracking(kernel: str) -> Iterator[None]:
         finally:
             _TRACE.reset(token)
         return
-    trace = _Trace(kernel)
+    trace = _Trace(kernel, staged)
     token = _TRACE.set(trace)
     try:
         yield
+    except Exception as e:  # JAX's refusals of ops on unreduced values (see jax_refusal)
+        refusal = jax_refusal(trace, e)
+        if refusal is None:
+            raise
+        raise refusal from e
     finally:
         _TRACE.reset(token)
         trace.entries.clear()  # drop the tracers now, failed trace or not
+        trace.marked.clear()
 
 
 # Set while an op checks its own operands and result: those checks leave layouts and varying
@@ -236,12 +247,72 @@ def still_owed(entry: Known | None, paid: Any) -> tuple[frozenset, str]:
 
 
 def op_result(op: str, spec_text: Any, value: Any, spec: ShapeSpec, owed: frozenset = frozenset(),
-              owed_by: str = "") -> None:
-    """Records an op's result as laid out by ``spec``, owing a sum over ``owed``."""
-    if _active() is None or not isinstance(value, jax.Array):
+              owed_by: str = "", jax_typed: bool = False) -> None:
+    """Records an op's result as laid out by ``spec``, owing a sum over ``owed`` (``jax_typed``:
+    JAX types it unreduced too, see ``mark_unreduced``)."""
+    trace = _active()
+    if trace is None or not isinstance(value, jax.Array):
         return
     call = f"shardtypes.ops.{op}({spec_text!r})"
     record(value, layout_of(spec, value.ndim), f"the result of {call}", owed, owed_by or call)
+    if jax_typed:
+        trace.marked.append(trace.entries[id(value)])
+
+
+# ---------------------------------------------------------------------------------------------
+# JAX's own unreduced type: where JAX can type a partial sum (check_vma on, the body staged into
+# a jaxpr), the ops also mark it with jax.lax.pcast(..., to='unreduced'); JAX then refuses
+# nonlinear ops on it, and the refusal is said in shardtypes' words (jax_refusal).
+
+
+def is_staged(values: Any) -> bool:
+    """Whether a shard_map of ``values`` is staged into a jaxpr (under ``jax.jit``, or anything
+    that traces to one) rather than run eagerly, where JAX's unreduced type is refused (0.9.2)
+    or refused on Auto axes (0.10.2). No public API says so; a constant made here is a tracer
+    exactly when a staging trace is active (JVP and vmap hand inputs-free ops to the trace below
+    them), and a value no jaxpr uses is dropped from it."""
+    if not any(isinstance(v, jax.core.Tracer) for v in jax.tree.leaves(values)):
+        return False  # an eager call (or constants under jit: JAX's type is then left out)
+    return isinstance(jax.lax.full((), 0, "int8"), jax.core.Tracer)
+
+
+def mark_unreduced(value: Any, owed: frozenset) -> Any:
+    """``value`` typed unreduced over ``owed`` for JAX too, where JAX can type it: the kernel's
+    body is staged and JAX types it as varying over every owed axis (check_vma on)."""
+    trace = _active()
+    if trace is None or not trace.staged or not owed or not isinstance(value, jax.Array):
+        return value
+    if not owed <= varying_axes(jax.typeof(value)):
+        return value  # check_vma off: JAX tracks no unreduced state, the side table does
+    return jax.lax.pcast(value, tuple(sorted(owed)), to="unreduced")
+
+
+# JAX's words for an op it refuses on an unreduced value: a missing rule (NotImplementedError, both
+# versions) or a sharding type error (JAX's ShardingTypeError, not public: told by its text).
+_RULE = re.compile(r"unreduced(?:/reduced)? rule for ([\w.\-]+) is not implemented")
+_PASSED = re.compile(r"passed to ([\w.\-]+) cannot be unreduced")
+
+
+def jax_refusal(trace: _Trace, error: Exception) -> TypeCheckError | None:
+    """JAX's refusal of an op on a partial sum it types unreduced (``mark_unreduced``), said as a
+    TypeCheckError naming the kernel, the op that made the partial sum, the axes owed and JAX's
+    op; None when ``error`` is something else, or no partial sum was so typed in this trace."""
+    text = str(error)
+    if not trace.marked or "unreduced" not in text:
+        return None
+    found = _RULE.search(text) or _PASSED.search(text)
+    if found is None and isinstance(error, NotImplementedError):
+        return None
+    reached = f"JAX's {found.group(1)!r}" if found else f"a JAX operation ({text.splitlines()[0]})"
+    sums = list({(e.owed_by, e.owed): e for e in trace.marked}.values())
+    what = "; ".join(f"{e.owed_by} made a partial sum owing a sum over mesh "
+                     f"{'axes' if len(e.owed) > 1 else 'axis'} {', '.join(repr(a) for a in sorted(e.owed))}"
+                     for e in sums)
+    return TypeCheckError(
+        f"in kernel {trace.kernel}(), a partial sum reached {reached}, which JAX refuses on it: {what}, "
+        "and JAX types it unreduced, so only the linear operations JAX has a rule for may take it "
+        "(+, sum, transpose, reshape, concatenate, astype); reduce it with shardtypes.ops.psum or "
+        "shardtypes.ops.psum_scatter first (see \"Sums still owed\" in docs/shard-map.md)")
 
 
 def differences(have: Layout, want: Layout, there: str) -> str:

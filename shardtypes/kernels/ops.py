@@ -252,8 +252,9 @@ def einsum_unreduced(spec: str, *operands: jax.Array, **kwargs: Any) -> jax.Arra
     contracted = kl.einsum_owed(spec, inputs, output)  # after the operands: theirs is the clearer message
     result = jnp.einsum(",".join(in_subs) + "->" + out_sub, *operands, **kwargs)
     c.check("einsum_unreduced", spec, "result", output, result)
-    kl.op_result("einsum_unreduced", spec, result, output, contracted)
-    return result
+    typed = kl.mark_unreduced(result, contracted)  # JAX's unreduced type, where JAX has one
+    kl.op_result("einsum_unreduced", spec, typed, output, contracted, jax_typed=typed is not result)
+    return typed
 
 
 @c.own_table
@@ -281,8 +282,10 @@ def index_unreduced(spec: str, table: jax.Array, ids: jax.Array) -> jax.Array:
     c.check("index_unreduced", spec, "ids", parsed.ids, ids, integer)
     result = c.lookup(parsed, table, ids, block_axes, sizes)
     c.check("index_unreduced", spec, "result", parsed.output, result)
-    kl.op_result("index_unreduced", spec, result, parsed.output, frozenset(block_axes))
-    return result
+    typed = kl.mark_unreduced(result, frozenset(block_axes))
+    kl.op_result("index_unreduced", spec, typed, parsed.output, frozenset(block_axes),
+                 jax_typed=typed is not result)
+    return typed
 
 
 def axis_index(name: str | Sequence[str]) -> jax.Array:

@@ -32,7 +32,7 @@ from ..model.forms import holds_shardtypes
 from ..context.rules import axis_rules, current_rules
 from ..language.shape import axes_entry, entry_axes
 from ..layout.specs import partition_specs as derive_specs
-from ..checking.kernel_layouts import tracking
+from ..checking.kernel_layouts import is_staged, tracking
 from .params import bare_array_annotation, check_kernel, check_static, conform_specs
 
 __all__ = ["typed_shard_map"]
@@ -246,13 +246,14 @@ class _TypedShardMap:
             values = bound.arguments
             static = {n: v for n, v in values.items() if n not in array_names}
             check_static(static, state.name)
+            staged = is_staged([values[n] for n in array_names])
 
             def mapped(*arrays):
                 given = dict(static)
                 given.update(zip(array_names, arrays))
                 positional = [given.pop(p.name) for p in parameters
                               if p.kind is inspect.Parameter.POSITIONAL_ONLY]
-                with tracking(state.name):  # layouts follow values through this trace
+                with tracking(state.name, staged):  # layouts follow values through this trace
                     return body(*positional, **given)
 
             in_specs, out_specs = state.specs()
