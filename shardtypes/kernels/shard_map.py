@@ -33,7 +33,7 @@ from ..context.rules import axis_rules, current_rules
 from ..language.shape import axes_entry, entry_axes
 from ..layout.specs import partition_specs as derive_specs
 from ..checking.kernel_layouts import is_staged, tracking
-from .params import bare_array_annotation, check_kernel, check_static, conform_specs
+from .params import bare_array_annotation, check_kernel, check_static, conform_result, conform_specs
 
 __all__ = ["typed_shard_map"]
 
@@ -247,6 +247,7 @@ class _TypedShardMap:
             static = {n: v for n, v in values.items() if n not in array_names}
             check_static(static, state.name)
             staged = is_staged([values[n] for n in array_names])
+            restore: list = []  # the body's result tree, where shard_map's is out_specs' (stacked)
 
             def mapped(*arrays):
                 given = dict(static)
@@ -254,7 +255,10 @@ class _TypedShardMap:
                 positional = [given.pop(p.name) for p in parameters
                               if p.kind is inspect.Parameter.POSITIONAL_ONLY]
                 with tracking(state.name, staged):  # layouts follow values through this trace
-                    return body(*positional, **given)
+                    result = body(*positional, **given)
+                result, treedef = conform_result(out_specs, result)
+                restore.append(treedef)
+                return result
 
             in_specs, out_specs = state.specs()
             in_specs = conform_specs(in_specs, [values[n] for n in array_names], array_names, state.name)
@@ -272,6 +276,8 @@ class _TypedShardMap:
                 out = jax.shard_map(mapped, **options)(*(values[n] for n in array_names))
             finally:
                 COMPILE_TIME_CHECKS.reset(token)
+            if restore and restore[-1] is not None:
+                out = jax.tree.unflatten(restore[-1], jax.tree.leaves(out))
             # The global result is checked next, by ``checked``, still inside ``entry`` (whose
             # reset undoes this; the wrapper is only ever called there): at trace time only
             # (dtype, sizes, Explicit axes). shard_map lays it out as out_specs say, and
