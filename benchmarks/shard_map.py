@@ -19,7 +19,7 @@ inspection), and the same three ways for a kernel over a pytree dataclass of 16 
 optimizer-style update), so the cost of the check is measured against both peers in one run.
 
 ``--tracking`` measures what layout tracking inside kernels costs (layouts that follow values,
-sums still owed: ``shardtypes._kernel_layouts``): the trace time of the demo's training kernel
+sums still owed: ``shardtypes.checking.kernel_layouts``): the trace time of the demo's training kernel
 (``examples/transformer.py``, forward, backward and Adam in one ``typed_shard_map``) with
 tracking on and off, fresh traces taking turns, median of R each (target: ratio <= 1.2); and
 whether the compiled HLO is the same both ways (tracking is trace-time only; partial sums typed
