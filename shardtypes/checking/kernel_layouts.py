@@ -31,6 +31,7 @@ import re
 from typing import Any, Callable, Iterator
 
 import jax
+from jax.core import Tracer
 from typeguard import TypeCheckError
 
 from ..context.compat import varying_axes
@@ -271,9 +272,9 @@ def is_staged(values: Any) -> bool:
     or refused on Auto axes (0.10.2). No public API says so; a constant made here is a tracer
     exactly when a staging trace is active (JVP and vmap hand inputs-free ops to the trace below
     them), and a value no jaxpr uses is dropped from it."""
-    if not any(isinstance(v, jax.core.Tracer) for v in jax.tree.leaves(values)):
+    if not any(isinstance(v, Tracer) for v in jax.tree.leaves(values)):
         return False  # an eager call (or constants under jit: JAX's type is then left out)
-    return isinstance(jax.lax.full((), 0, "int8"), jax.core.Tracer)
+    return isinstance(jax.lax.full((), 0, "int8"), Tracer)
 
 
 def mark_unreduced(value: Any, owed: frozenset) -> Any:
