@@ -224,6 +224,9 @@ def einsum_unreduced(spec: str, *operands: jax.Array, **kwargs: Any) -> jax.Arra
 
     Contracted dims that are sharded leave partial sums ("unreduced"): follow with ``psum`` or
     ``psum_scatter``. Keyword arguments go to ``jnp.einsum`` (``preferred_element_type=...``).
+    Under ``jax.jit`` with ``check_vma`` on, the result is also typed unreduced for JAX
+    (``jax.lax.pcast(..., to='unreduced')``), so JAX refuses nonlinear ops on it before the
+    reduction (docs/shard-map.md, "Sums still owed").
     """
     inputs, output = c.arrow("einsum_unreduced", spec, len(operands))
     letters: dict[str, str] = {}
@@ -271,7 +274,8 @@ def index_unreduced(spec: str, table: jax.Array, ids: jax.Array) -> jax.Array:
 
     Each device looks up the ids that fall in its block of the bracketed dim and gives zeros for
     the rest (ids outside ``[0, V)`` give zeros everywhere), so the result is a partial sum over
-    the bracketed dim's mesh axes: follow with ``psum`` (or ``psum_scatter``) over them.
+    the bracketed dim's mesh axes: follow with ``psum`` (or ``psum_scatter``) over them. Under
+    ``jax.jit`` with ``check_vma`` on, JAX types it unreduced too (as ``einsum_unreduced``).
     """
     parsed = c.index_spec(spec)
     block_axes = c.axes(parsed.table)[parsed.position]
