@@ -272,6 +272,8 @@ def is_staged(values: Any) -> bool:
     or refused on Auto axes (0.10.2). No public API says so; a constant made here is a tracer
     exactly when a staging trace is active (JVP and vmap hand inputs-free ops to the trace below
     them), and a value no jaxpr uses is dropped from it."""
+    if not ENABLED or not checks_on():
+        return False
     if not any(isinstance(v, Tracer) for v in jax.tree.leaves(values)):
         return False  # an eager call (or constants under jit: JAX's type is then left out)
     return isinstance(jax.lax.full((), 0, "int8"), Tracer)
@@ -298,12 +300,12 @@ def jax_refusal(trace: _Trace, error: Exception) -> TypeCheckError | None:
     """JAX's refusal of an op on a partial sum it types unreduced (``mark_unreduced``), said as a
     TypeCheckError naming the kernel, the op that made the partial sum, the axes owed and JAX's
     op; None when ``error`` is something else, or no partial sum was so typed in this trace."""
+    if not trace.marked or isinstance(error, TypeCheckError):
+        return None  # (shardtypes' own errors say what they mean)
     text = str(error)
-    if not trace.marked or "unreduced" not in text:
-        return None
     found = _RULE.search(text) or _PASSED.search(text)
-    if found is None and isinstance(error, NotImplementedError):
-        return None
+    if found is None and ("{U:" not in text and "unreduced={" not in text):
+        return None  # not about an unreduced value (JAX prints one as f32[4,8]{U:t})
     reached = f"JAX's {found.group(1)!r}" if found else f"a JAX operation ({text.splitlines()[0]})"
     sums = list({(e.owed_by, e.owed): e for e in trace.marked}.values())
     what = "; ".join(f"{e.owed_by} made a partial sum owing a sum over mesh "

@@ -206,3 +206,17 @@ def test_a_kernel_returns_stacked_layers(kind, jitted):
         assert out.w.sharding.spec == jax.sharding.PartitionSpec(None, None, "t")
         with pytest.raises(TypeCheckError, match=r"wrong_layer\(\).*w"):
             (jax.jit(typed_shard_map(wrong_layer)) if jitted else typed_shard_map(wrong_layer))(layers)
+
+
+def returns_partial(x: f32[b"b f/mlp"], w: f32[b"f/mlp m"]) -> f32[b"b m"]:
+    return ops.einsum_unreduced(EINSUM, x, w)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_shardtypes_own_errors_on_a_jax_typed_partial_sum_stay_as_they_are(kind):
+    mesh = square(kind)
+    with jax.set_mesh(mesh):
+        with pytest.raises(TypeCheckError) as caught:
+            jax.jit(typed_shard_map(returns_partial))(*args(mesh))
+    assert str(caught.value).startswith("the return value"), str(caught.value)
+    assert "owing a sum over mesh axis 'mlp'" in str(caught.value) and "reached" not in str(caught.value)
