@@ -27,6 +27,16 @@ def program_text(jitted, *args) -> str:
     return "\n".join(lines)
 
 
+def without_names(program: str) -> str:
+    """``program`` (from ``program_text``) with instruction and computation names replaced:
+    two programs equal here run the same instructions in the same order. (JAX names the
+    reductions of values it types unreduced ``unreduced_reduce_scatter.4`` where it would
+    otherwise say ``reduce_scatter.23``.)"""
+    text = re.sub(r"%[\w.\-]+", "%v", program)
+    text = re.sub(r"\b[A-Za-z_][\w\-]*\.\d+\b", "v", text)
+    return re.sub(r"region_[\d.]+", "region", text)
+
+
 def measure(fns: dict[str, Callable[[], object]], number: int, repeat: int) -> dict[str, float]:
     """Best µs per call of each zero-argument function; they take turns so drift hits all alike."""
     best = {name: float("inf") for name in fns}

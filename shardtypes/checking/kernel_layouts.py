@@ -30,22 +30,24 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import re
 from typing import Any, Callable, Iterator
 
 import jax
 from jax.sharding import PartitionSpec
+from jax.core import Tracer
 from typeguard import TypeCheckError
 
+from ..context.compat import varying_axes
 from ..context.settings import checks_on
 from ..model.describe import Mismatch, _fmt_layout
-from ..context.rule_resolution import layout as rules_layout
-from ..context.compat import varying_axes
-from ..language.shape import ShapeSpec, ShapeSpecError, entry_axes
+from ..language.shape import ShapeSpec, entry_axes
+from .kernel_specs import Layout, differences, einsum_owed, layout_of
 
-__all__ = ["tracking", "known", "record", "record_checked", "operand", "op_operand", "op_result", "owed_message",
-           "REDUCERS", "gathered", "kernel_check_vma", "returned"]
+__all__ = ["tracking", "is_staged", "mark_unreduced", "known", "record", "record_checked", "operand", "op_operand",
+           "op_result", "owed_message", "REDUCERS", "gathered", "kernel_check_vma", "returned",
+           "einsum_owed"]
 
-Layout = tuple[tuple[str, ...], ...]
 
 # The ops that may take a value still owing a sum: they pay (part of) it.
 REDUCERS = frozenset({"psum", "psum_scatter"})
@@ -69,10 +71,12 @@ class Known:
 
 
 class _Trace:
-    __slots__ = ("kernel", "entries", "gathered", "check_vma")
+    __slots__ = ("kernel", "entries", "gathered", "check_vma", "staged", "marked")
 
-    def __init__(self, kernel: str, check_vma: bool | None = None):
+    def __init__(self, kernel: str, check_vma: bool | None = None, staged: bool = False):
         self.kernel = kernel
+        self.staged = staged  # the body is staged into a jaxpr: JAX can type partial sums
+        self.marked: list[Known] = []  # partial sums JAX types unreduced (see mark_unreduced)
         self.entries: dict[int, Known] = {}
         # Mesh axes a plain ops.all_gather has gathered over in this trace, each with the first
         # op call that did: JAX types its results (and all that is computed from them) as varying
@@ -89,9 +93,10 @@ _OFF = _Trace("")
 
 
 @contextlib.contextmanager
-def tracking(kernel: str, check_vma: bool | None = None) -> Iterator[None]:
+def tracking(kernel: str, check_vma: bool | None = None, staged: bool = False) -> Iterator[None]:
     """Layouts are tracked inside: one trace of kernel ``kernel``'s body, a ``shard_map`` with
-    ``check_vma`` (None: not known)."""
+    ``check_vma`` (None: not known); ``staged``: the body is traced into a jaxpr (``is_staged``),
+    so partial sums are typed unreduced for JAX too."""
     if not ENABLED or not checks_on():
         token = _TRACE.set(_OFF)  # an outer kernel's table is not this body's
         try:
@@ -99,13 +104,19 @@ def tracking(kernel: str, check_vma: bool | None = None) -> Iterator[None]:
         finally:
             _TRACE.reset(token)
         return
-    trace = _Trace(kernel, check_vma)
+    trace = _Trace(kernel, check_vma, staged)
     token = _TRACE.set(trace)
     try:
         yield
+    except Exception as e:  # JAX's refusals of ops on unreduced values (see jax_refusal)
+        refusal = jax_refusal(trace, e)
+        if refusal is None:
+            raise
+        raise refusal from e
     finally:
         _TRACE.reset(token)
         trace.entries.clear()  # drop the tracers now, failed trace or not
+        trace.marked.clear()
 
 
 # Set while an op checks its own operands and result: those checks leave layouts and varying
@@ -203,12 +214,6 @@ def owed_message(entry: Known) -> str:
 # Ops.
 
 
-def layout_of(spec: ShapeSpec, ndim: int) -> Layout:
-    """The mesh axes of each of ``ndim`` dims laid out as ``spec`` (through active rules)."""
-    mesh = jax.sharding.get_abstract_mesh()
-    return rules_layout(spec, ndim, None if mesh.empty else dict(mesh.shape))
-
-
 def operand(op_call: str, what: str, value: Any, spec: ShapeSpec, op: str) -> frozenset:
     """Compares a known operand's layout with the op's input ``spec`` (``what`` names the
     operand in the op: 'operand', 'operand 1', 'table'); returns the axes it still owes a sum
@@ -253,63 +258,74 @@ def still_owed(entry: Known | None, paid: Any) -> tuple[frozenset, str]:
 
 
 def op_result(op: str, spec_text: Any, value: Any, spec: ShapeSpec, owed: frozenset = frozenset(),
-              owed_by: str = "") -> None:
-    """Records an op's result as laid out by ``spec``, owing a sum over ``owed``."""
-    if _active() is None or not isinstance(value, jax.Array):
+              owed_by: str = "", jax_typed: bool = False) -> None:
+    """Records an op's result as laid out by ``spec``, owing a sum over ``owed`` (``jax_typed``:
+    JAX types it unreduced too, see ``mark_unreduced``)."""
+    trace = _active()
+    if trace is None or not isinstance(value, jax.Array):
         return
     call = f"shardtypes.ops.{op}({spec_text!r})"
     record(value, layout_of(spec, value.ndim), f"the result of {call}", owed, owed_by or call)
+    if jax_typed:
+        trace.marked.append(trace.entries[id(value)])
 
 
-def differences(have: Layout, want: Layout, there: str) -> str:
-    """``dim 0 is split over 'd' here but over 't' in the spec; ...``, and a word on swapped
-    axes."""
-    parts = []
-    for i, (h, w) in enumerate(zip(have, want)):
-        if h != w:
-            parts.append(f"dim {i} is {_split(h)} here but {_split(w)} in {there}")
-    text = "; ".join(parts)
-    moved = [(h, w) for h, w in zip(have, want) if h != w]
-    had = sorted({a for h, _ in moved for a in h})
-    if had and had == sorted({a for _, w in moved for a in w}):
-        mesh = jax.sharding.get_abstract_mesh()
-        sizes = {mesh.shape.get(a) for a in had} if not mesh.empty else set()
-        if len(had) > 1:
-            text += f" (mesh axes {', '.join(repr(a) for a in had)} are swapped between dims"
-        else:
-            text += f" (mesh axis {had[0]!r} is on another dim"
-        if len(sizes) == 1 and None not in sizes:
-            text += f"; all of size {sizes.pop()}, so every block has the shape {there} expects"
-        text += ")"
-    return text
+# ---------------------------------------------------------------------------------------------
+# JAX's own unreduced type: where JAX can type a partial sum (check_vma on, the body staged into
+# a jaxpr), the ops also mark it with jax.lax.pcast(..., to='unreduced'); JAX then refuses
+# nonlinear ops on it, and the refusal is said in shardtypes' words (jax_refusal).
 
 
-def _axes(axes: tuple[str, ...]) -> str:
-    if not axes:
-        return "no mesh axis"
-    return "/".join(repr(a) for a in axes)
+def is_staged(values: Any) -> bool:
+    """Whether a shard_map of ``values`` is staged into a jaxpr (under ``jax.jit``, or anything
+    that traces to one) rather than run eagerly, where JAX's unreduced type is refused (0.9.2)
+    or refused on Auto axes (0.10.2). No public API says so; a constant made here is a tracer
+    exactly when a staging trace is active (JVP and vmap hand inputs-free ops to the trace below
+    them), and a value no jaxpr uses is dropped from it."""
+    if not ENABLED or not checks_on():
+        return False
+    if not any(isinstance(v, Tracer) for v in jax.tree.leaves(values)):
+        return False  # an eager call (or constants under jit: JAX's type is then left out)
+    return isinstance(jax.lax.full((), 0, "int8"), Tracer)
 
 
-def _split(axes: tuple[str, ...]) -> str:
-    return f"split over {_axes(axes)}" if axes else "not split"
+def mark_unreduced(value: Any, owed: frozenset) -> Any:
+    """``value`` typed unreduced over ``owed`` for JAX too, where JAX can type it: the kernel's
+    body is staged and JAX types it as varying over every owed axis (check_vma on)."""
+    trace = _active()
+    if trace is None or not trace.staged or not owed or not isinstance(value, jax.Array):
+        return value
+    if not owed <= varying_axes(jax.typeof(value)):
+        return value  # check_vma off: JAX tracks no unreduced state, the side table does
+    return jax.lax.pcast(value, tuple(sorted(owed)), to="unreduced")
 
 
-def einsum_owed(spec_text: str, inputs: tuple[ShapeSpec, ...], output: ShapeSpec) -> frozenset:
-    """The mesh axes an ``einsum_unreduced`` leaves unreduced: those of its contracted dims.
-    Every dim name must be laid out alike wherever the spec names it (else ShapeSpecError: a
-    result said to be split over another axis than its operand is a silent wrong block)."""
+# JAX's words for an op it refuses on an unreduced value: a missing rule (NotImplementedError, both
+# versions) or a sharding type error (JAX's ShardingTypeError, not public: told by its text).
+_RULE = re.compile(r"unreduced(?:/reduced)? rule for ([\w.\-]+) is not implemented")
+_PASSED = re.compile(r"passed to ([\w.\-]+) cannot be unreduced")
 
-    seen: dict[str, tuple[str, tuple]] = {}
-    for where, s in [(f"operand {i}", s) for i, s in enumerate(inputs)] + [("the output", output)]:
-        for dim, axes in zip(s.dims, layout_of(s, len(s.dims))):
-            first = seen.setdefault(dim.shape, (where, axes))
-            if first[1] != axes:
-                raise ShapeSpecError(
-                    spec_text, f"shardtypes.ops.einsum_unreduced: dim {dim.shape!r} is split over "
-                    f"{_axes(first[1])} in {first[0]} but over {_axes(axes)} in {where}; a dim is laid "
-                    "out alike everywhere in an einsum (move mesh axes with the collectives)")
-    out = {d.shape for d in output.dims}
-    return frozenset(a for name, (_, axes) in seen.items() if name not in out for a in axes)
+
+def jax_refusal(trace: _Trace, error: Exception) -> TypeCheckError | None:
+    """JAX's refusal of an op on a partial sum it types unreduced (``mark_unreduced``), said as a
+    TypeCheckError naming the kernel, the op that made the partial sum, the axes owed and JAX's
+    op; None when ``error`` is something else, or no partial sum was so typed in this trace."""
+    if not trace.marked or isinstance(error, TypeCheckError):
+        return None  # (shardtypes' own errors say what they mean)
+    text = str(error)
+    found = _RULE.search(text) or _PASSED.search(text)
+    if found is None and ("{U:" not in text and "unreduced={" not in text):
+        return None  # not about an unreduced value (JAX prints one as f32[4,8]{U:t})
+    reached = f"JAX's {found.group(1)!r}" if found else f"a JAX operation ({text.splitlines()[0]})"
+    sums = list({(e.owed_by, e.owed): e for e in trace.marked}.values())
+    what = "; ".join(f"{e.owed_by} made a partial sum owing a sum over mesh "
+                     f"{'axes' if len(e.owed) > 1 else 'axis'} {', '.join(repr(a) for a in sorted(e.owed))}"
+                     for e in sums)
+    return TypeCheckError(
+        f"in kernel {trace.kernel}(), a partial sum reached {reached}, which JAX refuses on it: {what}, "
+        "and JAX types it unreduced, so only the linear operations JAX has a rule for may take it "
+        "(+, sum, transpose, reshape, concatenate, astype); reduce it with shardtypes.ops.psum or "
+        "shardtypes.ops.psum_scatter first (see \"Sums still owed\" in docs/shard-map.md)")
 
 
 def with_op_context(error: Exception, op: str, spec_text: Any) -> Exception:

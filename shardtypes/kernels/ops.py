@@ -249,6 +249,9 @@ def einsum_unreduced(spec: str, *operands: jax.Array, **kwargs: Any) -> jax.Arra
 
     Contracted dims that are sharded leave partial sums ("unreduced"): follow with ``psum`` or
     ``psum_scatter``. Keyword arguments go to ``jnp.einsum`` (``preferred_element_type=...``).
+    Under ``jax.jit`` with ``check_vma`` on, the result is also typed unreduced for JAX
+    (``jax.lax.pcast(..., to='unreduced')``), so JAX refuses nonlinear ops on it before the
+    reduction (docs/shard-map.md, "Sums still owed").
     """
     inputs, output = c.arrow("einsum_unreduced", spec, len(operands))
     letters: dict[str, str] = {}
@@ -277,8 +280,9 @@ def einsum_unreduced(spec: str, *operands: jax.Array, **kwargs: Any) -> jax.Arra
     contracted = kl.einsum_owed(spec, inputs, output)  # after the operands: theirs is the clearer message
     result = jnp.einsum(",".join(in_subs) + "->" + out_sub, *operands, **kwargs)
     c.check("einsum_unreduced", spec, "result", output, result)
-    kl.op_result("einsum_unreduced", spec, result, output, contracted)
-    return result
+    typed = kl.mark_unreduced(result, contracted)  # JAX's unreduced type, where JAX has one
+    kl.op_result("einsum_unreduced", spec, typed, output, contracted, jax_typed=typed is not result)
+    return typed
 
 
 @c.own_table
@@ -295,7 +299,8 @@ def index_unreduced(spec: str, table: jax.Array, ids: jax.Array) -> jax.Array:
 
     Each device looks up the ids that fall in its block of the bracketed dim and gives zeros for
     the rest (ids outside ``[0, V)`` give zeros everywhere), so the result is a partial sum over
-    the bracketed dim's mesh axes: follow with ``psum`` (or ``psum_scatter``) over them.
+    the bracketed dim's mesh axes: follow with ``psum`` (or ``psum_scatter``) over them. Under
+    ``jax.jit`` with ``check_vma`` on, JAX types it unreduced too (as ``einsum_unreduced``).
     """
     parsed = c.index_spec(spec)
     block_axes = c.axes(parsed.table)[parsed.position]
@@ -306,8 +311,10 @@ def index_unreduced(spec: str, table: jax.Array, ids: jax.Array) -> jax.Array:
     c.check("index_unreduced", spec, "ids", parsed.ids, ids, integer)
     result = c.lookup(parsed, table, ids, block_axes, sizes)
     c.check("index_unreduced", spec, "result", parsed.output, result)
-    kl.op_result("index_unreduced", spec, result, parsed.output, frozenset(block_axes))
-    return result
+    typed = kl.mark_unreduced(result, frozenset(block_axes))
+    kl.op_result("index_unreduced", spec, typed, parsed.output, frozenset(block_axes),
+                 jax_typed=typed is not result)
+    return typed
 
 
 def axis_index(name: str | Sequence[str]) -> jax.Array:

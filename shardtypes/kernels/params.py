@@ -7,7 +7,8 @@ kernel never fails with JAX's own error about shardtypes' input:
 * an array passed to a parameter that takes static values (unannotated, or annotated with no
   array type) would be closed over by the mapped function, unchecked;
 * a dataclass argument whose annotation is a stacked class (``Array['layers', Layer]``) is a
-  ``Layer`` value: its ``in_specs`` are laid out in the value's own tree structure.
+  ``Layer`` value: its ``in_specs`` are laid out in the value's own tree structure; a returned
+  one is handed to ``shard_map`` in its ``out_specs``' structure and back (``conform_result``).
 
 Imports: JAX and the annotation model only.
 """
@@ -21,7 +22,7 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
-__all__ = ["check_kernel", "bare_array_annotation", "check_static", "conform_specs"]
+__all__ = ["check_kernel", "bare_array_annotation", "check_static", "conform_specs", "conform_result"]
 
 _BARE = (jax.Array, np.ndarray)
 _NAMES = {jax.Array: "jax.Array", np.ndarray: "numpy.ndarray"}
@@ -102,3 +103,18 @@ def conform_specs(specs: tuple, values: list, names: list, kernel: str) -> tuple
             found = _CONFORMED[key] = (spec, jax.tree.unflatten(value_def, leaves))
         out.append(found[1])
     return tuple(out)
+
+
+def conform_result(out_specs: Any, result: Any) -> tuple[Any, Any]:
+    """The body's ``result`` in ``out_specs``' tree structure, and the treedef to restore after
+    ``shard_map`` (None where nothing changes): out_specs derived from a stacked class
+    (``Array['layers', Layer]``) have that class's nodes where the value has ``Layer``'s, and
+    shard_map's prefix check compares node types. Left as it is where the leaves do not match
+    one to one (JAX then says what differs)."""
+    if _is_spec(out_specs):
+        return result, None
+    leaves, value_def = jax.tree.flatten(result)
+    spec_def = jax.tree.structure(out_specs, is_leaf=_is_spec)
+    if getattr(spec_def, "num_leaves") != len(leaves) or str(spec_def) == str(value_def):
+        return result, None
+    return jax.tree.unflatten(spec_def, leaves), value_def

@@ -33,8 +33,8 @@ from ..context.rules import axis_rules, current_rules
 from ..language.shape import axes_entry, entry_axes
 from ..layout.specs import partition_specs as derive_specs
 from ..model.pytrees import holds_pytree
-from ..checking.kernel_layouts import returned, tracking
-from .params import bare_array_annotation, check_kernel, check_static, conform_specs
+from ..checking.kernel_layouts import is_staged, returned, tracking
+from .params import bare_array_annotation, check_kernel, check_static, conform_result, conform_specs
 
 __all__ = ["typed_shard_map"]
 
@@ -260,16 +260,20 @@ class _TypedShardMap:
             values = bound.arguments
             static = {n: v for n, v in values.items() if n not in array_names}
             check_static(static, state.name)
+            staged = is_staged([values[n] for n in array_names])
+            restore: list = []  # the body's result tree, where shard_map's is out_specs' (stacked)
 
             def mapped(*arrays):
                 given = dict(static)
                 given.update(zip(array_names, arrays))
                 positional = [given.pop(p.name) for p in parameters
                               if p.kind is inspect.Parameter.POSITIONAL_ONLY]
-                with tracking(state.name, state.check_vma is not False):  # layouts follow values
-                    out = body(*positional, **given)
-                    returned(out, out_specs)  # before shard_map's own out_specs check
-                    return out
+                with tracking(state.name, state.check_vma is not False, staged):  # layouts follow values
+                    result = body(*positional, **given)
+                    result, treedef = conform_result(out_specs, result)
+                    returned(result, out_specs)  # before shard_map's own out_specs check
+                restore.append(treedef)
+                return result
 
             in_specs, out_specs = state.specs()
             in_specs = conform_specs(in_specs, [values[n] for n in array_names], array_names, state.name)
@@ -287,6 +291,8 @@ class _TypedShardMap:
                 out = jax.shard_map(mapped, **options)(*(values[n] for n in array_names))
             finally:
                 COMPILE_TIME_CHECKS.reset(token)
+            if restore and restore[-1] is not None:
+                out = jax.tree.unflatten(restore[-1], jax.tree.leaves(out))
             # The global result is checked next, by ``checked``, still inside ``entry`` (whose
             # reset undoes this; the wrapper is only ever called there): at trace time only
             # (dtype, sizes, Explicit axes). shard_map lays it out as out_specs say, and

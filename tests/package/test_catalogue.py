@@ -724,6 +724,24 @@ case("typed_shard_map", "axis-names-int", lambda: typed_shard_map(step, axis_nam
 case("typed_shard_map", "mesh-str", lambda: typed_shard_map(step, mesh="x"), TypeError, "typed_shard_map: mesh must be a Mesh")
 case("typed_shard_map", "check-vma-str", lambda: typed_shard_map(step, check_vma="yes"), TypeError, "check_vma must be")
 
+
+def tanh_of_partial_sum() -> Any:
+    """A nonlinear op on a partial sum JAX types unreduced (jit, check_vma on), issue 17."""
+    def tanh_psum(x: f32[b"b f/t"], w: f32[b"f/t m"]) -> f32[b"b m"]:
+        return ops.psum("b m", jnp.tanh(ops.einsum_unreduced("b f/t, f/t m -> b m", x, w)), "t")
+
+    mesh = MESH()
+    with jax.set_mesh(mesh):
+        x = jax.device_put(jnp.ones((4, 8)), NamedSharding(mesh, P(None, "t")))
+        w = jax.device_put(jnp.ones((8, 8)), NamedSharding(mesh, P("t")))
+        return jax.jit(typed_shard_map(tanh_psum))(x, w)
+
+
+case("typed_shard_map", "tanh-of-partial-sum", tanh_of_partial_sum, TypeCheckError,
+     "in kernel tanh_of_partial_sum.<locals>.tanh_psum(), a partial sum reached JAX's 'tanh'",
+     "shardtypes.ops.einsum_unreduced('b f/t, f/t m -> b m') made a partial sum owing a sum over mesh axis 't'",
+     "reduce it with shardtypes.ops.psum or shardtypes.ops.psum_scatter first")
+
 # --- shardtypes.nnx ----------------------------------------------------------------------------
 
 case("nnx", "annotations-int", lambda: nnx.annotations(3), TypeError, "shardtypes.nnx: model must be an nnx.Module")
