@@ -44,13 +44,16 @@ def box_annotation(box: Any, where: str | Callable[[], str] = "") -> Any:
     returns, called only for an error) names it in errors."""
     value = box.value
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
-    try:
-        key = (type(box), tuple(shape), dtype, tuple(box.names))
-        hit = _ANNOTATIONS.get(key)
-    except TypeError:  # unhashable names or no shape: the slow path says what is wrong
-        key = hit = None
-    if hit is not None:
-        return hit
+    key: tuple | None = None
+    if shape is not None:
+        try:
+            key = (type(box), tuple(shape), dtype, tuple(box.names))
+            hit = _ANNOTATIONS.get(key)
+        except TypeError:  # unhashable names: the slow path says what is wrong
+            key = None
+        else:
+            if hit is not None:
+                return hit
     annotation = _box_annotation(box, shape, dtype, where() if callable(where) else where)
     if key is not None:
         if len(_ANNOTATIONS) >= _ANNOTATIONS_MAX:

@@ -144,7 +144,8 @@ class Like:
 
     def __init__(self, annotation: Any, walk: Callable[[Any, Callable[[Any], Any]], Any]):
         tree = walk(annotation, lambda leaf: _Box(leaf.annotation))
-        flat, self.treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: isinstance(x, _Box))
+        flat, treedef = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: isinstance(x, _Box))
+        self.treedef: Any = treedef
         self.paths = tuple(jax.tree_util.keystr(p) for p, _ in flat)
         self.annotations = tuple(box.annotation for _, box in flat)
         self.root_type = type(tree)

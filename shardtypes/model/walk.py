@@ -75,7 +75,7 @@ def _walk(
         hit = fast(annotation)
         if hit is not None:
             return hit
-    where = path or "the annotation"
+    where = f"the annotation{path}" if not path or path.startswith("[") else path  # (a key path from a plain container)
     if isinstance(annotation, str):
         raise TypeError(
             f"{_brief(where)} is the string {_brief(repr(annotation))}: pass the annotation itself (with "
