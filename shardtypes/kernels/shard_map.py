@@ -21,9 +21,11 @@ from typing import Any, Callable, Iterable, ParamSpec, TypeVar, overload
 
 import jax
 from jax.sharding import AbstractMesh, Mesh, PartitionSpec
+from typeguard import TypeCheckError
 
 from ..checking.compile_time import COMPILE_TIME_CHECKS
 from ..integrations.decorator import _typechecked
+from ..context.tracebacks import filter_traceback
 from ..context.tables import scope
 from ..model.hints import resolve_hints
 from ..context.mesh import no_mesh_error
@@ -131,6 +133,9 @@ def _typed_shard_map(f: Callable[_P, _R], mesh: Mesh | AbstractMesh | None, axis
         token = COMPILE_TIME_CHECKS.set(True)
         try:
             return checked(*args, **kwargs)
+        except TypeCheckError as e:
+            filter_traceback(e)  # the user's frames only (config.traceback_filtering)
+            raise
         finally:
             COMPILE_TIME_CHECKS.reset(token)  # also undoes the wrapper's setting for the result
 

@@ -103,3 +103,24 @@ def test_a_filtered_error_under_jit_keeps_the_users_frames():
     with pytest.raises(TypeCheckError) as info:
         jax.jit(takes_a_matrix)(jnp.zeros((3,)))
     assert not [f for f in frames(info.value) if f.filename.startswith(OURS)]
+
+
+def test_a_failed_kernel_check_shows_no_shardtypes_frame(filtering):
+    # typed_shard_map's boundary filters too: a wrong input, and a wrong op inside the body.
+    from shardtypes import ops, typed_shard_map
+
+    mesh = make_mesh("explicit")
+
+    @typed_shard_map
+    def kernel(x: f32[b"rows/d cols"]) -> f32[b"rows/d cols"]:
+        return ops.all_gather("rows/t cols -> rows cols", x)  # the body's own mistake
+
+    with jax.sharding.set_mesh(mesh):
+        x = shard(jnp.zeros((8, 4)), f32[b"rows/d cols"])
+        for call in (lambda: kernel(jnp.zeros((8, 4))), lambda: kernel(x)):
+            with pytest.raises(TypeCheckError) as info:
+                call()
+            shown = frames(info.value)
+            ours = [f"{f.filename}:{f.lineno} {f.name}" for f in shown if f.filename.startswith(OURS)]
+            assert "test_a_failed_kernel_check_shows_no_shardtypes_frame" in [f.name for f in shown]
+            assert (ours == []) if filtering == "on" else ours
