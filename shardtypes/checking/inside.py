@@ -3,9 +3,9 @@ Any``, ``opt_state: optax.OptState``): each instance of an annotated class insid
 ``Params`` as an optax state's ``mu``) is still checked against its own class, as a dataclass
 field annotated ``Any`` is (``integrations/containers.py``), so nothing that carries annotations
 passes unchecked. typeguard skips ``Any`` before any checker runs, so the signature checker calls
-``check_inside`` after typeguard's own check of the annotation. (Functions that typeguard
-instruments, those with str-shape locals and generators, are not looked into: typeguard's
-instrumented code leaves ``Any`` out before shardtypes sees it.)
+``check_inside`` after typeguard's own check of the annotation; for a function typeguard
+instruments (annotated locals), ``signature.looking_inside`` calls it around typeguard's code,
+which leaves ``Any`` out. (Generators and coroutines are not looked into.)
 """
 
 from __future__ import annotations

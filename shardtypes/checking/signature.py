@@ -285,3 +285,41 @@ def _transactional(fn: Callable, *args) -> Any:
         if type(e) is TypeCheckError:  # typeguard's own message: name the function (args[0])
             raise in_function(e, args[0]) from None
         raise
+
+
+def looking_inside(target: Callable, instrumented: Callable, scope_vars: dict) -> Callable:
+    """``instrumented`` (typeguard's instrumentation of ``target``) preceded by the look inside
+    its arguments annotated with no shardtypes annotation (``opt_state: Any``), and followed by
+    the look inside such a return value: typeguard's instrumented code leaves ``Any`` out before
+    shardtypes sees it. Unchanged if no annotation asks for it, and for generators and coroutines
+    (their bodies run later, in tables of their own)."""
+    if (inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target)
+            or inspect.iscoroutinefunction(target)):
+        return instrumented
+    try:
+        hints = resolve_hints(target, "shardtypes.typechecked", scope_vars)
+    except NameError:  # forward references: typeguard's own checks resolve them at the call
+        return instrumented
+    signature = inspect.signature(target)
+    names = [p.name for p in signature.parameters.values()
+             if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+             and looks_inside(hints.get(p.name), plan_for(hints.get(p.name)))]
+    returns = looks_inside(hints.get("return"), plan_for(hints.get("return")))
+    if not names and not returns:
+        return instrumented
+    func_name = target.__qualname__
+
+    @functools.wraps(instrumented)
+    def inside(*args, **kwargs):
+        memo = TypeCheckMemo(target.__globals__, {}, config=_config())
+        if names:
+            arguments = signature.bind(*args, **kwargs).arguments
+            for name in names:
+                if name in arguments:
+                    check_inside(name, arguments[name], func_name, memo, _transactional)
+        result = instrumented(*args, **kwargs)
+        if returns:
+            check_inside(None, result, func_name, memo, _transactional)
+        return result
+
+    return inside

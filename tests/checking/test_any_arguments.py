@@ -109,3 +109,21 @@ def test_an_annotated_instance_given_as_any_is_checked_against_its_class():
     with pytest.raises(FieldError, match=r'argument "x" \(.*Small\) of passthrough\(\): x\.w2 is not '
                                          r"f32\[b'hidden embed'\]: dimension 'embed' is 3 here"):
         passthrough(Small(jnp.zeros((16, 8)), jnp.zeros((8, 3))))
+
+
+@typechecked
+def step_with_a_local(params: Params, opt_state: Any) -> Any:
+    # An annotated local: typeguard instruments this function, and its code leaves Any out.
+    w: f32[b"embed/d hidden/t"] = params.w1
+    del w
+    return opt_state
+
+
+def test_a_function_typeguard_instruments_looks_inside_too(mesh):
+    with jax.set_mesh(mesh):
+        params, state = _state(mesh)
+        assert step_with_a_local(params, state) is state
+        bad = jax.device_put(state, NamedSharding(mesh, P()))
+        with pytest.raises(FieldError, match=r'argument "opt_state" \(tuple\) of step_with_a_local\(\): '
+                                             r"opt_state\[0\]\.mu\.w1 is not f32\[b'embed/d hidden/t'\]"):
+            step_with_a_local(params, bad)
