@@ -293,6 +293,13 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
         if missing:
             raise Mismatch(_missing_axes_problem(missing, mesh.axis_names, "the mesh"))
 
+    if manual and any(is_unconstrained(axes) for axes in expected):
+        dims = ", ".join(str(i) for i, axes in enumerate(expected) if is_unconstrained(axes))
+        raise Mismatch(
+            f"it is a local block inside shard_map, where an UNCONSTRAINED ('/?') dim has no meaning "
+            f"(dim {dims}): the block's size does not say the dim's global size, and the kernel, not "
+            "XLA, decides the split; write the mesh axes the block is split over (or none)"
+        )
     # Inside a shard_map: a value whose layout the kernel knows is compared first (_kernel_layouts).
     unknown = manual and not in_op() and record_checked(value, expected, context) is None
     if manual:

@@ -216,6 +216,24 @@ def test_typed_shard_map_refuses_an_unconstrained_dim(mesh):
         kernel(put(mesh, jnp.zeros((8, 4)), "d"))
 
 
+@typechecked
+def local_helper(y: f32[b"b/d e/?"]) -> f32[b"b/d e/?"]:
+    return y * 2
+
+
+@typed_shard_map
+def calls_a_helper(x: f32[b"b/d e/t"]) -> f32[b"b/d e/t"]:
+    return local_helper(x)
+
+
+def test_an_unconstrained_dim_inside_a_kernel_is_an_error(mesh):
+    # A local block says nothing of the dim's global size, and the kernel decides the split.
+    with jax.set_mesh(mesh), pytest.raises(TypeCheckError, match=re.escape(
+            "argument \"y\" (traced jax.Array) of local_helper() is not f32[b'b/d e/?']: it is a local "
+            "block inside shard_map, where an UNCONSTRAINED ('/?') dim has no meaning (dim 1)")):
+        calls_a_helper(put(mesh, jnp.zeros((8, 4)), "d", "t"))
+
+
 def test_plan_shows_an_unconstrained_dim():
     report = plan(f32[b"batch/d embed/?"], make_mesh("auto"), {"batch": 8, "embed": 4})
     assert "UNCONSTRAINED" in str(report)
