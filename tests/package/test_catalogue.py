@@ -377,6 +377,20 @@ def _unconstrained_kernel() -> Any:
         return kernel(jax.device_put(jnp.zeros((8, 4)), NamedSharding(mesh, P("d"))))
 
 
+def _unconstrained_local_block() -> Any:
+    @typechecked
+    def helper(y: f32[b"batch/d embed/?"]) -> f32[b"batch/d embed/?"]:
+        return y
+
+    @typed_shard_map
+    def kernel(x: f32[b"batch/d embed/t"]) -> f32[b"batch/d embed/t"]:
+        return helper(x)
+
+    mesh = _mesh_of(AxisType.Explicit)
+    with jax.set_mesh(mesh):
+        return kernel(jax.device_put(jnp.zeros((8, 4)), NamedSharding(mesh, P("d", "t"))))
+
+
 _FREE = f32[b"batch/d embed/?"]
 _FREE_RULES = AxisRules([("batch", "d"), ("act", shardtypes.UNCONSTRAINED), ("embed", "t")])
 case("UNCONSTRAINED", "beside-an-axis", lambda: ShapeSpec.parse("e/?/d"), ShapeSpecError, "'?' (XLA decides the dim's layout) stands alone")
@@ -387,6 +401,7 @@ case("UNCONSTRAINED", "shard-eagerly", lambda: shard(jnp.zeros((8, 4)), _FREE, _
 case("UNCONSTRAINED", "shard-explicit-mesh", lambda: shard(jnp.zeros((8, 4)), _FREE, _mesh_of(AxisType.Explicit)), ValueError, "dim 1 'embed/?' is UNCONSTRAINED", "the mesh's axes are all Explicit ('d', 't')")
 case("UNCONSTRAINED", "typed_shard_map", _unconstrained_kernel, TypeError, 'typed_shard_map: argument "x" of ', 'kernel: dim 1 is UNCONSTRAINED', 'shard_map splits every dim')
 case("UNCONSTRAINED", "beside-a-placed-name", lambda: _with_rules(_FREE_RULES, lambda: make_partition_specs(f32[b"b/batch e/embed/act"])), AxisRulesError, "logical axis 'act' is UNCONSTRAINED (XLA decides) but the dim's other names place it on ('t',)")
+case("UNCONSTRAINED", "local-block", _unconstrained_local_block, TypeCheckError, 'argument "y"', "helper() is not f32[b'batch/d embed/?']", "a local block inside shard_map, where an UNCONSTRAINED ('/?') dim has no meaning (dim 1)")
 case("UNCONSTRAINED", "merge-with-None", lambda: _FREE_RULES.merge(AxisRules([("act", None)])), AxisRulesError, "act: UNCONSTRAINED vs None")
 case("UNCONSTRAINED", "rule-target-in-a-tuple", lambda: AxisRules([("act", ("d", shardtypes.UNCONSTRAINED))]), TypeError, "or shardtypes.UNCONSTRAINED for 'XLA decides'")
 
