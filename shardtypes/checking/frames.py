@@ -19,7 +19,7 @@ from ..context import tables as _dims
 from ..context.tables import _TABLE, Table
 from ..model.errors import field_path
 
-__all__ = ["check_argument_types_internal", "check_return_type_internal", "failed_function", "field_path"]
+__all__ = ["check_argument_types_internal", "check_return_type_internal", "failed_function"]
 
 # typeguard renamed these in 4.5 (the old names became frame-reading helpers); the instrumented
 # code and our decorator call whichever this typeguard has.

@@ -28,7 +28,9 @@ _SCALARS = (bool, int, float, complex, str, bytes, type(None))
 def looks_inside(annotation: Any, plan: Any) -> bool:
     """Whether a parameter annotated ``annotation`` is looked into: it is annotated, and neither
     it nor anything inside it is a shardtypes annotation or a checked class."""
-    return annotation is not None and plan is None and not holds_shardtypes((annotation,))
+    if annotation is None or plan is not None or annotation in _SCALARS:  # (x: int holds nothing)
+        return False
+    return not holds_shardtypes((annotation,))
 
 
 def check_inside(name: str | None, value: Any, func_name: str, memo: TypeCheckMemo,

@@ -9,11 +9,9 @@ import jax
 
 from ..context.rule_resolution import layout as rules_layout
 from ..language.shape import ShapeSpec, ShapeSpecError
+from ..model.describe import Layout
 
 __all__ = ["Layout", "layout_of", "differences", "einsum_owed"]
-
-# A layout: the mesh axes each dim is split over, in order.
-Layout = tuple[tuple[str, ...], ...]
 
 
 def layout_of(spec: ShapeSpec, ndim: int) -> Layout:

@@ -105,7 +105,7 @@ def _typechecked(target: Any, scope_vars: dict) -> Any:
         if problem is None:
             return _mark(_with_table(target, looking_inside(target, instrumented, scope_vars)))
         _warn_unchecked_locals(target, problem)
-        if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+        if _is_generator(target):
             return _mark(generator_from_signature(target, scope_vars))
     elif why_not is not None:
         _warn_unchecked_locals(target, why_not)
@@ -162,7 +162,7 @@ def _typecheck_class(cls: type, scope_vars: dict) -> type:
 
 def _needs_instrumentation(target: Callable) -> tuple[bool, str | None]:
     """(whether typeguard must instrument ``target``, why its body could not be read)."""
-    if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+    if _is_generator(target):
         return True, None
     if hasattr(target, "__wrapped__"):
         # A wrapper made by another decorator (scope, typed_shard_map, functools.wraps): its

@@ -5,13 +5,14 @@ against them. ``make_shape_dtype_structs``, ``verify`` and ``plan`` size their a
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
-from ..language.shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC
-from ..language.sizes import check_dims, evaluate, unused_dims_error
+from ..language.shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC, entry_axes
+from ..language.sizes import check_dims, divides, evaluate, unused_dims_error
 from ..model.walk import _Leaf, _walk
 
-__all__ = ["check_dims_for", "dims_used"]
+__all__ = ["check_dims_for", "dims_used", "undivided"]
 
 
 def _dim_size(dim, sizes: Mapping[str, Any], leaf: _Leaf, index: int, required: bool) -> Any:
@@ -104,3 +105,15 @@ def check_dims_for(dims: Any, single: set[str], variadic: set[str], what: str, s
     if unused:
         raise unused_dims_error(unused, used, what)
     return dims
+
+
+def undivided(shape: tuple, sharding: Any) -> tuple[int, tuple[str, ...], int] | None:
+    """``(dim, mesh axes, ways)`` of the first dim of ``shape`` that ``sharding`` (a
+    NamedSharding) splits more ways than its size divides into; None if every dim divides."""
+    sizes = dict(sharding.mesh.shape)
+    for i, entry in enumerate(sharding.spec):
+        axes = entry_axes(entry)
+        parts = math.prod(sizes[a] for a in axes)
+        if i < len(shape) and parts > 1 and not divides(shape[i], parts):
+            return i, axes, parts
+    return None

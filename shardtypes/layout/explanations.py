@@ -13,7 +13,8 @@ from ..context.rule_resolution import choices as rules_choices
 from ..language.shape import is_unconstrained
 from ..context.rules import AxisRulesError, current_rules
 from ..language.sizes import check_dims
-from .specs import _dim_size, mesh_arg
+from .dim_sizes import _dim_size
+from .specs import mesh_arg
 from ..model.walk import _Leaf, _walk
 
 __all__ = ["explain"]

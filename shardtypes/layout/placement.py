@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import math
 from typing import Any, Iterator, TypeVar, overload
 
 import jax
@@ -19,7 +18,7 @@ from jax.sharding import NamedSharding
 
 from ..language.shape import entry_axes
 from ..context.tracebacks import filter_traceback
-from ..language.sizes import divides
+from .dim_sizes import undivided
 from .specs import mesh_arg, shardings as derive_shardings
 from ..model import ClassNode, describe, model
 from ..model.walk import _brief, _Leaf, _walk
@@ -171,16 +170,14 @@ class _ShardLeaf:
 
 
 def _place(x: Any, sharding: NamedSharding, path: str) -> Any:
-    sizes = dict(sharding.mesh.shape)
     shape = getattr(x, "shape", ())
-    for i, entry in enumerate(sharding.spec):
-        axes = entry_axes(entry)
-        parts = math.prod(sizes[a] for a in axes)
-        if i < len(shape) and parts > 1 and not divides(shape[i], parts):
-            raise ValueError(
-                f"shard: {path}: dim {i} has size {shape[i]}, which does not divide "
-                f"over mesh axes {axes} ({parts} devices) as {sharding.spec} asks"
-            )
+    bad = undivided(shape, sharding)
+    if bad is not None:
+        i, axes, parts = bad
+        raise ValueError(
+            f"shard: {path}: dim {i} has size {shape[i]}, which does not divide "
+            f"over mesh axes {axes} ({parts} devices) as {sharding.spec} asks"
+        )
     if not isinstance(x, jax.core.Tracer):
         free = [i for i, entry in enumerate(sharding.spec) if entry is jax.sharding.PartitionSpec.UNCONSTRAINED]
         if free:

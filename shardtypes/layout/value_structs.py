@@ -12,13 +12,13 @@ the path, not a struct that fails later inside a restore or a compile.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import jax
 from jax.sharding import NamedSharding
 
 from ..model.value_trees import is_array_value
+from .dim_sizes import undivided
 
 __all__ = ["structs_of_values"]
 
@@ -51,11 +51,9 @@ def _check_fits(value: Any, sharding: NamedSharding, where: str, what: str) -> N
     if len(spec) > len(shape):
         raise ValueError(f"{what}: {where} is {found}, of rank {len(shape)}, but its annotation lays it "
                          f"out as {sharding.spec}, which has {len(spec)} entries")
-    sizes = dict(sharding.mesh.shape)
-    for i, entry in enumerate(spec):
-        axes = () if entry is None else (entry,) if isinstance(entry, str) else tuple(entry)
-        parts = math.prod(sizes[a] for a in axes if a in sizes)
-        if parts > 1 and shape[i] % parts:
-            raise ValueError(f"{what}: {where} is {found}: dim {i} of size {shape[i]} cannot be split "
-                             f"over mesh axes {axes} ({parts} ways), as its annotation's layout "
-                             f"{sharding.spec} asks")
+    bad = undivided(shape, sharding)
+    if bad is not None:
+        i, axes, parts = bad
+        raise ValueError(f"{what}: {where} is {found}: dim {i} of size {shape[i]} cannot be split "
+                         f"over mesh axes {axes} ({parts} ways), as its annotation's layout "
+                         f"{sharding.spec} asks")

@@ -62,7 +62,6 @@ def public_names(text: str) -> str:
     return _INTERNAL_NAMES.sub(lambda m: "traced jax.Array" if m.group().endswith("Tracer") else "jax.Array", text)
 
 
-_public_names = public_names
 
 
 class ArrayError(TypeCheckError):
@@ -72,7 +71,7 @@ class ArrayError(TypeCheckError):
     name (``jax.Array``, not ``jaxlib._jax.ArrayImpl``). A ``TypeCheckError``, so ``except TypeCheckError`` catches it."""
 
     def __str__(self) -> str:
-        return _public_names(super().__str__())
+        return public_names(super().__str__())
 
 
 # Pickles made before ArrayError was public name it by its old, private name.
@@ -86,10 +85,10 @@ def in_function(error: TypeCheckError, func_name: str) -> TypeCheckError:
     core = str(error.args[0]) if error.args else ""
     text = str(error)
     if f"of {func_name}()" in text:  # ours already names it
-        return TypeCheckError(_public_names(text))
+        return TypeCheckError(public_names(text))
     path = text[: -len(core) - 1] if core and text.endswith(" " + core) else ""
     message = f"{path} of {func_name}() {core}" if path else f"{func_name}(): {text}"
-    return TypeCheckError(_public_names(message))
+    return TypeCheckError(public_names(message))
 
 
 def field_path(fields: Any) -> str:
@@ -113,8 +112,8 @@ class FieldError(TypeCheckError):
         # starts with the field path (``.weights.embed``) continues that path instead.
         message = str(self.args[0]) if self.args else ""
         if self._path and message.startswith((".", "[")):
-            return _public_names(" of ".join(self._path) + message)
-        return _public_names(super().__str__())
+            return public_names(" of ".join(self._path) + message)
+        return public_names(super().__str__())
 
     def __reduce__(self) -> Any:
         return (type(self), (self.args[0] if self.args else "", self.fields, self.core), self.__dict__)

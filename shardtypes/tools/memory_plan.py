@@ -25,7 +25,8 @@ from jax.sharding import NamedSharding
 from ..context.mesh import abstract_mesh
 from ..language.shape import ELLIPSIS, VARIADIC, entry_axes
 from ..language.sizes import _mapping_of_sizes, check_dims
-from ..layout.specs import _dim_size, _partition_spec, check_dims_for, dims_used
+from ..layout.dim_sizes import _dim_size, check_dims_for, dims_used
+from ..layout.specs import _partition_spec
 from ..model.describe import axis_hint
 from ..model.walk import _Leaf, _walk
 from .html_page import render_page

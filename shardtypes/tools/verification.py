@@ -32,7 +32,8 @@ from ..context.mesh import abstract_mesh
 from ..context.rules import AxisRulesError
 from ..language.shape import BROADCAST, NAMED, VARIADIC, entry_axes
 from ..language.sizes import _mapping_of_sizes, check_dims
-from ..layout.specs import _partition_spec, check_dims_for, structs
+from ..layout.dim_sizes import check_dims_for
+from ..layout.specs import _partition_spec, structs
 from ..model.walk import _Leaf, _walk
 from ..context.settings import forced_checks
 from ..model.errors import COLLECTED

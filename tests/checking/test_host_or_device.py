@@ -99,7 +99,7 @@ def test_under_jit_the_traced_value_is_checked_as_a_jax_array(mesh):
         out = double(put(mesh, jnp.ones((8, 3)), "d"))
         assert out.sharding.is_equivalent_to(NamedSharding(mesh, P("d", None)), 2)
         # numpy goes in to jit as a replicated array: the check sees a device value.
-        with pytest.raises(Exception, match=r"P\('d', None\)"):
+        with pytest.raises(TypeCheckError, match=r"double\(\).*(annotation says|annotation shards it as) P\('d', None\)"):
             jax.block_until_ready(double(np.ones((8, 3), np.float32)))
 
 

@@ -324,3 +324,29 @@ def test_a_generator_beside_a_helper_with_a_str_shaped_local_is_instrumented():
     assert list(generator(jnp.zeros(3)))[0].shape == (3,)
     with pytest.raises(TypeCheckError, match=r'argument "x" .* of .*generator\(\) is not f32\[b\'a\'\]'):
         next(generator(jnp.zeros((2, 3))))
+
+
+def test_no_type_check_below_returns_the_function_and_binds_nothing():
+    import typing
+
+    @typing.no_type_check
+    def below(x: f32[b"batch"]) -> f32[b"batch"]:
+        return x
+
+    assert typechecked(below) is below
+
+    @typing.no_type_check
+    @typechecked
+    def above(x: f32[b"batch"]) -> f32[b"batch"]:
+        return x
+
+    @typechecked
+    def caller(x: f32[b"batch"]) -> f32[b"batch"]:
+        above(jnp.zeros(5))  # binds nothing in the caller's table
+        return x
+
+    assert caller(jnp.zeros(3)).shape == (3,)
+    with Scope(batch=4):
+        above(jnp.zeros(7))
+        typechecked(below)(jnp.zeros(7))
+        assert dims()["batch"] == 4

@@ -112,3 +112,20 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match=r"\['w'\]: the LogicallyPartitioned box names 1 axes \('embed',\) for a value "
                                          r"of shape \(2, 2\)"):
         shardtypes.linen.annotations({"w": nn.LogicallyPartitioned(jnp.ones((2, 2)), ("embed",))})
+
+
+def test_each_distinct_box_reads_as_its_own_annotation():
+    # Annotations are kept per (box class, shape, dtype, names): equal boxes share one, and a
+    # box that differs in any of these gets its own.
+    def box(shape=(8, 4), dtype=jnp.float32, names=("embed", "mlp"), cls=nn.LogicallyPartitioned):
+        return cls(jax.ShapeDtypeStruct(shape, dtype), names)
+
+    tree = {"a": box(), "b": box(), "c": box(dtype=jnp.bfloat16), "d": box(names=("mlp", "embed")),
+            "e": box(shape=(4, 8)), "f": box(cls=nn.Partitioned)}
+    got = shardtypes.linen.annotations(tree)
+    assert got["a"] is got["b"]
+    assert repr(got["a"]) == "shardtypes.f32[b'8/embed 4/mlp']"
+    assert repr(got["c"]) == "shardtypes.bf16[b'8/embed 4/mlp']"
+    assert repr(got["d"]) == "shardtypes.f32[b'8/mlp 4/embed']"
+    assert repr(got["e"]) == "shardtypes.f32[b'4/embed 8/mlp']"
+    assert repr(got["f"]) == "shardtypes.f32[b'8/embed 4/mlp']"

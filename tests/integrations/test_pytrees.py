@@ -249,3 +249,19 @@ def test_verdict_is_each_leaf_in_one_table(shapes):
             assert dict(dims()) == {}  # a failed tree leaves nothing behind
     assert verdict == expected
     assert isinstance(tree, Tree) == expected
+
+
+def test_optional_and_containers_of_a_pytree():
+    from typing import Optional
+
+    @typechecked
+    def takes(a: Optional[Tree], b: list[Tree], c: tuple[Tree, ...]) -> None:
+        pass
+
+    takes(None, [{"w": z(2, 3)}], ({"w": z(2, 3)}, [z(2, 3)]))
+    with pytest.raises(TypeCheckError, match=r"is not f32\[b'batch embed'\]: has 1 dim \[3\] but the annotation has 2"):
+        takes({"w": z(3)}, [], ())
+    with pytest.raises(TypeCheckError, match=r"\['w'\] is not f32\[b'batch embed'\]: has 1 dim"):
+        takes(None, [{"w": z(3)}], ())
+    with pytest.raises(TypeCheckError, match=r"dimension 'batch' is 5 here"):
+        takes(None, [{"w": z(2, 3)}], ({"w": z(5, 3)},))  # batch binds across the arguments
