@@ -38,10 +38,11 @@ from jax.sharding import PartitionSpec
 from jax.core import Tracer
 from typeguard import TypeCheckError
 
-from ..context.compat import varying_axes
+from ..context.compat import trace_state, varying_axes
 from ..context.settings import checks_on
 from ..model.describe import Mismatch, _fmt_layout
 from ..language.shape import ShapeSpec, entry_axes
+from .kernel_facts import Fact, Point
 from .kernel_specs import Layout, differences, einsum_owed, layout_of
 
 __all__ = ["tracking", "is_staged", "mark_unreduced", "known", "record", "record_checked", "operand", "op_operand",
@@ -52,14 +53,15 @@ __all__ = ["tracking", "is_staged", "mark_unreduced", "known", "record", "record
 # The ops that may take a value still owing a sum: they pay (part of) it.
 REDUCERS = frozenset({"psum", "psum_scatter"})
 
-# Off only for measuring what tracking costs (benchmarks/shard_map.py).
+# Off only for measuring what tracking costs (benchmarks/shard_map.py); FLOW: the jaxpr pass alone.
 ENABLED = True
+FLOW = True
 
 
 class Known:
     """What the table knows of one value."""
 
-    __slots__ = ("value", "layout", "origin", "owed", "owed_by")
+    __slots__ = ("value", "layout", "origin", "owed", "owed_by", "state")
 
     def __init__(self, value: Any, layout: Layout, origin: str, owed: frozenset = frozenset(),
                  owed_by: str = ""):
@@ -68,10 +70,11 @@ class Known:
         self.origin = origin
         self.owed = owed  # mesh axes it is a partial sum over
         self.owed_by = owed_by  # the op call that left it unreduced
+        self.state = _state()  # the trace it was made in (the jaxpr pass's, or another)
 
 
 class _Trace:
-    __slots__ = ("kernel", "entries", "gathered", "check_vma", "staged", "marked")
+    __slots__ = ("kernel", "entries", "gathered", "check_vma", "staged", "marked", "flow", "flow_state", "deferred")
 
     def __init__(self, kernel: str, check_vma: bool | None = None, staged: bool = False):
         self.kernel = kernel
@@ -84,6 +87,11 @@ class _Trace:
         # (see checking/value.py), and a kernel may not return them replicated (``returned``).
         self.gathered: dict[str, str] = {}
         self.check_vma = check_vma  # the kernel's shard_map option (None: not known)
+        # The body is traced into a jaxpr for kernel_flow's pass: values the table met there
+        # unknown are compared with the layout the pass infers for them (``deferred``).
+        self.flow = False
+        self.flow_state: Any = None  # the pass's own trace (values made there are in its jaxpr)
+        self.deferred: list[tuple[Any, Point, Any]] = []
 
 
 _TRACE: contextvars.ContextVar[_Trace | None] = contextvars.ContextVar("shardtypes.kernel_layouts", default=None)
@@ -117,6 +125,7 @@ def tracking(kernel: str, check_vma: bool | None = None, staged: bool = False) -
         _TRACE.reset(token)
         trace.entries.clear()  # drop the tracers now, failed trace or not
         trace.marked.clear()
+        trace.deferred.clear()
 
 
 # Set while an op checks its own operands and result: those checks leave layouts and varying
@@ -161,6 +170,43 @@ def vma_exempt() -> frozenset | None:
     return frozenset(trace.gathered) if trace is not None else frozenset()
 
 
+def _state() -> Any:
+    trace = _TRACE.get()
+    return trace_state() if trace is not None and trace.flow else None
+
+
+def flows() -> bool:
+    """Whether kernel bodies traced here are followed by the jaxpr pass (tracking on)."""
+    return FLOW and _active() is not None
+
+
+def flow_start() -> None:
+    """The body is being traced into a jaxpr for the pass (``kernel_flow``) from here on."""
+    trace = _active()
+    if trace is not None:
+        trace.flow = True
+        trace.flow_state = trace_state()
+
+
+def flow_points() -> tuple[list, list[Point]]:
+    """The values this trace's table met in the pass's own trace (made there, so outputs of its
+    jaxpr) and, for each, what the pass must compare or take: (values, points)."""
+    trace = _active()
+    if trace is None or not trace.flow:
+        return [], []
+    here = trace_state()
+    values, points = [], []
+    for entry in trace.entries.values():
+        if entry.state == here and isinstance(entry.value, Tracer):
+            values.append(entry.value)
+            points.append(Point((), "", declared=Fact(entry.layout, entry.owed, entry.origin, entry.owed_by)))
+    for value, point, state in trace.deferred:
+        if state == here and isinstance(value, Tracer):
+            values.append(value)
+            points.append(point)
+    return values, points
+
+
 def _active() -> _Trace | None:
     trace = _TRACE.get()
     return None if trace is _OFF else trace
@@ -200,6 +246,11 @@ def record_checked(value: Any, expected: Layout, context: Callable[[], str]) -> 
             raise Mismatch(f"it is laid out {_fmt_layout(entry.layout)} (as {entry.origin}), but the "
                            f"annotation says {_fmt_layout(expected)}: {differences(entry.layout, expected, 'the annotation')}")
         return entry
+    if trace.flow and trace.flow_state == trace_state():
+        # The jaxpr pass compares it with the layout it infers, and takes the annotation's
+        # layout from there on, in program order (so a later check does not blame this one).
+        trace.deferred.append((value, Point(tuple(expected), context()), trace.flow_state))
+        return None
     trace.entries[id(value)] = Known(value, tuple(expected), context())
     return None
 
@@ -219,9 +270,12 @@ def operand(op_call: str, what: str, value: Any, spec: ShapeSpec, op: str) -> fr
     operand in the op: 'operand', 'operand 1', 'table'); returns the axes it still owes a sum
     over (none if unknown). Raises TypeCheckError on any difference."""
     entry = known(value)
-    if entry is None:
-        return frozenset()
     trace = _active()
+    if entry is None:
+        if trace is not None and trace.flow and isinstance(value, jax.Array):
+            trace.deferred.append((value, Point(layout_of(spec, value.ndim), f"{op_call}: {what}",
+                                                sums_ok=op in REDUCERS), _state()))
+        return frozenset()
     head = f"in kernel {trace.kernel}(), {op_call}" if trace is not None else op_call
     if entry.owed and op not in REDUCERS:
         raise TypeCheckError(

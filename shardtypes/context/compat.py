@@ -23,8 +23,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jax.extend.core
 
-__all__ = ["OLDEST_JAX", "JitKey", "all_gather_invariant", "invariant_gather_native", "jax_version",
+__all__ = ["OLDEST_JAX", "JitKey", "all_gather_invariant", "invariant_gather_native", "jax_version", "trace_state",
            "varying_axes"]
 
 OLDEST_JAX = "0.9.2"
@@ -139,3 +140,19 @@ def all_gather_invariant(x: Any, axis_name: str | tuple[str, ...], axis: int, co
     # One term of each sum is the block, the others zeros: exact (but -0.0 comes back as 0.0).
     # psum adds bools as ints: cast back.
     return jax.lax.psum(jax.lax.dynamic_update_slice(full, x, start), axis_name).astype(x.dtype)
+
+
+def _trace_state_getter() -> Any:
+    extend = getattr(jax.extend.core, "get_opaque_trace_state", None)  # JAX 0.10+
+    if extend is not None:
+        return extend
+    return jax.core.get_opaque_trace_state  # JAX 0.9 (moved to jax.extend.core in 0.10)
+
+
+_TRACE_STATE = _trace_state_getter()
+
+
+def trace_state() -> Any:
+    """An opaque token of the trace values are being made in now: equal tokens, same trace
+    (``get_opaque_trace_state``: ``jax.extend.core`` from JAX 0.10, ``jax.core`` before)."""
+    return _TRACE_STATE(convention="shardtypes")

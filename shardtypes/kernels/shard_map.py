@@ -35,7 +35,8 @@ from ..context.rules import axis_rules, current_rules
 from ..language.shape import axes_entry, entry_axes
 from ..layout.specs import partition_specs as derive_specs
 from ..model.pytrees import holds_pytree
-from ..checking.kernel_layouts import is_staged, returned, tracking
+from ..checking.kernel_flow import in_facts, traced
+from ..checking.kernel_layouts import flows, is_staged, returned, tracking
 from .params import bare_array_annotation, check_kernel, check_static, conform_result, conform_specs
 
 __all__ = ["typed_shard_map"]
@@ -268,17 +269,24 @@ class _TypedShardMap:
             staged = is_staged([values[n] for n in array_names])
             restore: list = []  # the body's result tree, where shard_map's is out_specs' (stacked)
 
-            def mapped(*arrays):
+            def run(*arrays):
                 given = dict(static)
                 given.update(zip(array_names, arrays))
                 positional = [given.pop(p.name) for p in parameters
                               if p.kind is inspect.Parameter.POSITIONAL_ONLY]
-                with tracking(state.name, state.check_vma is not False, staged):  # layouts follow values
-                    result = body(*positional, **given)
-                    result, treedef = conform_result(out_specs, result)
-                    returned(result, out_specs)  # before shard_map's own out_specs check
+                result = body(*positional, **given)
+                result, treedef = conform_result(out_specs, result)
+                returned(result, out_specs)  # before shard_map's own out_specs check
                 restore.append(treedef)
                 return result
+
+            def mapped(*arrays):
+                with tracking(state.name, state.check_vma is not False, staged):  # layouts follow values
+                    if not flows():
+                        return run(*arrays)
+                    manual = jax.sharding.get_abstract_mesh().manual_axes
+                    facts = in_facts(in_specs, arrays, array_names)
+                    return traced(state.name, run, arrays, facts, frozenset(manual))
 
             in_specs, out_specs = state.specs()
             in_specs = conform_specs(in_specs, [values[n] for n in array_names], array_names, state.name)

@@ -381,12 +381,29 @@ def test_check_vma_default_is_on(mesh):
     ids=["vma", "partial-vma", "factory-vma", "partial-rep", "rep", "both"],
 )
 def test_check_vma_false_and_check_rep_alias(mesh, make, spy_shard_map):
-    kernel = make(unreplicated)
+    kernel = make(reduced_sum)
     with jax.set_mesh(mesh):
         out = kernel(put(mesh, X, "d"))
     assert spy_shard_map[0]["check_vma"] is False
-    np.testing.assert_allclose(np.asarray(out), X[:2].sum(0), rtol=1e-6)  # device 0's block
+    np.testing.assert_allclose(np.asarray(out), X.sum(0), rtol=1e-5, atol=1e-5)
     assert_layout(out, mesh)
+
+
+def reduced_sum(x: f32[b"B/d M"]) -> f32[b"M"]:
+    return jax.lax.psum(x.sum(0), "d")
+
+
+def test_a_forgotten_reduction_is_caught_with_check_vma_off(mesh):
+    """With check_vma off JAX returned device 0's partial sum silently; shardtypes' pass over the
+    body's jaxpr sees jnp.sum over a dim split over 'd' and the return annotation replicating it."""
+    message = (r"in kernel unreplicated\(\), the return value of unreplicated\(\), annotated f32\[b'M'\]: "
+               r"it is a partial sum still owing a sum over mesh axis 'd' \(made by a sum \(jnp.sum\) over "
+               r"dim 0 of a value split over mesh axis 'd' \(argument \"x\" of unreplicated\(\)")
+    with jax.set_mesh(mesh):
+        for call in (typed_shard_map(unreplicated, check_vma=False),
+                     jax.jit(typed_shard_map(unreplicated, check_vma=False))):
+            with pytest.raises(TypeCheckError, match=message):
+                call(put(mesh, X, "d"))
 
 
 def test_conflicting_check_rep_and_check_vma_is_a_type_error():

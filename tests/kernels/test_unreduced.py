@@ -164,13 +164,21 @@ def test_linear_ops_jax_has_no_unreduced_rule_for_are_refused_too(kind, name):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_where_jax_cannot_type_it_the_nonlinear_misuse_is_not_caught(kind):
-    """The documented hole: eager, or check_vma=False, psum(tanh(partial)) runs (wrong numbers)."""
+def test_where_jax_cannot_type_it_the_jaxpr_pass_catches_the_nonlinear_misuse(kind):
+    """Eager, or check_vma=False (JAX types nothing unreduced there): psum(tanh(partial)) is
+    caught by shardtypes' pass over the body's jaxpr, naming the op that made the partial sum."""
     mesh = square(kind)
+    message = (r"in kernel tanh_unchecked\(\), a value that is a partial sum still owing a sum over mesh axis "
+               r"'mlp' \(made by shardtypes.ops.einsum_unreduced\('b f/mlp, f/mlp m -> b m'\)\) reaches JAX's 'tanh', "
+               r"which is not linear")
     with jax.set_mesh(mesh):
         f = kernel_of(jnp.tanh, "tanh_unchecked")
-        jax.jit(typed_shard_map(f, check_vma=False))(*args(mesh))
-        typed_shard_map(f)(*args(mesh))
+        with pytest.raises(TypeCheckError, match=message):
+            jax.jit(typed_shard_map(f, check_vma=False))(*args(mesh))
+        with pytest.raises(TypeCheckError, match=message):
+            typed_shard_map(f)(*args(mesh))
+        with pytest.raises(TypeCheckError, match=message):
+            typed_shard_map(f, check_vma=False)(*args(mesh))
 
 
 # Stacked kernel returns.
