@@ -68,7 +68,9 @@ class Point:
 UNKNOWN = Fact(None)
 
 
-def fmt(dims: Dims) -> str:
+def fmt(dims: Dims | None) -> str:
+    if dims is None:
+        return "(layout unknown)"
     parts = []
     for axes in dims:
         if axes is None:

@@ -48,6 +48,8 @@ from .kernel_specs import differences
 __all__ = ["infer", "traced", "in_facts"]
 
 _CALLS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
+_CALL_PRIMITIVES = frozenset({"jit", "pjit", "closed_call", "core_call", "remat", "remat2", "checkpoint",
+                              "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "named_call"})
 
 
 
@@ -63,7 +65,10 @@ class _Pass:
     def read(self, env: dict, v: Any) -> Fact:
         if isinstance(v, jex.Literal):
             return UNKNOWN
-        return env.get(v, UNKNOWN)
+        fact = env.get(v, UNKNOWN)
+        if fact.dims is not None and len(fact.dims) != len(getattr(v.aval, "shape", ())):
+            return Fact(None, fact.owed, fact.origin, fact.owed_by)  # (a rule's slip: never compare it)
+        return fact
 
     def write(self, env: dict, v: Any, fact: Fact) -> None:
         if not isinstance(v, jex.Var) or isinstance(v, getattr(jex, "DropVar", ())):
@@ -177,7 +182,8 @@ class _Pass:
                 elif dims[i] != axes:
                     dims[i] = None  # operands disagree: unknown from here
         owing = [f for f in ins if f.owed]
-        owed, by = frozenset(), ""
+        owed: frozenset = frozenset()
+        by = ""
         if owing:
             owed, by = self.linear_owed(name, eqn, ins, owing)
         base = first or (owing[0] if owing else None)
@@ -216,6 +222,10 @@ def _variant(name: str) -> Any:
 
 
 def _sub_jaxpr(eqn: Any) -> Any:
+    """The jaxpr a call-like primitive runs on its operands as they are (not a loop's body,
+    whose operands are slices or carries)."""
+    if eqn.primitive.name not in _CALL_PRIMITIVES:
+        return None
     for key in _CALLS:
         inner = eqn.params.get(key)
         if inner is None:
@@ -241,7 +251,7 @@ def in_facts(in_specs: Sequence[Any], arrays: Sequence[Any], names: Sequence[str
     is_spec = lambda s: isinstance(s, PartitionSpec) or s is None  # noqa: E731
     for name, specs, value in zip(names, in_specs, arrays):
         flat, treedef = jax.tree_util.tree_flatten_with_path(specs, is_leaf=is_spec)
-        for (path, spec), sub in zip(flat, treedef.flatten_up_to(value)):
+        for (path, spec), sub in zip(flat, treedef.flatten_up_to(value)):  # type: ignore[attr-defined]
             for inner, leaf in jax.tree_util.tree_flatten_with_path(sub)[0]:
                 ndim = len(getattr(leaf, "shape", ()))
                 axes = [entry_axes(e) for e in (spec or ())][:ndim]
@@ -259,7 +269,7 @@ def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact
     met: list = []
 
     def staged(*flat: Any) -> Any:
-        flow_start()
+        flow_start(flat)
         result = run(*jax.tree.unflatten(tree, flat))
         values, points = flow_points()
         met.append(points)

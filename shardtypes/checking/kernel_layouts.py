@@ -13,8 +13,11 @@ sum over. Values enter it where the library knows their layout:
 Each op compares its operands' known layouts with its spec string dim by dim and axis by axis
 (``operand``), so two mesh axes of the same size swapped are caught whatever the mesh; an
 annotation check compares the same way; a value still owing a sum may only go to ``ops.psum`` or
-``ops.psum_scatter``. A value the table does not know (the result of a ``jnp`` op, an argument of
-a nested ``grad``/``vmap``/``scan`` body) is unknown: the size checks are all there is for it.
+``ops.psum_scatter``. A value the table does not know (the result of a ``jnp`` op) is followed by the pass
+over the body's jaxpr (``kernel_flow``): the checks of such values made in the body itself are
+deferred to it (``trace.deferred``), and it compares them with the layout it infers from the
+primitives, in program order. Inside a nested ``grad``/``vmap``/``scan`` body neither sees a
+value: the size checks are all there is for it.
 A kernel (check_vma on) that returns a value JAX types as varying over axes a plain
 ``ops.all_gather`` gathered, with out_specs that replicate it over them, is refused by name
 (``returned``) before shard_map's own ValueError.
@@ -30,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import re
 from typing import Any, Callable, Iterator
 
 import jax
@@ -44,6 +46,7 @@ from ..model.describe import Mismatch, _fmt_layout
 from ..language.shape import ShapeSpec, entry_axes
 from .kernel_facts import Fact, Point
 from .kernel_specs import Layout, differences, einsum_owed, layout_of
+from .kernel_unreduced import is_staged as is_staged, jax_refusal
 
 __all__ = ["tracking", "is_staged", "mark_unreduced", "known", "record", "record_checked", "operand", "op_operand",
            "op_result", "owed_message", "REDUCERS", "gathered", "kernel_check_vma", "returned",
@@ -74,7 +77,8 @@ class Known:
 
 
 class _Trace:
-    __slots__ = ("kernel", "entries", "gathered", "check_vma", "staged", "marked", "flow", "flow_state", "deferred")
+    __slots__ = ("kernel", "entries", "gathered", "check_vma", "staged", "marked", "flow", "flow_state", "deferred",
+                 "inputs")
 
     def __init__(self, kernel: str, check_vma: bool | None = None, staged: bool = False):
         self.kernel = kernel
@@ -91,6 +95,7 @@ class _Trace:
         # unknown are compared with the layout the pass infers for them (``deferred``).
         self.flow = False
         self.flow_state: Any = None  # the pass's own trace (values made there are in its jaxpr)
+        self.inputs: dict[int, Any] = {}  # the body's inputs there (known at once when checked)
         self.deferred: list[tuple[Any, Point, Any]] = []
 
 
@@ -126,6 +131,7 @@ def tracking(kernel: str, check_vma: bool | None = None, staged: bool = False) -
         trace.entries.clear()  # drop the tracers now, failed trace or not
         trace.marked.clear()
         trace.deferred.clear()
+        trace.inputs = {}
 
 
 # Set while an op checks its own operands and result: those checks leave layouts and varying
@@ -180,12 +186,14 @@ def flows() -> bool:
     return FLOW and _active() is not None
 
 
-def flow_start() -> None:
-    """The body is being traced into a jaxpr for the pass (``kernel_flow``) from here on."""
+def flow_start(inputs: Any) -> None:
+    """The body is being traced into a jaxpr for the pass (``kernel_flow``) from here on, with
+    ``inputs`` (its arguments' leaves)."""
     trace = _active()
     if trace is not None:
         trace.flow = True
         trace.flow_state = trace_state()
+        trace.inputs = {id(v): v for v in inputs}
 
 
 def flow_points() -> tuple[list, list[Point]]:
@@ -246,13 +254,20 @@ def record_checked(value: Any, expected: Layout, context: Callable[[], str]) -> 
             raise Mismatch(f"it is laid out {_fmt_layout(entry.layout)} (as {entry.origin}), but the "
                            f"annotation says {_fmt_layout(expected)}: {differences(entry.layout, expected, 'the annotation')}")
         return entry
-    if trace.flow and trace.flow_state == trace_state():
+    if trace.flow and id(value) not in trace.inputs and trace.flow_state == trace_state():
         # The jaxpr pass compares it with the layout it infers, and takes the annotation's
         # layout from there on, in program order (so a later check does not blame this one).
         trace.deferred.append((value, Point(tuple(expected), context()), trace.flow_state))
         return None
     trace.entries[id(value)] = Known(value, tuple(expected), context())
     return None
+
+
+def undefer(value: Any) -> None:
+    """Drops the pass's comparisons of ``value`` (a check of it failed already)."""
+    trace = _active()
+    if trace is not None and trace.deferred:
+        trace.deferred[:] = [d for d in trace.deferred if d[0] is not value]
 
 
 def owed_message(entry: Known) -> str:
@@ -330,19 +345,6 @@ def op_result(op: str, spec_text: Any, value: Any, spec: ShapeSpec, owed: frozen
 # nonlinear ops on it, and the refusal is said in shardtypes' words (jax_refusal).
 
 
-def is_staged(values: Any) -> bool:
-    """Whether a shard_map of ``values`` is staged into a jaxpr (under ``jax.jit``, or anything
-    that traces to one) rather than run eagerly, where JAX's unreduced type is refused (0.9.2)
-    or refused on Auto axes (0.10.2). No public API says so; a constant made here is a tracer
-    exactly when a staging trace is active (JVP and vmap hand inputs-free ops to the trace below
-    them), and a value no jaxpr uses is dropped from it."""
-    if not ENABLED or not checks_on():
-        return False
-    if not any(isinstance(v, Tracer) for v in jax.tree.leaves(values)):
-        return False  # an eager call (or constants under jit: JAX's type is then left out)
-    return isinstance(jax.lax.full((), 0, "int8"), Tracer)
-
-
 def mark_unreduced(value: Any, owed: frozenset) -> Any:
     """``value`` typed unreduced over ``owed`` for JAX too, where JAX can type it: the kernel's
     body is staged and JAX types it as varying over every owed axis (check_vma on)."""
@@ -352,34 +354,6 @@ def mark_unreduced(value: Any, owed: frozenset) -> Any:
     if not owed <= varying_axes(jax.typeof(value)):
         return value  # check_vma off: JAX tracks no unreduced state, the side table does
     return jax.lax.pcast(value, tuple(sorted(owed)), to="unreduced")
-
-
-# JAX's words for an op it refuses on an unreduced value: a missing rule (NotImplementedError, both
-# versions) or a sharding type error (JAX's ShardingTypeError, not public: told by its text).
-_RULE = re.compile(r"unreduced(?:/reduced)? rule for ([\w.\-]+) is not implemented")
-_PASSED = re.compile(r"passed to ([\w.\-]+) cannot be unreduced")
-
-
-def jax_refusal(trace: _Trace, error: Exception) -> TypeCheckError | None:
-    """JAX's refusal of an op on a partial sum it types unreduced (``mark_unreduced``), said as a
-    TypeCheckError naming the kernel, the op that made the partial sum, the axes owed and JAX's
-    op; None when ``error`` is something else, or no partial sum was so typed in this trace."""
-    if not trace.marked or isinstance(error, TypeCheckError):
-        return None  # (shardtypes' own errors say what they mean)
-    text = str(error)
-    found = _RULE.search(text) or _PASSED.search(text)
-    if found is None and ("{U:" not in text and "unreduced={" not in text):
-        return None  # not about an unreduced value (JAX prints one as f32[4,8]{U:t})
-    reached = f"JAX's {found.group(1)!r}" if found else f"a JAX operation ({text.splitlines()[0]})"
-    sums = list({(e.owed_by, e.owed): e for e in trace.marked}.values())
-    what = "; ".join(f"{e.owed_by} made a partial sum owing a sum over mesh "
-                     f"{'axes' if len(e.owed) > 1 else 'axis'} {', '.join(repr(a) for a in sorted(e.owed))}"
-                     for e in sums)
-    return TypeCheckError(
-        f"in kernel {trace.kernel}(), a partial sum reached {reached}, which JAX refuses on it: {what}, "
-        "and JAX types it unreduced, so only the linear operations JAX has a rule for may take it "
-        "(+, sum, transpose, reshape, concatenate, astype); reduce it with shardtypes.ops.psum or "
-        "shardtypes.ops.psum_scatter first (see \"Sums still owed\" in docs/shard-map.md)")
 
 
 def with_op_context(error: Exception, op: str, spec_text: Any) -> Exception:

@@ -8,7 +8,6 @@ from typing import Any, Callable
 from typeguard import TypeCheckError
 
 from .kernel_facts import Dims, Fact, UNKNOWN, axes_text, fmt
-from .kernel_specs import differences
 
 __all__ = ["RULES"]
 
@@ -129,7 +128,8 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
             raise TypeCheckError(
                 f"{p.head}, JAX's 'dot_general' (jnp.einsum, @, jnp.dot) contracts dim {i} of an operand "
                 f"laid out {fmt(lhs.dims)} ({lhs.origin}) with dim {j} of one laid out {fmt(rhs.dims)} "
-                f"({rhs.origin}): {differences((a,), (b,), 'the other operand')}; each device would "
+                f"({rhs.origin}): the dim is split over {_split(a)} in the first but over {_split(b)} in the second "
+                "(move mesh axes with the collectives first); each device would "
                 "multiply blocks of different parts of the dim")
         axes = {x for x in (a or b or ()) if x in p.manual}
         if axes:
@@ -168,17 +168,22 @@ def _axis_names(eqn: Any) -> tuple:
 def _gathered(p: Any, eqn: Any, fact: Fact, dim: int) -> tuple | None:
     """The axes of ``dim`` once a tiled gather over the eqn's axes has undone them."""
     names = tuple(a for a in _axis_names(eqn) if a in p.manual)
-    axes = fact.dims[dim] if fact.dims is not None else None
-    if axes is None:
+    dims = fact.dims
+    axes = dims[dim] if dims is not None else None
+    if dims is None or axes is None:
         return None
     if not axes:
         return None  # gathering a dim that is not split: copies side by side
     if tuple(axes[len(axes) - len(names):]) != names:
         raise TypeCheckError(
             f"{p.head}, JAX's {eqn.primitive.name!r} gathers dim {dim} over {axes_text(names)}, but that dim of "
-            f"its operand is laid out {fmt(fact.dims)} ({fact.origin}): {differences((axes,), (axes[:len(axes) - len(names)] + names,), 'the gather')}; "
+            f"its operand is laid out {fmt(dims)} ({fact.origin}): that dim is split over {_split(axes)}; "
             f"only the last mesh axes a dim is split over can be gathered")
     return tuple(axes[:len(axes) - len(names)])
+
+
+def _split(axes: tuple) -> str:
+    return "/".join(repr(a) for a in axes) if axes else "no mesh axis"
 
 
 def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:

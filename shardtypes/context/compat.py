@@ -24,6 +24,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import jax.extend.core
+import jax.core
 
 __all__ = ["OLDEST_JAX", "JitKey", "all_gather_invariant", "invariant_gather_native", "jax_version", "trace_state",
            "varying_axes"]
@@ -146,7 +147,7 @@ def _trace_state_getter() -> Any:
     extend = getattr(jax.extend.core, "get_opaque_trace_state", None)  # JAX 0.10+
     if extend is not None:
         return extend
-    return jax.core.get_opaque_trace_state  # JAX 0.9 (moved to jax.extend.core in 0.10)
+    return getattr(jax.core, "get_opaque_trace_state")  # JAX 0.9 (moved to jax.extend.core in 0.10)
 
 
 _TRACE_STATE = _trace_state_getter()
