@@ -45,7 +45,7 @@ class Fact:
 
     def derived(self, dims: Dims | None, prim: str, owed: frozenset | None = None, owed_by: str = "") -> Fact:
         origin = self.origin
-        if prim not in _UNSEEN and not origin.endswith((f" {prim}", f", {prim}")):
+        if prim not in _UNSEEN and not prim.endswith("cast_p") and not origin.endswith((f" {prim}", f", {prim}")):
             origin = f"{origin}, {prim}" if ", through " in origin else f"{origin}, through {prim}"
         owed = self.owed if owed is None else owed
         return Fact(dims, owed, origin, owed_by or self.owed_by if owed else "")

@@ -42,6 +42,7 @@ from ..language.shape import entry_axes
 from .kernel_layouts import flow_points, flow_start
 
 from .kernel_facts import ELEMENTWISE, NONLINEAR, UNKNOWN, Fact, Point, fmt, owed_text
+from .kernel_loops import LOOPS
 from .kernel_prims import RULES
 from .kernel_specs import differences
 
@@ -145,10 +146,15 @@ class _Pass:
         rule = RULES.get(name) or _variant(name)
         if rule is not None:
             return rule(self, eqn, ins)
+        loop = LOOPS.get(name)
+        if loop is not None:
+            outs = list(loop(self, eqn, ins))
+            if len(outs) == n_out:
+                return outs
         inner = _sub_jaxpr(eqn)
         if inner is not None:
             return self.run(inner, ins)
-        if name in ELEMENTWISE:
+        if name in ELEMENTWISE or _is_cast(name):
             return [self.elementwise(eqn, ins)] * n_out
         owed = frozenset().union(*(f.owed for f in ins))
         if not owed:
@@ -201,7 +207,9 @@ class _Pass:
             self.nonlinear("div (by a partial sum)", ins[1])
         if name == "select_n" and ins[0].owed:
             self.nonlinear("select_n (choosing by a partial sum)", ins[0])
-        if name in ("add", "sub", "add_any"):
+        # (Not add_any, which only JAX's AD emits, to add up cotangents: each is one device's
+        # contribution to a sum that the transpose of a pvary pays after, owed or not here.)
+        if name in ("add", "sub"):
             other = [f for f in ins if not f.owed and f.dims is not None]
             if other:
                 raise TypeCheckError(
@@ -211,6 +219,12 @@ class _Pass:
                     "value on one device only)")
         owed = frozenset().union(*(f.owed for f in owing))
         return owed, owing[0].owed_by
+
+
+def _is_cast(name: str) -> bool:
+    """check_vma's casts between varying, unreduced and reduced types (``pvary``,
+    ``vary_unreduced_cast_p``, ``reduced_vary_cast_p``...): the value itself is unchanged."""
+    return name.startswith(("pvary", "pcast")) or name.endswith("cast_p")
 
 
 def _variant(name: str) -> Any:
@@ -261,7 +275,8 @@ def in_facts(in_specs: Sequence[Any], arrays: Sequence[Any], names: Sequence[str
     return facts
 
 
-def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact], manual: frozenset) -> Any:
+def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact], manual: frozenset,
+           source: Callable[..., Any] | None = None) -> Any:
     """``run(*arrays)``, a kernel's body, traced once into a jaxpr, checked by the pass (inputs
     laid out as ``facts``; the side table's values as its points), then evaluated in the caller's
     trace (the shard_map's): the body's result. Raises TypeCheckError."""
@@ -275,6 +290,9 @@ def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact
         met.append(points)
         return result, values
 
+    if source is not None:  # JAX's errors say "the function staged at <the user's kernel>"
+        setattr(staged, "__wrapped__", source)
+        staged.__name__ = staged.__qualname__ = getattr(source, "__name__", kernel)
     closed, shapes = jax.make_jaxpr(staged, return_shape=True)(*leaves)
     results = jax.tree_util.tree_flatten_with_path(shapes[0])
     n = len(results[0])

@@ -286,7 +286,7 @@ class _TypedShardMap:
                         return run(*arrays)
                     manual = jax.sharding.get_abstract_mesh().manual_axes
                     facts = in_facts(in_specs, arrays, array_names)
-                    return traced(state.name, run, arrays, facts, frozenset(manual))
+                    return traced(state.name, run, arrays, facts, frozenset(manual), state.f)
 
             in_specs, out_specs = state.specs()
             in_specs = conform_specs(in_specs, [values[n] for n in array_names], array_names, state.name)
