@@ -293,7 +293,12 @@ def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact
     if source is not None:  # JAX's errors say "the function staged at <the user's kernel>"
         setattr(staged, "__wrapped__", source)
         staged.__name__ = staged.__qualname__ = getattr(source, "__name__", kernel)
-    closed, shapes = jax.make_jaxpr(staged, return_shape=True)(*leaves)
+    # One trace: jit's .trace() stages the body and keeps it in jit's cache, so the call below
+    # binds that jaxpr as one call in the shard_map's trace without tracing the body again.
+    jitted = jax.jit(staged)
+    staged_trace = jitted.trace(*leaves)
+    closed = staged_trace.jaxpr
+    shapes = staged_trace.out_info
     results = jax.tree_util.tree_flatten_with_path(shapes[0])
     n = len(results[0])
     points: dict = {}
@@ -302,5 +307,5 @@ def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact
             points.setdefault(var, []).append(point)
     # (A result still owing a sum fails the return annotation's check, deferred here if unknown.)
     infer(closed.jaxpr, facts, points, kernel, manual)
-    values = jex.jaxpr_as_fun(closed)(*leaves)
-    return jax.tree.unflatten(results[1], values[:n])
+    values = jitted(*leaves)
+    return jax.tree.unflatten(results[1], jax.tree.leaves(values[0]))

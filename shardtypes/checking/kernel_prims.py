@@ -105,7 +105,10 @@ def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     kept = None if d is None else tuple(a for i, a in enumerate(d) if i not in axes)
     if eqn.primitive.name != "reduce_sum" or d is None:
         return _one(p, eqn, ins, kept)
-    summed = frozenset(a for i in axes for a in (d[i] or ()) if a in p.manual)
+    # A dim of one element per device is taken as that element (jnp and AD sum over such dims to
+    # drop them: the transpose of a broadcast), not as a sum the mesh still owes.
+    shape = eqn.invars[0].aval.shape
+    summed = frozenset(a for i in axes if shape[i] != 1 for a in (d[i] or ()) if a in p.manual)
     if not summed:
         return _one(p, eqn, ins, kept)
     dims = ", ".join(str(i) for i in sorted(axes) if d[i])
