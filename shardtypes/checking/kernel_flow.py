@@ -14,9 +14,13 @@ them with ``jnp`` is staged into a jaxpr, and this pass follows it, whatever the
   ``reduce_scatter``) and pay sums (``psum``, ``reduce_scatter``);
 * ``dot_general`` contracting, and ``reduce_sum`` over, a dim split over mesh axes leave a sum
   owed over them (each device holds a partial sum);
-* call-like primitives (``jit``, ``remat``, ``custom_jvp_call``, ``custom_vjp_call``) are
-  followed inside; any other primitive's results have an unknown layout (and owe what its
-  inputs owed: a partial sum that goes into a loop comes out one).
+* call-like primitives (``jit``, ``remat``, ``custom_jvp_call``, ``custom_vjp_call``) and
+  control flow (``scan``, ``while``, ``cond``: ``kernel_loops``) are followed inside; any other
+  primitive's results have an unknown layout (and owe what its inputs owed).
+
+The body is traced once (``traced``): staged with ``jax.jit(body).trace``, whose jaxpr the pass
+reads, then called through that ``jax.jit`` in the shard_map's trace, which binds the jaxpr from
+jit's cache without tracing the body again.
 
 Errors (``TypeCheckError`` naming the kernel, what was checked, both layouts, the primitive and
 what made a partial sum): a check the side table deferred (an annotated local or checked
@@ -25,7 +29,7 @@ partial sum reaching a nonlinear primitive, an annotation, an op other than a re
 kernel's return; a ``dot_general`` contracting dims split over different axes; a tiled
 ``all_gather``/``all_to_all`` over axes its dim is not split over last.
 
-Imports: jax, the side table's layout type and the descriptions; nothing above the checker.
+Imports: jax, the shape language, the side table and the facts; nothing above the checker.
 """
 
 
@@ -278,8 +282,9 @@ def in_facts(in_specs: Sequence[Any], arrays: Sequence[Any], names: Sequence[str
 def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact], manual: frozenset,
            source: Callable[..., Any] | None = None) -> Any:
     """``run(*arrays)``, a kernel's body, traced once into a jaxpr, checked by the pass (inputs
-    laid out as ``facts``; the side table's values as its points), then evaluated in the caller's
-    trace (the shard_map's): the body's result. Raises TypeCheckError."""
+    laid out as ``facts``; the side table's values as its points), then bound in the caller's
+    trace (the shard_map's) as one jit call: the body's result. ``source``: the user's function,
+    which JAX's own errors name. Raises TypeCheckError."""
     leaves, tree = jax.tree.flatten(arrays)
     met: list = []
 
