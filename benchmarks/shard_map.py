@@ -7,9 +7,8 @@ The kernel is an FSDP + tensor-parallel MLP block on a (d=4, t=2) mesh of 8 simu
 devices: gather the weights over d, two einsums, a psum_scatter over t. The typed version is
 written with shardtypes.ops and takes its specs from its annotations; the hand-written one
 passes the same specs to jax.shard_map and calls the jax.lax collectives directly. It prints
-whether the compiled programs are identical (instruction names aside: the typed body is staged with
-jax.jit for the layout pass, and XLA numbers the inlined call's instructions on) and the ratio of
-cached jitted-call times.
+whether the compiled programs are identical (compared with instruction names aside too) and the
+ratio of cached jitted-call times.
 
 On Explicit axes (the default) every check runs at trace time: target identical HLO and a ratio
 near 1.0. With ``--auto`` (Auto axes) the kernel's arguments are checked at compile time, through

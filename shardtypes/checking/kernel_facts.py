@@ -32,23 +32,39 @@ _UNSEEN = frozenset({"pvary", "vary_unreduced_cast_p"})
 
 class Fact:
     """What the pass knows of one value: its layout (or None), the mesh axes it owes a sum over,
-    and where both come from."""
+    and where both come from (``origin``: the value it was computed from, and the last few
+    primitives on the way, kept as names and only spelled out for a message)."""
 
-    __slots__ = ("dims", "owed", "origin", "owed_by")
+    __slots__ = ("dims", "owed", "base", "chain", "owed_by")
 
     def __init__(self, dims: Dims | None, owed: frozenset = frozenset(), origin: str = "",
-                 owed_by: str = ""):
+                 owed_by: str = "", chain: tuple = ()):
         self.dims = dims
         self.owed = owed
-        self.origin = origin
+        self.base = origin
+        self.chain = chain
         self.owed_by = owed_by
 
+    @property
+    def origin(self) -> str:
+        if not self.chain:
+            return self.base
+        steps = ", ".join(self.chain)
+        return f"{self.base}, through {'..., ' if len(self.chain) >= _CHAIN else ''}{steps}"
+
     def derived(self, dims: Dims | None, prim: str, owed: frozenset | None = None, owed_by: str = "") -> Fact:
-        origin = self.origin
-        if prim not in _UNSEEN and not prim.endswith("cast_p") and not origin.endswith((f" {prim}", f", {prim}")):
-            origin = f"{origin}, {prim}" if ", through " in origin else f"{origin}, through {prim}"
+        chain = self.chain
+        if prim not in _UNSEEN and not prim.endswith("cast_p") and (not chain or chain[-1] != prim):
+            chain = chain[1 - _CHAIN:] + (prim,) if len(chain) >= _CHAIN - 1 else chain + (prim,)
         owed = self.owed if owed is None else owed
-        return Fact(dims, owed, origin, owed_by or self.owed_by if owed else "")
+        return Fact(dims, owed, self.base, owed_by or self.owed_by if owed else "", chain)
+
+    def same_origin(self, dims: Dims | None, owed: frozenset, owed_by: str) -> Fact:
+        """This fact's origin with another layout and sum."""
+        return Fact(dims, owed, self.base, owed_by, self.chain)
+
+
+_CHAIN = 6  # primitives named in an origin at most (the last ones)
 
 
 class Point:

@@ -18,9 +18,9 @@ them with ``jnp`` is staged into a jaxpr, and this pass follows it, whatever the
   control flow (``scan``, ``while``, ``cond``: ``kernel_loops``) are followed inside; any other
   primitive's results have an unknown layout (and owe what its inputs owed).
 
-The body is traced once (``traced``): staged with ``jax.jit(body).trace``, whose jaxpr the pass
-reads, then called through that ``jax.jit`` in the shard_map's trace, which binds the jaxpr from
-jit's cache without tracing the body again.
+The body is traced once (``traced``): staged with ``jax.jit(body, inline=True).trace``, whose
+jaxpr the pass reads, then called through that ``jax.jit`` in the shard_map's trace, which
+inlines the jaxpr from jit's cache without tracing the body again.
 
 Errors (``TypeCheckError`` naming the kernel, what was checked, both layouts, the primitive and
 what made a partial sum): a check the side table deferred (an annotated local or checked
@@ -72,11 +72,11 @@ class _Pass:
             return UNKNOWN
         fact = env.get(v, UNKNOWN)
         if fact.dims is not None and len(fact.dims) != len(getattr(v.aval, "shape", ())):
-            return Fact(None, fact.owed, fact.origin, fact.owed_by)  # (a rule's slip: never compare it)
+            return fact.same_origin(None, fact.owed, fact.owed_by)  # (a rule's slip: never compare it)
         return fact
 
     def write(self, env: dict, v: Any, fact: Fact) -> None:
-        if not isinstance(v, jex.Var) or isinstance(v, getattr(jex, "DropVar", ())):
+        if not isinstance(v, jex.Var) or isinstance(v, _DROP):
             return
         points = self.points.get(v)
         if points:
@@ -98,7 +98,7 @@ class _Pass:
         dims = declared.dims
         if dims is not None:
             dims = tuple(tuple(a for a in axes if a in self.manual) for axes in dims)
-        return Fact(dims, declared.owed & self.manual, declared.origin, declared.owed_by)
+        return declared.same_origin(dims, declared.owed & self.manual, declared.owed_by)
 
     def adopt(self, fact: Fact, point: Point) -> Fact:
         """A value checked against an annotation or a spec is laid out so from there on (the dims
@@ -108,7 +108,7 @@ class _Pass:
             return Fact(want, fact.owed, point.what, fact.owed_by)
         if len(fact.dims) != len(want) or None not in fact.dims:
             return fact
-        return Fact(tuple(w if h is None else h for h, w in zip(fact.dims, want)), fact.owed, fact.origin,
+        return fact.same_origin(tuple(w if h is None else h for h, w in zip(fact.dims, want)), fact.owed,
                     fact.owed_by)
 
     def compare(self, fact: Fact, point: Point) -> None:
@@ -147,7 +147,9 @@ class _Pass:
         owing = [f for f in ins if f.owed]
         if owing and name in NONLINEAR:
             self.nonlinear(name, owing[0])
-        rule = RULES.get(name) or _variant(name)
+        rule = _RULE_OF.get(name, _MISSING)
+        if rule is _MISSING:
+            rule = _RULE_OF[name] = RULES.get(name) or _variant(name)
         if rule is not None:
             return rule(self, eqn, ins)
         loop = LOOPS.get(name)
@@ -164,7 +166,7 @@ class _Pass:
         if not owed:
             return [UNKNOWN] * n_out
         first = owing[0]
-        return [Fact(None, owed, f"{first.origin}, through {name}", first.owed_by)] * n_out
+        return [first.derived(None, name, owed, first.owed_by)] * n_out
 
     def nonlinear(self, name: str, fact: Fact) -> None:
         raise TypeCheckError(
@@ -225,6 +227,11 @@ class _Pass:
         return owed, owing[0].owed_by
 
 
+_RULE_OF: dict[str, Any] = {}  # a primitive's name -> its rule (or None), once looked up
+_MISSING = object()
+_DROP = getattr(jex, "DropVar", ())
+
+
 def _is_cast(name: str) -> bool:
     """check_vma's casts between varying, unreduced and reduced types (``pvary``,
     ``vary_unreduced_cast_p``, ``reduced_vary_cast_p``...): the value itself is unchanged."""
@@ -283,8 +290,8 @@ def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact
            source: Callable[..., Any] | None = None) -> Any:
     """``run(*arrays)``, a kernel's body, traced once into a jaxpr, checked by the pass (inputs
     laid out as ``facts``; the side table's values as its points), then bound in the caller's
-    trace (the shard_map's) as one jit call: the body's result. ``source``: the user's function,
-    which JAX's own errors name. Raises TypeCheckError."""
+    trace (the shard_map's), inlined from jit's cache: the body's result. ``source``: the user's
+    function, which JAX's own errors name. Raises TypeCheckError."""
     leaves, tree = jax.tree.flatten(arrays)
     met: list = []
 
@@ -299,8 +306,9 @@ def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact
         setattr(staged, "__wrapped__", source)
         staged.__name__ = staged.__qualname__ = getattr(source, "__name__", kernel)
     # One trace: jit's .trace() stages the body and keeps it in jit's cache, so the call below
-    # binds that jaxpr as one call in the shard_map's trace without tracing the body again.
-    jitted = jax.jit(staged)
+    # inlines that jaxpr into the shard_map's trace without tracing the body again (inline: the
+    # lowered program is the one tracing the body directly gives).
+    jitted = jax.jit(staged, inline=True)
     staged_trace = jitted.trace(*leaves)
     closed = staged_trace.jaxpr
     shapes = staged_trace.out_info

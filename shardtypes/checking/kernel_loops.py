@@ -29,7 +29,7 @@ def _merge(a: Fact, b: Fact) -> Fact:
     else:
         dims = tuple(x if x == y else None for x, y in zip(a.dims, b.dims))
     base = a if a.owed or not b.owed else b
-    return Fact(dims, a.owed | b.owed, base.origin, base.owed_by)
+    return base.same_origin(dims, a.owed | b.owed, base.owed_by)
 
 
 def _same(a: Fact, b: Fact) -> bool:
@@ -50,20 +50,20 @@ def _settle(p: Any, body: Any, fixed: list[Fact], carries: list[Fact], tail: lis
         if all(_same(c, m) for c, m in zip(carries, merged)):
             return carries, outs[n:]
         carries = merged
-    carries = [Fact(None, c.owed, c.origin, c.owed_by) for c in carries]
+    carries = [c.same_origin(None, c.owed, c.owed_by) for c in carries]
     return carries, p.run(body, fixed + carries + tail)[n:]
 
 
 def _slice(fact: Fact) -> Fact:
     if fact.dims is None:
         return fact if fact.owed else UNKNOWN
-    return Fact(fact.dims[1:], fact.owed, fact.origin, fact.owed_by)
+    return fact.same_origin(fact.dims[1:], fact.owed, fact.owed_by)
 
 
 def _stack(fact: Fact) -> Fact:
     if fact.dims is None:
         return fact if fact.owed else UNKNOWN
-    return Fact(((),) + tuple(fact.dims), fact.owed, fact.origin, fact.owed_by)
+    return fact.same_origin(((),) + tuple(fact.dims), fact.owed, fact.owed_by)
 
 
 def _scan(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:

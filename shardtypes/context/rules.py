@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import types
 from typing import Any, Iterable, Iterator, Mapping, TypeAlias
 
 import jax
@@ -143,10 +144,10 @@ class AxisRules:
     """
 
     __slots__ = ("rules", "modes", "auto_mode", "name", "on_missing", "on_unknown_axis",
-                 "on_conflict", "on_indivisible", "_tables")
+                 "on_conflict", "on_indivisible", "_tables", "_key_cache")
 
     rules: tuple[tuple[str, Target], ...]
-    modes: dict[str, tuple[tuple[str, Target], ...]]
+    modes: Mapping[str, tuple[tuple[str, Target], ...]]  # read-only (a MappingProxyType)
     auto_mode: tuple[str, int, str] | None
     name: str | None
     on_missing: str
@@ -183,7 +184,7 @@ class AxisRules:
         for m in modes:
             if not isinstance(m, str) or not m:
                 raise TypeError(f"{where}: each mode name must be a non-empty str, got {m!r} in modes")
-        self.modes = {m: _rule_list(r, f"{where} mode {m!r}") for m, r in modes.items()}
+        self.modes = types.MappingProxyType({m: _rule_list(r, f"{where} mode {m!r}") for m, r in modes.items()})
         if auto_mode is not None:
             if not (isinstance(auto_mode, tuple) and len(auto_mode) == 3 and isinstance(auto_mode[0], str)
                     and isinstance(auto_mode[1], int) and not isinstance(auto_mode[1], bool)
@@ -207,8 +208,21 @@ class AxisRules:
         self.on_indivisible = on_indivisible
         self._tables = {}
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name not in ("_tables", "_key_cache"):
+            object.__setattr__(self, "_key_cache", None)  # the key is computed again
+
     def _key(self) -> tuple:
-        """What the rules are: equal keys, equal rules (and the same layouts)."""
+        """What the rules are: equal keys, equal rules (and the same layouts). Kept: jit's cache
+        and the resolution cache hash the active rules thousands of times per trace."""
+        key = getattr(self, "_key_cache", None)
+        if key is None:
+            key = self._build_key()
+            object.__setattr__(self, "_key_cache", key)
+        return key
+
+    def _build_key(self) -> tuple:
         return (_rules_key(self.rules), tuple(sorted((m, _rules_key(r)) for m, r in self.modes.items())), self.auto_mode, self.name, self.on_missing,
                 self.on_unknown_axis, self.on_conflict, self.on_indivisible)
 
@@ -223,12 +237,15 @@ class AxisRules:
         return hash(self._key())
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__slots__ if k != "_tables"}
+        state = {k: getattr(self, k) for k in self.__slots__ if k not in ("_tables", "_key_cache")}
+        state["modes"] = dict(state["modes"])
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for k, v in state.items():
-            object.__setattr__(self, k, v)
+            object.__setattr__(self, k, types.MappingProxyType(dict(v)) if k == "modes" else v)
         self._tables = {}
+        object.__setattr__(self, "_key_cache", None)
 
     def table(self, mode: str | None = None) -> dict[str, tuple[Target, ...]]:
         """Logical name -> its candidate targets in order, for ``mode``."""

@@ -1062,6 +1062,19 @@ def test_axis_rules_compare_and_hash_by_value():
     assert AxisRules([], modes={"x": [], "y": []}) == AxisRules([], modes={"y": [], "x": []})
 
 
+def test_axis_rules_key_is_kept_and_follows_a_reassigned_field():
+    """The key jit's cache hashes is built once; modes are read-only, and a field assigned anew
+    is a new key (so a kept key never goes stale)."""
+    rules = AxisRules([("batch", "d")], modes={"decode": [("batch", None)]})
+    before = hash(rules)
+    assert rules._key() is rules._key()
+    with pytest.raises(TypeError):
+        rules.modes["decode"] = ()  # type: ignore[index]
+    rules.name = "renamed"
+    assert hash(rules) != before and rules == AxisRules([("batch", "d")], modes={"decode": [("batch", None)]},
+                                                       name="renamed")
+
+
 def test_axis_rules_pickle_and_copy_to_equal_rules():
     import copy
     import pickle

@@ -381,6 +381,27 @@ def test_a_failed_pass_leaves_no_table_behind(kind):
         close(run(psum_then_tanh, mesh, *xw_args(mesh), check_vma=False), np.tanh(X @ W * 0.5))
 
 
+SEEN: list = []
+
+
+def counts_its_traces(x: f32[b"b f/mlp"], w: f32[b"f/mlp m"]) -> f32[b"b m"]:
+    SEEN.append(None)
+    return jax.lax.psum(x @ w, "mlp")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_body_is_traced_once(kind):
+    """The pass reads the jaxpr of the one trace; the shard_map binds it from jit's cache."""
+    mesh = square(kind)
+    with jax.set_mesh(mesh):
+        SEEN.clear()
+        jax.jit(typed_shard_map(counts_its_traces)).trace(*xw_args(mesh))
+        assert len(SEEN) == 1
+        SEEN.clear()
+        typed_shard_map(counts_its_traces)(*xw_args(mesh))
+        assert len(SEEN) == 1
+
+
 def compiled(jitted, *args):
     text = jitted.lower(*args).compile().as_text().split("\nFileNames")[0]  # (source locations)
     text = re.sub(r", metadata=\{[^}]*\}", "", text)
