@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ..model.describe import _fmt_layout
+
 __all__ = ["Dims", "Fact", "Point", "UNKNOWN", "NONLINEAR", "ELEMENTWISE", "fmt", "axes_text", "owed_text"]
 
 Dims = tuple  # per dim: a tuple of mesh axes, or None (unknown)
@@ -87,17 +89,7 @@ UNKNOWN = Fact(None)
 def fmt(dims: Dims | None) -> str:
     if dims is None:
         return "(layout unknown)"
-    parts = []
-    for axes in dims:
-        if axes is None:
-            parts.append("?")
-        elif not axes:
-            parts.append("None")
-        elif len(axes) == 1:
-            parts.append(repr(axes[0]))
-        else:
-            parts.append("(" + ", ".join(repr(a) for a in axes) + ")")
-    return "P(" + ", ".join(parts) + ")"
+    return _fmt_layout(dims)
 
 
 def axes_text(axes: Iterable[str]) -> str:

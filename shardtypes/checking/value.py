@@ -337,9 +337,7 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
     # sharding over the automatic axes (the wrong axis name on a 2x2 mesh; an AssertionError in
     # JAX on others; JAX 0.9.2 and 0.10.2): no compile-time check there. The kernel's arguments
     # are checked outside it, on the global arrays.
-    if auto and manual and config.auto_sharding_check == "compile" and COMPILE_TIME_CHECKS.get():
-        return new
-    if auto and config.auto_sharding_check == "compile" and COMPILE_TIME_CHECKS.get():
+    if auto and not manual and config.auto_sharding_check == "compile" and COMPILE_TIME_CHECKS.get():
         _check_at_compile_time(value, spec, ndim, manual, context, expected, sizes)
     return new
 

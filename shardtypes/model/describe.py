@@ -48,7 +48,9 @@ def _fmt_shape(shape) -> str:
 def _fmt_layout(layout: Layout) -> str:
     entries = []
     for axes in layout:
-        if is_unconstrained(axes):
+        if axes is None:  # a dim whose layout is not known (the kernel pass's facts)
+            entries.append("?")
+        elif is_unconstrained(axes):
             entries.append("UNCONSTRAINED")
         elif not axes:
             entries.append("None")
