@@ -21,6 +21,8 @@ Ops that keep the layout take one shape and name their mesh axes as JAX does::
     pmean('B/d L M', h, ('d', 't'))
     ppermute('B/d L M', x, 'd', [(0, 1), (1, 2), (2, 3), (3, 0)])   # send blocks round a ring
     axis_index('d'), axis_size('d')
+    per_device(stats, 'd')                     # per-device by intent: the kernel pass takes
+                                               # it as each device's own, not as owed
 
 An operand that does not match its spec raises TypeCheckError naming the op, the operand and
 the spec; a malformed spec raises ShapeSpecError; a wrong axis argument, or a mesh axis that is
@@ -35,6 +37,7 @@ from .kernels.ops import (
     axis_size as axis_size,
     einsum_unreduced as einsum_unreduced,
     index_unreduced as index_unreduced,
+    per_device as per_device,
     pmean as pmean,
     ppermute as ppermute,
     psum as psum,
@@ -43,7 +46,7 @@ from .kernels.ops import (
 
 __all__ = [
     "all_gather", "psum_scatter", "all_to_all", "psum", "pmean", "ppermute",
-    "einsum_unreduced", "index_unreduced", "axis_index", "axis_size",
+    "einsum_unreduced", "index_unreduced", "axis_index", "axis_size", "per_device",
 ]
 
 # Their public home, in reprs, the API reference and pickles.

@@ -1,5 +1,26 @@
 """What the jaxpr pass over a kernel body (``kernel_flow``) knows of a value (``Fact``), what the
-side table asks it to compare (``Point``), and which primitives are elementwise or nonlinear."""
+side table asks it to compare (``Point``), and which primitives are elementwise or nonlinear.
+
+Per manual mesh axis of more than one device, a value is, as in PyTorch DTensor's placements and
+meta-pytorch's spmd_types:
+
+* **split** over it: one of its dims is (``dims``, per dim the mesh axes it is split over, None
+  where the pass does not know);
+* **invariant** (the same on every device along it) or **varying** (``vary``: the axes it may
+  differ over; None where the pass does not know);
+* **partial** over it (``owed`` with ``kind``): each device holds a part of a value the mesh still
+  owes: a ``sum`` (a contraction or ``jnp.sum`` over a split dim; ``psum`` pays it), a ``max`` or
+  ``min`` (``reduce_max`` over a split dim; ``pmax``/``pmin`` pay it) or a ``prefix`` (a ``cumsum``
+  over a split dim: each block still needs the total of the blocks before it added);
+* **relative to a local maximum** (``rel``): computed from a partial max (``s - m_local``), which
+  is right only once rescaled by the same per-device factor (``exp(m_local - pmax(m))``), as the
+  online softmax of ring attention and flash decoding do. Each entry is ``(token, axes, k)``: the
+  partial max that made it, its axes, and the power it appears with (``exp(s - m)``: -1,
+  ``exp(m - M)``: +1); a product adds powers, so a rescaled value is no longer relative.
+* **counted** (``counted``): a ``psum`` over axes it was already invariant over counted it once
+  per device; dividing by a constant (``pmean``'s division by the axis size) undoes it.
+* **marked** (``mark``): ``shardtypes.ops.per_device`` said it differs per device by intent.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +28,8 @@ from typing import Iterable
 
 from ..model.describe import _fmt_layout
 
-__all__ = ["Dims", "Fact", "Point", "UNKNOWN", "NONLINEAR", "ELEMENTWISE", "fmt", "axes_text", "owed_text"]
+__all__ = ["Dims", "Fact", "Point", "UNKNOWN", "INVARIANT", "NONLINEAR", "ELEMENTWISE", "fmt", "axes_text",
+           "owed_text", "KINDS"]
 
 Dims = tuple  # per dim: a tuple of mesh axes, or None (unknown)
 
@@ -20,29 +42,44 @@ NONLINEAR = frozenset({
     "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "cummax", "cummin", "cumprod",
     "cumlogsumexp", "sort", "top_k", "pmax", "pmin", "reduce_and", "reduce_or", "and", "or", "not",
     "xor", "population_count", "shift_left", "shift_right_logical", "shift_right_arithmetic",
+    "polygamma", "igamma", "igammac", "bessel_i0e", "bessel_i1e", "regularized_incomplete_beta",
+    "random_gamma_grad", "zeta", "clz", "tan",
 })
 # Primitives applied element by element (all operands of the result's shape, or scalars).
 ELEMENTWISE = NONLINEAR - {
     "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "cummax", "cummin", "cumprod",
     "cumlogsumexp", "sort", "top_k", "pmax", "pmin", "reduce_and", "reduce_or",
 } | {"add", "sub", "mul", "div", "neg", "add_any", "convert_element_type", "copy", "copy_p", "real",
-     "imag", "conj", "select_n", "pvary", "vary_unreduced_cast_p", "cumsum", "reduce_precision"}
+     "imag", "conj", "complex", "select_n", "pvary", "vary_unreduced_cast_p", "reduce_precision",
+     "bitcast_convert_type", "stop_gradient"}
 
 # What JAX inserts itself (check_vma's casts): not named in where a value comes from.
 _UNSEEN = frozenset({"pvary", "vary_unreduced_cast_p"})
 
+KINDS = {"sum": ("partial sum", "a sum", "shardtypes.ops.psum or shardtypes.ops.psum_scatter"),
+         "max": ("partial maximum", "a max", "jax.lax.pmax"),
+         "min": ("partial minimum", "a min", "jax.lax.pmin"),
+         "prefix": ("prefix over a split dim", "the total of the blocks before it",
+                    "an offset that differs per device: the all_gathered totals of the earlier blocks")}
+
 
 class Fact:
-    """What the pass knows of one value: its layout (or None), the mesh axes it owes a sum over,
-    and where both come from (``origin``: the value it was computed from, and the last few
-    primitives on the way, kept as names and only spelled out for a message)."""
+    """What the pass knows of one value (see the module's docstring), and where it comes from
+    (``origin``: the value it was computed from, and the last few primitives on the way, kept as
+    names and only spelled out for a message)."""
 
-    __slots__ = ("dims", "owed", "base", "chain", "owed_by")
+    __slots__ = ("dims", "owed", "kind", "vary", "rel", "counted", "mark", "base", "chain", "owed_by")
 
     def __init__(self, dims: Dims | None, owed: frozenset = frozenset(), origin: str = "",
-                 owed_by: str = "", chain: tuple = ()):
+                 owed_by: str = "", chain: tuple = (), *, kind: str = "sum", vary: frozenset | None = None,
+                 rel: tuple | None = (), counted: frozenset = frozenset(), mark: str = ""):
         self.dims = dims
         self.owed = owed
+        self.kind = kind if owed else "sum"
+        self.vary = vary
+        self.rel = rel
+        self.counted = counted
+        self.mark = mark
         self.base = origin
         self.chain = chain
         self.owed_by = owed_by
@@ -54,16 +91,33 @@ class Fact:
         steps = ", ".join(self.chain)
         return f"{self.base}, through {'..., ' if len(self.chain) >= _CHAIN else ''}{steps}"
 
-    def derived(self, dims: Dims | None, prim: str, owed: frozenset | None = None, owed_by: str = "") -> Fact:
+    def derived(self, dims: Dims | None, prim: str, owed: frozenset | None = None, owed_by: str = "",
+                **changes) -> Fact:
         chain = self.chain
         if prim not in _UNSEEN and not prim.endswith("cast_p") and (not chain or chain[-1] != prim):
             chain = chain[1 - _CHAIN:] + (prim,) if len(chain) >= _CHAIN - 1 else chain + (prim,)
         owed = self.owed if owed is None else owed
-        return Fact(dims, owed, self.base, owed_by or self.owed_by if owed else "", chain)
+        fact = Fact(dims, owed, self.base, owed_by or self.owed_by if owed else "", chain, kind=self.kind,
+                    vary=self.vary, rel=self.rel, counted=self.counted, mark=self.mark)
+        for key, value in changes.items():
+            setattr(fact, key, value)
+        if not fact.owed:
+            fact.kind = "sum"
+        return fact
 
-    def same_origin(self, dims: Dims | None, owed: frozenset, owed_by: str) -> Fact:
-        """This fact's origin with another layout and sum."""
-        return Fact(dims, owed, self.base, owed_by, self.chain)
+    def same_origin(self, dims: Dims | None, owed: frozenset, owed_by: str, **changes) -> Fact:
+        """This fact's origin with another layout and sum (and other ``changes``)."""
+        fact = Fact(dims, owed, self.base, owed_by, self.chain, kind=self.kind, vary=self.vary, rel=self.rel,
+                    counted=self.counted, mark=self.mark)
+        for key, value in changes.items():
+            setattr(fact, key, value)
+        return fact
+
+    @property
+    def known(self) -> bool:
+        """Whether the pass knows anything of it worth keeping."""
+        return self.dims is not None or bool(self.owed) or self.vary is not None or bool(self.rel) \
+            or bool(self.counted) or bool(self.mark)
 
 
 _CHAIN = 6  # primitives named in an origin at most (the last ones)
@@ -72,18 +126,21 @@ _CHAIN = 6  # primitives named in an origin at most (the last ones)
 class Point:
     """A value the side table met: ``declared`` (its layout and owed sum, known there) and/or
     ``check`` (compared with ``expected``: ``what`` says what was checked, ``sums_ok`` whether a
-    partial sum may go there)."""
+    partial sum may go there); ``mark``: ``(axes, call)`` of an ``ops.per_device`` call."""
 
-    __slots__ = ("expected", "what", "sums_ok", "declared")
+    __slots__ = ("expected", "what", "sums_ok", "declared", "mark")
 
-    def __init__(self, expected: Dims, what: str, sums_ok: bool = False, declared: Fact | None = None):
+    def __init__(self, expected: Dims, what: str, sums_ok: bool = False, declared: Fact | None = None,
+                 mark: tuple | None = None):
         self.expected = expected
         self.what = what
         self.sums_ok = sums_ok
         self.declared = declared
+        self.mark = mark
 
 
-UNKNOWN = Fact(None)
+UNKNOWN = Fact(None, rel=None)
+INVARIANT = Fact(None, vary=frozenset(), origin="a constant")
 
 
 def fmt(dims: Dims | None) -> str:
@@ -98,4 +155,11 @@ def axes_text(axes: Iterable[str]) -> str:
 
 
 def owed_text(fact: Fact) -> str:
-    return f"is a partial sum still owing a sum over {axes_text(fact.owed)} (made by {fact.owed_by})"
+    name, what, _ = KINDS[fact.kind]
+    return f"is a {name} still owing {what} over {axes_text(fact.owed)} (made by {fact.owed_by})"
+
+
+def pay_text(fact: Fact) -> str:
+    """How to pay what ``fact`` owes."""
+    return f"reduce it with {KINDS[fact.kind][2]} first" if fact.kind != "prefix" else \
+        f"add {KINDS['prefix'][2]} first"

@@ -35,41 +35,51 @@ Imports: jax, the shape language, the side table and the facts; nothing above th
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-import jax
 import jax.extend.core as jex
-from jax.sharding import PartitionSpec
 from typeguard import TypeCheckError
 
-from ..language.shape import entry_axes
-from .kernel_layouts import flow_points, flow_start
 
-from .kernel_facts import ELEMENTWISE, NONLINEAR, UNKNOWN, Fact, Point, fmt, owed_text
+from .kernel_facts import ELEMENTWISE, NONLINEAR, UNKNOWN, Fact, Point, axes_text, fmt, owed_text, pay_text
+from .kernel_jax import Unreadable, is_literal, unreadable
 from .kernel_loops import LOOPS
-from .kernel_prims import RULES
+from .kernel_prims import RULES, rel_join, rel_mul, rel_neg
 from .kernel_specs import differences
 
-__all__ = ["infer", "traced", "in_facts"]
+__all__ = ["Pass"]
 
 _CALLS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
 _CALL_PRIMITIVES = frozenset({"jit", "pjit", "closed_call", "core_call", "remat", "remat2", "checkpoint",
                               "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "named_call"})
+# What a partial maximum (minimum) may reach and stay one: the rest use it as a per-device value.
+_KEEPS = {"max": frozenset({"max", "reduce_max", "pmax", "cummax"}),
+          "min": frozenset({"min", "reduce_min", "pmin", "cummin"})}
+_STRUCTURAL = frozenset({"transpose", "squeeze", "broadcast_in_dim", "reshape", "slice", "pad", "rev",
+                         "dynamic_slice", "gather", "concatenate", "convert_element_type", "copy", "copy_p",
+                         "all_gather", "all_gather_invariant", "ppermute", "optimization_barrier", "select_n",
+                         "sharding_constraint", "mesh_cast", "reshard", "reduce_precision"})
+_PER_DEVICE = ("if each device's part is meant to stay its own (a per-device statistic), say so with "
+               "shardtypes.ops.per_device(value, axes)")
 
 
-
-class _Pass:
+class Pass:
     def __init__(self, kernel: str, manual: frozenset, points: dict):
         self.kernel = kernel
-        self.manual = manual
+        self.manual = manual  # the manual mesh axes of more than one device
         self.points = points  # Var -> [Point]
         self.head = f"in kernel {kernel}()"
+        self.quiet = 0  # > 0 while a loop's carries settle: findings wait for the settled run
+
+    def fail(self, message: str) -> None:
+        if not self.quiet:
+            raise TypeCheckError(message)
 
     # -- values ----------------------------------------------------------------------------
 
     def read(self, env: dict, v: Any) -> Fact:
-        if isinstance(v, jex.Literal):
-            return UNKNOWN
+        if is_literal(v):
+            return Fact(((),) * len(getattr(v.aval, "shape", ())), origin="a constant", vary=frozenset())
         fact = env.get(v, UNKNOWN)
         if fact.dims is not None and len(fact.dims) != len(getattr(v.aval, "shape", ())):
             return fact.same_origin(None, fact.owed, fact.owed_by)  # (a rule's slip: never compare it)
@@ -87,64 +97,132 @@ class _Pass:
         """Compares an inferred fact with the side table's checks of that value, then takes what
         the table declared of it."""
         declared = None
+        marks = [point.mark for point in points if point.mark is not None]
         for point in points:
             if point.what:
                 self.compare(fact, point)
                 fact = self.adopt(fact, point)
             if point.declared is not None:
                 declared = point.declared
-        if declared is None:
-            return fact
+        if declared is not None:
+            fact = self.declare(fact, declared)
+        for mark in marks:
+            fact = self.marked(fact, *mark)
+        return fact
+
+    def declare(self, fact: Fact, declared: Fact) -> Fact:
         dims = declared.dims
         if dims is not None:
             dims = tuple(tuple(a for a in axes if a in self.manual) for axes in dims)
-        return declared.same_origin(dims, declared.owed & self.manual, declared.owed_by)
+        vary = fact.vary
+        if vary is None and dims is not None:
+            vary = frozenset(a for axes in dims for a in axes) | (declared.owed & self.manual)
+        return declared.same_origin(dims, declared.owed & self.manual, declared.owed_by, vary=vary,
+                                    rel=fact.rel, counted=fact.counted, mark=fact.mark)
+
+    def marked(self, fact: Fact, axes: frozenset, call: str) -> Fact:
+        """``shardtypes.ops.per_device(value, axes)``: what is owed over ``axes`` is the value's
+        own by intent; it varies over them."""
+        owed = fact.owed - axes
+        rel = None if fact.rel is None else tuple(e for e in fact.rel if not set(e[1]) & axes)
+        vary = (fact.vary or frozenset()) | (axes & self.manual)
+        return fact.same_origin(fact.dims, owed, fact.owed_by if owed else "", kind=fact.kind if owed else "sum",
+                                vary=vary, rel=rel, mark=call)
 
     def adopt(self, fact: Fact, point: Point) -> Fact:
         """A value checked against an annotation or a spec is laid out so from there on (the dims
         the pass did not know)."""
         want = tuple(tuple(a for a in axes if a in self.manual) for axes in point.expected)
+        vary = fact.vary
+        if vary is None:
+            vary = frozenset(a for axes in want for a in axes) | fact.owed
         if fact.dims is None:
-            return Fact(want, fact.owed, point.what, fact.owed_by)
+            return fact.same_origin(want, fact.owed, fact.owed_by, vary=vary) if fact.known else \
+                Fact(want, origin=point.what, vary=vary)
         if len(fact.dims) != len(want) or None not in fact.dims:
-            return fact
+            return fact.same_origin(fact.dims, fact.owed, fact.owed_by, vary=vary)
         return fact.same_origin(tuple(w if h is None else h for h, w in zip(fact.dims, want)), fact.owed,
-                    fact.owed_by)
+                                fact.owed_by, vary=vary)
+
+    def relative_text(self, fact: Fact, where: str) -> str:
+        made = "; ".join(dict.fromkeys(t for t, _, _ in fact.rel or ()))
+        return (f"{self.head}, {where}, but it is computed from a partial maximum or minimum (each device's "
+                f"own, not the global one: {made}) ({fact.origin})")
 
     def compare(self, fact: Fact, point: Point) -> None:
-        if fact.owed and not point.sums_ok:
-            raise TypeCheckError(
-                f"{self.head}, {point.what}: it {owed_text(fact)}; reduce it with shardtypes.ops.psum or "
-                "shardtypes.ops.psum_scatter first")
+        spec = "ops." in point.what
+        if fact.owed and not (point.sums_ok and fact.kind == "sum"):
+            self.fail(f"{self.head}, {point.what}: it {owed_text(fact)}; {pay_text(fact)} "
+                      f"({_PER_DEVICE})")
+        if fact.rel and not spec:
+            self.fail(self.relative_text(fact, point.what) + "; take the global one with jax.lax.pmax (or pmin) "
+                      f"first, or rescale by exp(m_local - jax.lax.pmax(m_local, axes)) ({_PER_DEVICE})")
+        if fact.counted and not spec:
+            self.fail(f"{self.head}, {point.what}: a psum over {axes_text(fact.counted)} added up a value "
+                      f"that is already the same on every device along {'them' if len(fact.counted) > 1 else 'it'} "
+                      f"({fact.origin}), counting it once per device; leave that psum out (or use jax.lax.pmean)")
         if fact.dims is None or len(fact.dims) != len(point.expected):
+            want = None
+        else:
+            want = tuple(tuple(a for a in axes if a in self.manual) for axes in point.expected)
+            have = tuple(w if h is None else h for h, w in zip(fact.dims, want))
+            if have != want:
+                self.fail(
+                    f"{self.head}, {point.what}: it is laid out {fmt(fact.dims)} ({fact.origin}), but "
+                    f"{'the spec string' if spec else 'the annotation'} says {fmt(want)}: "
+                    f"{differences(have, want, 'the spec' if spec else 'the annotation')}")
+        if fact.vary is None or spec or point.sums_ok:
             return
-        want = tuple(tuple(a for a in axes if a in self.manual) for axes in point.expected)
-        have = tuple(w if h is None else h for h, w in zip(fact.dims, want))
-        if have != want:
-            raise TypeCheckError(
-                f"{self.head}, {point.what}: it is laid out {fmt(fact.dims)} ({fact.origin}), but "
-                f"{'the spec string' if 'ops.' in point.what else 'the annotation'} says {fmt(want)}: "
-                f"{differences(have, want, 'the spec' if 'ops.' in point.what else 'the annotation')}")
+        named = {a for axes in point.expected for a in axes}
+        extra = sorted(a for a in fact.vary if a in self.manual and a not in named)
+        if extra:
+            why = (f"marked so by {fact.mark}" if fact.mark else fact.origin)
+            self.fail(
+                f"{self.head}, {point.what}: it varies over {axes_text(extra)} (it differs from device to device "
+                f"along {'them' if len(extra) > 1 else 'it'}: {why}), but the annotation says it is the same on "
+                f"every device there ({fmt(point.expected)}); sum it with jax.lax.psum, gather it, or annotate a "
+                "dim split over that axis")
 
     # -- the jaxpr -------------------------------------------------------------------------
 
     def run(self, jaxpr: Any, facts: Sequence[Fact]) -> list[Fact]:
         env: dict = {}
         for v in jaxpr.constvars:
-            self.write(env, v, UNKNOWN)
+            self.write(env, v, Fact(((),) * len(getattr(v.aval, "shape", ())), origin="a constant",
+                                    vary=frozenset()))
         for v, fact in zip(jaxpr.invars, facts):
             self.write(env, v, fact)
         for eqn in jaxpr.eqns:
             ins = [self.read(env, v) for v in eqn.invars]
-            outs = self.eqn(eqn, ins)
+            outs = self.safe_eqn(eqn, ins)
             for v, fact in zip(eqn.outvars, outs):
                 self.write(env, v, fact)
         return [self.read(env, v) for v in jaxpr.outvars]
 
+    def safe_eqn(self, eqn: Any, ins: list[Fact]) -> list[Fact]:
+        """``eqn``'s facts; where the pass cannot read the equation (params in a shape it does not
+        know, or any failure of its own), unknown, with a warning: it never breaks the kernel."""
+        n_out = len(eqn.outvars)
+        try:
+            outs = self.eqn(eqn, ins)
+            if len(outs) != n_out:
+                raise Unreadable(f"{len(outs)} facts for {n_out} results")
+            return outs
+        except TypeCheckError:
+            raise
+        except Unreadable as e:
+            unreadable(eqn.primitive.name, f"its params: {e}")
+        except Exception as e:  # the pass's own failure is never the user's
+            unreadable(eqn.primitive.name, f"{type(e).__name__}: {e}")
+        return [UNKNOWN] * n_out
+
     def eqn(self, eqn: Any, ins: list[Fact]) -> list[Fact]:
         name = eqn.primitive.name
         n_out = len(eqn.outvars)
-        owing = [f for f in ins if f.owed]
+        called = name in _CALL_PRIMITIVES or name in LOOPS
+        if not called:
+            ins = [self.used(name, f) for f in ins]
+        owing = [f for f in ins if f.owed and f.kind in ("sum", "prefix")]
         if owing and name in NONLINEAR:
             self.nonlinear(name, owing[0])
         rule = _RULE_OF.get(name, _MISSING)
@@ -154,31 +232,37 @@ class _Pass:
             return rule(self, eqn, ins)
         loop = LOOPS.get(name)
         if loop is not None:
-            outs = list(loop(self, eqn, ins))
-            if len(outs) == n_out:
-                return outs
-        inner = _sub_jaxpr(eqn)
-        if inner is not None:
+            return list(loop(self, eqn, ins))
+        if name in _CALL_PRIMITIVES:
+            inner = _sub_jaxpr(eqn)
+            if inner is None:
+                raise Unreadable("no inner jaxpr of the operands' and results' count")
             return self.run(inner, ins)
         if name in ELEMENTWISE or _is_cast(name):
             return [self.elementwise(eqn, ins)] * n_out
-        owed = frozenset().union(*(f.owed for f in ins))
-        if not owed:
-            return [UNKNOWN] * n_out
-        first = owing[0]
-        return [first.derived(None, name, owed, first.owed_by)] * n_out
+        unreadable(name, "no rule for this primitive")
+        return [UNKNOWN] * n_out
+
+    def used(self, name: str, fact: Fact) -> Fact:
+        """A partial maximum (minimum) reaching what does not keep it one is a per-device value
+        relative to that local maximum from there on (see ``Fact.rel``)."""
+        if not fact.owed or fact.kind not in _KEEPS or name in _KEEPS[fact.kind] or name in _STRUCTURAL \
+                or _is_cast(name):
+            return fact
+        entry = ((fact.owed_by, tuple(sorted(fact.owed)), 1),)
+        return fact.same_origin(fact.dims, frozenset(), "", kind="sum", rel=rel_mul(fact.rel, entry))
 
     def nonlinear(self, name: str, fact: Fact) -> None:
-        raise TypeCheckError(
+        self.fail(
             f"{self.head}, a value that {owed_text(fact)} reaches JAX's {name!r}, which is not linear, so "
-            f"applying it to each device's part and summing afterwards is not applying it to the sum"
-            f"{'' if fact.owed_by in fact.origin else f' ({fact.origin})'}; reduce it with shardtypes.ops.psum or shardtypes.ops.psum_scatter first "
-            "(see \"Sums still owed\" in docs/shard-map.md)")
+            f"applying it to each device's part and combining afterwards is not applying it to the whole"
+            f"{'' if fact.owed_by in fact.origin else f' ({fact.origin})'}; {pay_text(fact)} "
+            f"(see \"Sums still owed\" in docs/shard-map.md; {_PER_DEVICE})")
 
     def elementwise(self, eqn: Any, ins: list[Fact]) -> Fact:
         ndim = len(eqn.outvars[0].aval.shape)
         name = eqn.primitive.name
-        shaped = [(v, f) for v, f in zip(eqn.invars, ins) if len(getattr(v.aval, "shape", ())) == ndim and ndim]
+        shaped = [(v, f) for v, f in zip(eqn.invars, ins) if len(getattr(v.aval, "shape", ())) == ndim]
         dims: list = [None] * ndim
         seen = [False] * ndim
         first = None
@@ -193,38 +277,87 @@ class _Pass:
                     dims[i], seen[i] = axes, True
                 elif dims[i] != axes:
                     dims[i] = None  # operands disagree: unknown from here
+        if first is not None and any(f.dims is None for _, f in shaped):
+            first = first if ndim else None  # a 0-d value with an unknown operand is unknown
         owing = [f for f in ins if f.owed]
         owed: frozenset = frozenset()
-        by = ""
+        by, kind = "", "sum"
         if owing:
-            owed, by = self.linear_owed(name, eqn, ins, owing)
-        base = first or (owing[0] if owing else None)
+            owed, by, kind = self.linear_owed(name, eqn, ins, owing)
+        vary: frozenset | None = frozenset()
+        for f in ins:
+            vary = None if vary is None or f.vary is None else vary | f.vary
+        rel = self.combined_rel(name, ins)
+        counted = frozenset().union(*(f.counted for f in ins))
+        if counted and name in ("div", "mul") and any(is_literal(v) for v in eqn.invars):
+            counted = frozenset()  # pmean: the psum divided by the axis size
+        base = first or (owing[0] if owing else None) or next((f for f in ins if f.known), None)
         if base is None:
             return UNKNOWN
-        return base.derived(tuple(dims) if first is not None else None, name, owed, by)
+        return base.derived(tuple(dims) if first is not None else None, name, owed, by, kind=kind, vary=vary,
+                            rel=rel, counted=counted, mark=next((f.mark for f in ins if f.mark), ""))
 
-    def linear_owed(self, name: str, eqn: Any, ins: list[Fact], owing: list[Fact]) -> tuple[frozenset, str]:
+    def combined_rel(self, name: str, ins: list[Fact]) -> tuple | None:
+        rels = [f.rel for f in ins]
+        if not any(rels) and None not in rels:
+            return ()
+        if name == "mul" and len(ins) == 2:
+            return rel_mul(rels[0], rels[1])
+        if name == "div" and len(ins) == 2:
+            return rel_mul(rels[0], rels[1], -1)
+        if name == "sub" and len(ins) == 2:
+            return rel_join(rels[0], rel_neg(rels[1]))
+        if name == "neg":
+            return rel_neg(rels[0])
+        out = rels[0]
+        for r in rels[1:]:
+            out = rel_join(out, r)
+        return out
+
+    def linear_owed(self, name: str, eqn: Any, ins: list[Fact], owing: list[Fact]) -> tuple[frozenset, str, str]:
+        kinds = {f.kind for f in owing}
+        kind = owing[0].kind
+        if len(kinds) > 1:
+            self.nonlinear(name, owing[1])
+        if kind in _KEEPS:  # max(partial max, anything): still a partial max
+            owed = frozenset().union(*(f.owed for f in owing))
+            return owed, owing[0].owed_by, kind
         if name in ("mul", "dot_general") and len(owing) > 1:
-            raise TypeCheckError(
+            self.fail(
                 f"{self.head}, JAX's {name!r} multiplies two partial sums ({owing[0].owed_by}; "
                 f"{owing[1].owed_by}): the product of sums is not the sum of products; reduce them "
-                "with shardtypes.ops.psum first")
+                f"with shardtypes.ops.psum first ({_PER_DEVICE})")
         if name == "div" and ins[1].owed:
             self.nonlinear("div (by a partial sum)", ins[1])
         if name == "select_n" and ins[0].owed:
             self.nonlinear("select_n (choosing by a partial sum)", ins[0])
+        owed = frozenset().union(*(f.owed for f in owing))
+        if kind == "prefix" and name in ("add", "sub"):
+            if self.offset(ins, owed):
+                return frozenset(), "", "sum"
+            return owed, owing[0].owed_by, kind
         # (Not add_any, which only JAX's AD emits, to add up cotangents: each is one device's
         # contribution to a sum that the transpose of a pvary pays after, owed or not here.)
         if name in ("add", "sub"):
-            other = [f for f in ins if not f.owed and f.dims is not None]
+            other = [f for f in ins if not f.owed and f.vary is not None and not (f.vary & owed)]
             if other:
-                raise TypeCheckError(
+                self.fail(
                     f"{self.head}, JAX's {name!r} adds a value that {owed_text(owing[0])} and one that "
-                    f"owes none ({other[0].origin}): after the sum over the mesh the second is counted once "
-                    "per device; reduce the partial sum with shardtypes.ops.psum first (or add the other "
-                    "value on one device only)")
-        owed = frozenset().union(*(f.owed for f in owing))
-        return owed, owing[0].owed_by
+                    f"owes none and is the same on every device ({other[0].origin}): after the sum over the "
+                    "mesh the second is counted once per device; reduce the partial sum with shardtypes.ops.psum "
+                    "first (or add the other value on one device only)")
+        return owed, owing[0].owed_by, kind
+
+    def offset(self, ins: list[Fact], owed: frozenset) -> bool:
+        """Whether a prefix is added an offset that differs per device along its axes and is not
+        a block of split data (the earlier blocks' total)."""
+        for f in ins:
+            if f.owed or f.vary is None or not owed <= f.vary:
+                continue
+            if f.dims is not None and any(set(a or ()) & owed for a in f.dims):
+                continue
+            return True
+        return False
 
 
 _RULE_OF: dict[str, Any] = {}  # a primitive's name -> its rule (or None), once looked up
@@ -249,8 +382,6 @@ def _variant(name: str) -> Any:
 def _sub_jaxpr(eqn: Any) -> Any:
     """The jaxpr a call-like primitive runs on its operands as they are (not a loop's body,
     whose operands are slices or carries)."""
-    if eqn.primitive.name not in _CALL_PRIMITIVES:
-        return None
     for key in _CALLS:
         inner = eqn.params.get(key)
         if inner is None:
@@ -260,65 +391,3 @@ def _sub_jaxpr(eqn: Any) -> Any:
                 and len(jaxpr.outvars) == len(eqn.outvars):
             return jaxpr
     return None
-
-
-
-def infer(jaxpr: Any, facts: Sequence[Fact], points: dict, kernel: str, manual: frozenset) -> list[Fact]:
-    """Runs the pass over ``jaxpr`` (a kernel body's, inputs laid out as ``facts``), comparing at
-    ``points`` (jaxpr Var -> [Point]); returns the outputs' facts. Raises TypeCheckError."""
-    return _Pass(kernel, manual, points).run(jaxpr, facts)
-
-
-def in_facts(in_specs: Sequence[Any], arrays: Sequence[Any], names: Sequence[str]) -> list[Fact]:
-    """The layout of each leaf of ``arrays`` (a shard_map's operands, named ``names``) as its
-    in_specs give it, in ``jax.tree.leaves`` order."""
-    facts = []
-    is_spec = lambda s: isinstance(s, PartitionSpec) or s is None  # noqa: E731
-    for name, specs, value in zip(names, in_specs, arrays):
-        flat, treedef = jax.tree_util.tree_flatten_with_path(specs, is_leaf=is_spec)
-        for (path, spec), sub in zip(flat, treedef.flatten_up_to(value)):  # type: ignore[attr-defined]
-            for inner, leaf in jax.tree_util.tree_flatten_with_path(sub)[0]:
-                ndim = len(getattr(leaf, "shape", ()))
-                axes = [entry_axes(e) for e in (spec or ())][:ndim]
-                dims = tuple(axes) + ((),) * (ndim - len(axes))
-                where = jax.tree_util.keystr(tuple(path) + tuple(inner))
-                facts.append(Fact(dims, origin=f'{name}{where} (argument "{name}")' if where else f'argument "{name}"'))
-    return facts
-
-
-def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact], manual: frozenset,
-           source: Callable[..., Any] | None = None) -> Any:
-    """``run(*arrays)``, a kernel's body, traced once into a jaxpr, checked by the pass (inputs
-    laid out as ``facts``; the side table's values as its points), then bound in the caller's
-    trace (the shard_map's), inlined from jit's cache: the body's result. ``source``: the user's
-    function, which JAX's own errors name. Raises TypeCheckError."""
-    leaves, tree = jax.tree.flatten(arrays)
-    met: list = []
-
-    def staged(*flat: Any) -> Any:
-        flow_start(flat)
-        result = run(*jax.tree.unflatten(tree, flat))
-        values, points = flow_points()
-        met.append(points)
-        return result, values
-
-    if source is not None:  # JAX's errors say "the function staged at <the user's kernel>"
-        setattr(staged, "__wrapped__", source)
-        staged.__name__ = staged.__qualname__ = getattr(source, "__name__", kernel)
-    # One trace: jit's .trace() stages the body and keeps it in jit's cache, so the call below
-    # inlines that jaxpr into the shard_map's trace without tracing the body again (inline: the
-    # lowered program is the one tracing the body directly gives).
-    jitted = jax.jit(staged, inline=True)
-    staged_trace = jitted.trace(*leaves)
-    closed = staged_trace.jaxpr
-    shapes = staged_trace.out_info
-    results = jax.tree_util.tree_flatten_with_path(shapes[0])
-    n = len(results[0])
-    points: dict = {}
-    for var, point in zip(closed.jaxpr.outvars[n:], met[-1]):
-        if isinstance(var, jex.Var):
-            points.setdefault(var, []).append(point)
-    # (A result still owing a sum fails the return annotation's check, deferred here if unknown.)
-    infer(closed.jaxpr, facts, points, kernel, manual)
-    values = jitted(*leaves)
-    return jax.tree.unflatten(results[1], jax.tree.leaves(values[0]))

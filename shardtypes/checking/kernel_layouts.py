@@ -49,12 +49,12 @@ from .kernel_specs import Layout, differences, einsum_owed, layout_of
 from .kernel_unreduced import is_staged as is_staged, jax_refusal
 
 __all__ = ["tracking", "is_staged", "mark_unreduced", "known", "record", "record_checked", "operand", "op_operand",
-           "op_result", "owed_message", "REDUCERS", "gathered", "kernel_check_vma", "returned",
+           "op_result", "owed_message", "REDUCERS", "gathered", "kernel_check_vma", "mark_per_device",
            "einsum_owed"]
 
 
 # The ops that may take a value still owing a sum: they pay (part of) it.
-REDUCERS = frozenset({"psum", "psum_scatter"})
+REDUCERS = frozenset({"psum", "psum_scatter", "pmean"})
 
 # Off only for measuring what tracking costs (benchmarks/shard_map.py); FLOW: the jaxpr pass alone.
 ENABLED = True
@@ -363,38 +363,15 @@ def with_op_context(error: Exception, op: str, spec_text: Any) -> Exception:
     return type(error)(f"{where}shardtypes.ops.{op}({spec_text!r}): the spec string's {error}")
 
 
-# ---------------------------------------------------------------------------------------------
-# The kernel's return value.
-
-
-def returned(out: Any, out_specs: Any) -> None:
-    """A kernel (check_vma on) may not return a value JAX types as varying over a mesh axis a
-    plain ``ops.all_gather`` gathered while its out_specs replicate it over that axis: shard_map
-    would reject the out_specs with a ValueError naming neither the value nor the gather. Raises
-    TypeCheckError naming them and the fix (``invariant=True``)."""
+def mark_per_device(values: list, axes: frozenset, call: str) -> None:
+    """``shardtypes.ops.per_device``: ``values`` differ per device along ``axes`` by intent; the
+    side table forgets what they owe over them, and the pass is told where they are made."""
     trace = _active()
-    if trace is None or not trace.gathered or trace.check_vma is False:
+    if trace is None:
         return
-    def one(path: Any, spec: Any, value: Any) -> None:
-        if not isinstance(spec, PartitionSpec) or not isinstance(value, jax.Array):
-            return
-        aval = jax.typeof(value)
-        named = {a for entry in spec for a in entry_axes(entry)}
-        axes = sorted(a for a in varying_axes(aval) - named if a in trace.gathered)
-        if not axes:
-            return
-        listed = ", ".join(repr(a) for a in axes)
-        calls = ", ".join(dict.fromkeys(trace.gathered[a] for a in axes))
-        plural = "axes" if len(axes) > 1 else "axis"
-        raise TypeCheckError(
-            f"in kernel {trace.kernel}(), the return value{jax.tree_util.keystr(path)} varies over "
-            f"mesh {plural} {listed} (jax.typeof gives {aval}), gathered by {calls}, but the return "
-            f"annotation replicates it over {listed} (out_specs {spec}): JAX types a plain "
-            "all_gather's result as varying, so shard_map would reject the out_specs; gather it "
-            "with shardtypes.ops.all_gather(..., invariant=True), whose result is invariant"
-        )
-
-    try:
-        jax.tree_util.tree_map_with_path(one, out_specs, out, is_leaf=lambda x: isinstance(x, PartitionSpec))
-    except ValueError:  # out and out_specs differ in structure: shard_map says so
-        return
+    for value in values:
+        entry = known(value)
+        if entry is not None:
+            entry.owed = entry.owed - axes
+        if trace.flow and isinstance(value, Tracer):
+            trace.deferred.append((value, Point((), "", mark=(axes, call)), _state()))

@@ -3,12 +3,14 @@
 
 A loop body runs on the loop's carries, its constants and (``scan``) one slice of each scanned
 operand: the slice has the operand's layout without the leading dim, and each result slice is
-stacked along a new leading dim that is not split. A carry's layout and owed sum are those of its
-initial value, unless the body changes them: then the carry is followed again with what both
-agree on (a dim they disagree on unknown, the owed axes of either), until the body keeps it.
-A ``cond``'s results are what all its branches agree on.
+stacked along a new leading dim that is not split. A carry's fact is what holds in every
+iteration: first its layout and varying axes settle (what the initial value and the body's
+result agree on: a block ``ppermute`` rotates round a ring is unknown from the first iteration
+on), then, with those layouts, what it owes. The body is followed quietly until its carries come
+out as they went in, then once more with findings raised. A ``cond``'s results are what all its
+branches agree on.
 
-Imports: the facts only (the pass is handed in as ``p``).
+Imports: the facts and the JAX adapter (the pass is handed in as ``p``).
 """
 
 from __future__ import annotations
@@ -16,69 +18,80 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from .kernel_facts import Fact, UNKNOWN
+from .kernel_jax import branches, inner_jaxpr, param, scan_groups, while_groups
+from .kernel_prims import rel_join
 
 __all__ = ["LOOPS"]
 
 _ROUNDS = 4  # carries settle in a round or two; past this they are taken as unknown
 
 
-def _merge(a: Fact, b: Fact) -> Fact:
-    """What two facts of one value agree on."""
+def _merge(a: Fact, b: Fact, layout_only: bool = False) -> Fact:
+    """What two facts of one value agree on (``layout_only``: the layout and varying axes; what
+    is owed is ``a``'s)."""
     if a.dims is None or b.dims is None or len(a.dims) != len(b.dims):
         dims = None
     else:
         dims = tuple(x if x == y else None for x, y in zip(a.dims, b.dims))
+    vary = None if a.vary is None or b.vary is None else a.vary | b.vary
+    if layout_only:
+        return a.same_origin(dims, a.owed, a.owed_by, vary=vary)
     base = a if a.owed or not b.owed else b
-    return base.same_origin(dims, a.owed | b.owed, base.owed_by)
+    kind = base.kind if base.owed else "sum"
+    return base.same_origin(dims, a.owed | b.owed, base.owed_by, kind=kind, vary=vary,
+                            rel=rel_join(a.rel, b.rel), counted=a.counted | b.counted, mark=a.mark or b.mark)
 
 
 def _same(a: Fact, b: Fact) -> bool:
-    return a.dims == b.dims and a.owed == b.owed
-
-
-def _jaxpr(closed: Any) -> Any:
-    return getattr(closed, "jaxpr", closed)
+    return (a.dims, a.owed, a.kind, a.vary, a.rel, a.counted) == (b.dims, b.owed, b.kind, b.vary, b.rel, b.counted)
 
 
 def _settle(p: Any, body: Any, fixed: list[Fact], carries: list[Fact], tail: list[Fact]) -> tuple[list[Fact], list[Fact]]:
-    """Runs ``body`` on ``fixed + carries + tail`` until its carries come out as they went in;
-    returns (carries, the body's other results)."""
+    """Runs ``body`` on ``fixed + carries + tail`` until its carries come out as they went in
+    (layouts first, then what is owed), quietly; then once with findings raised. Returns
+    (carries, the body's other results)."""
     n = len(carries)
-    for _ in range(_ROUNDS):
-        outs = p.run(body, fixed + carries + tail)
-        merged = [_merge(c, o) for c, o in zip(carries, outs[:n])]
-        if all(_same(c, m) for c, m in zip(carries, merged)):
-            return carries, outs[n:]
-        carries = merged
-    carries = [c.same_origin(None, c.owed, c.owed_by) for c in carries]
+    p.quiet += 1
+    try:
+        for layout_only in (True, False):
+            for _ in range(_ROUNDS):
+                outs = p.run(body, fixed + carries + tail)
+                merged = [_merge(c, o, layout_only) for c, o in zip(carries, outs[:n])]
+                if all(_same(c, m) for c, m in zip(carries, merged)):
+                    break
+                carries = merged
+            else:
+                carries = [c.same_origin(None, c.owed, c.owed_by, vary=None, rel=None) for c in carries]
+    finally:
+        p.quiet -= 1
     return carries, p.run(body, fixed + carries + tail)[n:]
 
 
 def _slice(fact: Fact) -> Fact:
     if fact.dims is None:
-        return fact if fact.owed else UNKNOWN
+        return fact
     return fact.same_origin(fact.dims[1:], fact.owed, fact.owed_by)
 
 
 def _stack(fact: Fact) -> Fact:
     if fact.dims is None:
-        return fact if fact.owed else UNKNOWN
+        return fact
     return fact.same_origin(((),) + tuple(fact.dims), fact.owed, fact.owed_by)
 
 
 def _scan(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    consts, carry = eqn.params["num_consts"], eqn.params["num_carry"]
-    body = _jaxpr(eqn.params["jaxpr"])
+    consts, carry = scan_groups(eqn)
+    body = inner_jaxpr(param(eqn, "jaxpr"))
     xs = [_slice(f) for f in ins[consts + carry:]]
     carries, ys = _settle(p, body, list(ins[:consts]), list(ins[consts:consts + carry]), xs)
     return carries + [_stack(f) for f in ys]
 
 
 def _while(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    cond_n, body_n = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
-    body = _jaxpr(eqn.params["body_jaxpr"])
+    cond_n, body_n = while_groups(eqn)
+    body = inner_jaxpr(param(eqn, "body_jaxpr"))
     carries, _ = _settle(p, body, list(ins[cond_n:cond_n + body_n]), list(ins[cond_n + body_n:]), [])
-    cond = _jaxpr(eqn.params["cond_jaxpr"])
+    cond = inner_jaxpr(param(eqn, "cond_jaxpr"))
     p.run(cond, list(ins[:cond_n]) + carries)  # a partial sum deciding the loop is an error there
     return carries
 
@@ -87,9 +100,12 @@ def _cond(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     if ins[0].owed:
         p.nonlinear("cond (choosing a branch by a partial sum)", ins[0])
     results: list[Fact] | None = None
-    for branch in eqn.params["branches"]:
-        outs = p.run(_jaxpr(branch), list(ins[1:]))
+    for branch in branches(eqn):
+        outs = p.run(inner_jaxpr(branch), list(ins[1:]))
         results = outs if results is None else [_merge(a, b) for a, b in zip(results, outs)]
+    if results is not None and ins[0].vary:  # a branch chosen per device: the results vary too
+        results = [f.same_origin(f.dims, f.owed, f.owed_by, vary=None if f.vary is None else f.vary | ins[0].vary)
+                   for f in results]
     return results if results is not None else [UNKNOWN] * len(eqn.outvars)
 
 

@@ -1,47 +1,102 @@
-"""How each structural and collective primitive moves layouts and owed sums (``kernel_flow``'s
-rules, one function per primitive kind; ``p`` is the running pass)."""
+"""How each structural and collective primitive moves layouts, varying axes and what is owed
+(``kernel_flow``'s rules, one function per primitive kind; ``p`` is the running pass). Params are
+read through ``kernel_jax``, which raises ``Unreadable`` for a shape it does not know."""
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
-from typeguard import TypeCheckError
-
 from .kernel_facts import Dims, Fact, UNKNOWN, axes_text, fmt
+from .kernel_jax import axis_names, is_literal, param
 
-__all__ = ["RULES"]
+__all__ = ["RULES", "rel_mul", "rel_join", "rel_neg", "drop_rel"]
+
 
 def _ndim(v: Any) -> int:
     return len(getattr(v.aval, "shape", ()))
 
 
+def _union(*facts: Fact) -> frozenset | None:
+    out: frozenset = frozenset()
+    for f in facts:
+        if f.vary is None:
+            return None
+        out |= f.vary
+    return out
+
+
+# -- values relative to local maxima (``Fact.rel``) ------------------------------------------
+
+def rel_mul(a: tuple | None, b: tuple | None, sign: int = 1) -> tuple | None:
+    """The offsets of a product (``sign`` -1: a quotient): powers add."""
+    if a is None or b is None:
+        return None
+    powers: dict = {}
+    for token, axes, k in a:
+        powers[(token, axes)] = powers.get((token, axes), 0) + k
+    for token, axes, k in b:
+        powers[(token, axes)] = powers.get((token, axes), 0) + sign * k
+    return tuple(sorted((t, ax, k) for (t, ax), k in powers.items() if k))
+
+
+def rel_neg(a: tuple | None) -> tuple | None:
+    return None if a is None else tuple((t, ax, -k) for t, ax, k in a)
+
+
+def rel_join(a: tuple | None, b: tuple | None) -> tuple | None:
+    """The offsets of a sum of two values: theirs if they agree or one has none, else unknown."""
+    if a is None or b is None:
+        return None
+    if a == b or not b:
+        return a
+    return b if not a else None
+
+
+def drop_rel(a: tuple | None, axes: frozenset) -> tuple | None:
+    """Offsets once the values of every device along ``axes`` are side by side (gathered)."""
+    return None if a is None else tuple(e for e in a if not set(e[1]) <= axes)
+
+
+# -- rules --------------------------------------------------------------------------------
+
 def _one(p: Any, eqn: Any, ins: list[Fact], dims: Dims | None, owed: frozenset | None = None,
-         owed_by: str = "") -> list[Fact]:
+         owed_by: str = "", **changes: Any) -> list[Fact]:
     src = ins[0]
-    if src.dims is None and not src.owed and owed is None:
+    if not src.known and owed is None and not changes:
         return [UNKNOWN]
-    return [src.derived(dims if src.dims is not None else None, eqn.primitive.name, owed, owed_by)]
+    return [src.derived(dims if src.dims is not None else None, eqn.primitive.name, owed, owed_by, **changes)]
+
+
+def _rank_dropped(fact: Fact, out: list[Fact]) -> list[Fact]:
+    """A prefix whose rank drops (its last row taken, summed over) is a partial sum: each block's
+    total."""
+    if fact.owed and fact.kind == "prefix":
+        for f in out:
+            if f.owed:
+                f.kind = "sum"
+    return out
 
 
 def _transpose(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
-    return _one(p, eqn, ins, None if d is None else tuple(d[i] for i in eqn.params["permutation"]))
+    return _one(p, eqn, ins, None if d is None else tuple(d[i] for i in param(eqn, "permutation")))
 
 
 def _squeeze(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
-    drop = {i % max(len(d or ()), 1) for i in eqn.params["dimensions"]}
-    return _one(p, eqn, ins, None if d is None else tuple(a for i, a in enumerate(d) if i not in drop))
+    drop = {i % max(_ndim(eqn.invars[0]), 1) for i in param(eqn, "dimensions")}
+    out = _one(p, eqn, ins, None if d is None else tuple(a for i, a in enumerate(d) if i not in drop))
+    return _rank_dropped(ins[0], out)
 
 
 def _broadcast(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
-    shape = eqn.params["shape"]
+    shape = param(eqn, "shape")
     if d is None:
         return _one(p, eqn, ins, None)
     out: list = [None] * len(shape)
     in_shape = eqn.invars[0].aval.shape
-    for i, o in enumerate(eqn.params["broadcast_dimensions"]):
+    for i, o in enumerate(param(eqn, "broadcast_dimensions")):
         out[o] = d[i] if in_shape[i] == shape[o] else None
     return _one(p, eqn, ins, tuple(out))
 
@@ -50,7 +105,7 @@ def _reshape(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     if d is None or eqn.params.get("dimensions") is not None:
         return _one(p, eqn, ins, None)
-    old, new = tuple(eqn.invars[0].aval.shape), tuple(eqn.params["new_sizes"])
+    old, new = tuple(eqn.invars[0].aval.shape), tuple(param(eqn, "new_sizes"))
     out: list = [None] * len(new)
     i = j = 0
     while i < len(old) and j < len(new):  # groups of dims whose sizes multiply to the same
@@ -78,63 +133,93 @@ def _reshape(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 
 def _same_size(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """slice, pad, rev, dynamic_slice, dynamic_update_slice, gather...: dims keeping their size
-    keep their axes; indices may not owe a sum."""
+    keep their axes; indices may not owe a sum; indices that vary make the result vary."""
+    name = eqn.primitive.name
     for f in ins[1:]:
-        if f.owed and eqn.primitive.name != "dynamic_update_slice":
-            p.nonlinear(f"{eqn.primitive.name} (indexing with a partial sum)", f)
+        if f.owed and name != "dynamic_update_slice":
+            p.nonlinear(f"{name} (indexing with a partial sum)", f)
     d = ins[0].dims
     out_shape = eqn.outvars[0].aval.shape
     in_shape = eqn.invars[0].aval.shape
+    vary = _union(*ins)
     if d is None or len(out_shape) != len(in_shape):
-        return _one(p, eqn, ins, None)
-    owed = frozenset().union(*(f.owed for f in ins[:2])) if eqn.primitive.name == "dynamic_update_slice" else None
-    return _one(p, eqn, ins, tuple(a if o == s else None for a, o, s in zip(d, out_shape, in_shape)), owed)
+        return _rank_dropped(ins[0], _one(p, eqn, ins, None, vary=vary))
+    owed = frozenset().union(*(f.owed for f in ins[:2])) if name == "dynamic_update_slice" else None
+    return _one(p, eqn, ins, tuple(a if o == s else None for a, o, s in zip(d, out_shape, in_shape)), owed,
+                vary=vary)
 
 
 def _concatenate(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     fact = p.elementwise(eqn, ins)
     if fact.dims is not None:
-        k = eqn.params["dimension"]
+        k = param(eqn, "dimension")
         fact.dims = tuple(None if i == k else a for i, a in enumerate(fact.dims))
     return [fact]
 
 
+def _split_axes(p: Any, eqn: Any, fact: Fact, dims: Any) -> frozenset:
+    """The manual axes (of more than one device) of ``dims`` of ``fact``, where the operand holds
+    more than one element per device along them."""
+    shape = eqn.invars[0].aval.shape
+    return frozenset(a for i in dims if shape[i] != 1 for a in (fact.dims[i] or ()) if a in p.manual)
+
+
+_REDUCE_KIND = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}
+
+
 def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
-    axes = set(eqn.params["axes"])
+    axes = set(param(eqn, "axes"))
     kept = None if d is None else tuple(a for i, a in enumerate(d) if i not in axes)
-    if eqn.primitive.name != "reduce_sum" or d is None:
-        return _one(p, eqn, ins, kept)
+    kind = _REDUCE_KIND.get(eqn.primitive.name)
+    if kind is None or d is None:
+        return _rank_dropped(ins[0], _one(p, eqn, ins, kept))
     # A dim of one element per device is taken as that element (jnp and AD sum over such dims to
-    # drop them: the transpose of a broadcast), not as a sum the mesh still owes.
-    shape = eqn.invars[0].aval.shape
-    summed = frozenset(a for i in axes if shape[i] != 1 for a in (d[i] or ()) if a in p.manual)
+    # drop them: the transpose of a broadcast), not as a part the mesh still owes.
+    summed = _split_axes(p, eqn, ins[0], axes)
     if not summed:
-        return _one(p, eqn, ins, kept)
+        return _rank_dropped(ins[0], _one(p, eqn, ins, kept))
     dims = ", ".join(str(i) for i in sorted(axes) if d[i])
-    return _one(p, eqn, ins, kept, ins[0].owed | summed,
-                ins[0].owed_by or f"a sum (jnp.sum) over dim {dims} of a value split over {axes_text(summed)} "
-                f"({ins[0].origin})")
+    call = {"sum": "a sum (jnp.sum)", "max": "a max (jnp.max)", "min": "a min (jnp.min)"}[kind]
+    vary = None if ins[0].vary is None else ins[0].vary | summed
+    if ins[0].owed and ins[0].kind == kind:
+        return _one(p, eqn, ins, kept, ins[0].owed | summed, ins[0].owed_by, vary=vary)
+    by = f"{call} over dim {dims} of a value split over {axes_text(summed)} ({ins[0].origin})"
+    return _one(p, eqn, ins, kept, summed, by, kind=kind, vary=vary)
+
+
+def _cumulative(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    """cumsum, cummax...: along a split dim, each block's prefix still needs the blocks before."""
+    d = ins[0].dims
+    if d is None:
+        return _one(p, eqn, ins, None)
+    axis = param(eqn, "axis")
+    split = _split_axes(p, eqn, ins[0], (axis,))
+    if not split or ins[0].owed:
+        return _one(p, eqn, ins, d)
+    by = f"JAX's {eqn.primitive.name!r} along dim {axis} of a value split over {axes_text(split)} ({ins[0].origin})"
+    return _one(p, eqn, ins, d, split, by, kind="prefix")
 
 
 def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    (lc, rc), (lb, rb) = param(eqn, "dimension_numbers")
     lhs, rhs = ins[0], ins[1]
     owing = [f for f in (lhs, rhs) if f.owed]
-    owed, by = p.linear_owed("dot_general", eqn, ins, owing) if owing else (frozenset(), "")
+    owed, by, _ = p.linear_owed("dot_general", eqn, ins, owing) if owing else (frozenset(), "", "sum")
     contracted: set = set()
     where = []
     for i, j in zip(lc, rc):
         a = lhs.dims[i] if lhs.dims is not None else None
         b = rhs.dims[j] if rhs.dims is not None else None
         if a is not None and b is not None and a != b:
-            raise TypeCheckError(
+            p.fail(
                 f"{p.head}, JAX's 'dot_general' (jnp.einsum, @, jnp.dot) contracts dim {i} of an operand "
                 f"laid out {fmt(lhs.dims)} ({lhs.origin}) with dim {j} of one laid out {fmt(rhs.dims)} "
                 f"({rhs.origin}): the dim is split over {_split(a)} in the first but over {_split(b)} in the second "
                 "(move mesh axes with the collectives first); each device would "
                 "multiply blocks of different parts of the dim")
-        axes = {x for x in (a or b or ()) if x in p.manual}
+        shape = eqn.invars[0].aval.shape
+        axes = {x for x in (a or b or ()) if x in p.manual} if shape[i] != 1 else set()
         if axes:
             where.append(f"dim {i}")
         contracted |= axes
@@ -151,37 +236,56 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         free_l = tuple(a for i, a in enumerate(ld) if i not in lc and i not in lb)
         free_r = tuple(a for i, a in enumerate(rd) if i not in rc and i not in rb)
         dims = batch + free_l + free_r
+    vary = _union(lhs, rhs)
+    rel = rel_mul(lhs.rel, rhs.rel)
     base = lhs if lhs.dims is not None or lhs.owed else rhs
-    if dims is None and not owed:
+    if dims is None and not owed and vary is None:
         return [UNKNOWN]
-    return [base.derived(dims, "dot_general", owed, by)]
+    return [base.derived(dims, "dot_general", owed, by, kind="sum", vary=vary, rel=rel,
+                         counted=lhs.counted | rhs.counted, mark=lhs.mark or rhs.mark)]
 
 
 def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    paid = frozenset(a for a in eqn.params["axes"] if isinstance(a, str))
-    return [UNKNOWN if f.dims is None and not f.owed else f.derived(f.dims, "psum", f.owed - paid)
-            for f in ins]
-
-
-def _axis_names(eqn: Any) -> tuple:
-    names = eqn.params["axis_name"]
-    return tuple(names) if isinstance(names, (tuple, list)) else (names,)
+    paid = frozenset(a for a in axis_names(eqn) if a in p.manual)
+    name = eqn.primitive.name
+    pays = "sum" if "psum" in name else name[1:]  # pmax, pmin
+    out = []
+    for v, f in zip(eqn.invars, ins):
+        if "psum" in name and f.rel:
+            p.fail(p.relative_text(f, f"JAX's {name!r} adds it up over {axes_text(paid)}") +
+                   "; rescale each device's part to the global maximum (exp(m_local - jax.lax.pmax(m_local, "
+                   "axes))) before adding them up")
+        if not f.known and not is_literal(v):
+            out.append(UNKNOWN)
+            continue
+        owed = f.owed - paid if f.kind == pays else f.owed
+        counted = f.counted
+        if "psum" in name and f.vary is not None and not is_literal(v):
+            counted = counted | (paid - f.vary - f.owed)
+        vary = None if f.vary is None else f.vary - paid
+        out.append(f.derived(f.dims, name, owed, vary=vary, counted=counted))
+    return out
 
 
 def _gathered(p: Any, eqn: Any, fact: Fact, dim: int) -> tuple | None:
-    """The axes of ``dim`` once a tiled gather over the eqn's axes has undone them."""
-    names = tuple(a for a in _axis_names(eqn) if a in p.manual)
+    """The axes of ``dim`` once a tiled gather over the eqn's axes has undone them: every mesh
+    axis the dim is split over, or the last of them (a suffix), in order."""
+    names = tuple(a for a in axis_names(eqn) if a in p.manual)
     dims = fact.dims
     axes = dims[dim] if dims is not None else None
     if dims is None or axes is None:
         return None
+    axes = tuple(a for a in axes if a in p.manual)
     if not axes:
         return None  # gathering a dim that is not split: copies side by side
+    if not names:
+        return axes
     if tuple(axes[len(axes) - len(names):]) != names:
-        raise TypeCheckError(
+        p.fail(
             f"{p.head}, JAX's {eqn.primitive.name!r} gathers dim {dim} over {axes_text(names)}, but that dim of "
             f"its operand is laid out {fmt(dims)} ({fact.origin}): that dim is split over {_split(axes)}; "
-            f"only the last mesh axes a dim is split over can be gathered")
+            f"a tiled gather undoes the mesh axes a dim is split over from the last: all of them, or the last ones, in order")
+        return None
     return tuple(axes[:len(axes) - len(names)])
 
 
@@ -191,38 +295,63 @@ def _split(axes: tuple) -> str:
 
 def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
-    dim = eqn.params["all_gather_dimension"]
+    names = frozenset(a for a in axis_names(eqn) if a in p.manual)
+    dim = param(eqn, "all_gather_dimension")
+    vary = None if f.vary is None else f.vary - names
+    if not param(eqn, "tiled"):  # the parts of every device side by side: nothing owed over them
+        owed = f.owed - names
+        dims = None if f.dims is None else f.dims[:dim] + ((),) + f.dims[dim:]
+        return _one(p, eqn, ins, dims, owed, vary=vary, rel=drop_rel(f.rel, names))
     if f.dims is None:
-        return _one(p, eqn, ins, None)
-    if not eqn.params.get("tiled", False):
-        return _one(p, eqn, ins, f.dims[:dim] + (None,) + f.dims[dim:])
+        return _one(p, eqn, ins, None, vary=vary)
     dims = list(f.dims)
     dims[dim] = _gathered(p, eqn, f, dim)
-    return _one(p, eqn, ins, tuple(dims))
+    return _one(p, eqn, ins, tuple(dims), vary=vary)
 
 
 def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
-    if f.dims is None or not eqn.params.get("tiled", False):
-        return _one(p, eqn, ins, None)
-    split, concat = eqn.params["split_axis"], eqn.params["concat_axis"]
+    names = tuple(a for a in axis_names(eqn) if a in p.manual)
+    vary = None if f.vary is None else f.vary | frozenset(names)
+    if f.dims is None or not param(eqn, "tiled"):
+        return _one(p, eqn, ins, None, vary=vary)
+    split, concat = param(eqn, "split_axis"), param(eqn, "concat_axis")
     dims = list(f.dims)
     dims[concat] = _gathered(p, eqn, f, concat)
     if dims[split] is not None:
-        dims[split] = dims[split] + tuple(a for a in _axis_names(eqn) if a in p.manual)
-    return _one(p, eqn, ins, tuple(dims))
+        dims[split] = dims[split] + names
+    return _one(p, eqn, ins, tuple(dims), vary=vary)
 
 
 def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
-    names = tuple(a for a in _axis_names(eqn) if a in p.manual)
-    owed = f.owed - frozenset(names)
-    if f.dims is None or not eqn.params.get("tiled", False):
-        return _one(p, eqn, ins, None, owed)
+    names = tuple(a for a in axis_names(eqn) if a in p.manual)
+    owed = f.owed - frozenset(names) if f.kind == "sum" else f.owed
+    vary = None if f.vary is None else (f.vary - frozenset(names)) | frozenset(names)
+    if f.dims is None or not param(eqn, "tiled"):
+        return _one(p, eqn, ins, None, owed, vary=vary)
     dims = list(f.dims)
-    k = eqn.params["scatter_dimension"]
+    k = param(eqn, "scatter_dimension")
     dims[k] = None if dims[k] is None else dims[k] + names
-    return _one(p, eqn, ins, tuple(dims), owed)
+    return _one(p, eqn, ins, tuple(dims), owed, vary=vary)
+
+
+def _ppermute(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    """Each device gets another's block: a dim split over the permuted axes holds another part
+    of the dim from here on (unknown which); an invariant value stays invariant."""
+    names = frozenset(axis_names(eqn))
+    d = ins[0].dims
+    dims = None if d is None else tuple(None if a is not None and names & set(a) else a for a in d)
+    return _one(p, eqn, ins, dims)
+
+
+def _axis_index(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    names = frozenset(a for a in axis_names(eqn) if a in p.manual)
+    return [Fact((), origin=f"jax.lax.axis_index({', '.join(repr(a) for a in sorted(names))})", vary=names)]
+
+
+def _iota(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    return [Fact(((),) * _ndim(eqn.outvars[0]), origin="jax.lax.iota", vary=frozenset())]
 
 
 def _keep(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
@@ -235,7 +364,7 @@ def _each(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 
 
 def _unknown_linear(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    return _one(p, eqn, ins, None)
+    return _one(p, eqn, ins, None, vary=_union(*ins))
 
 
 RULES: dict[str, Callable[[Any, Any, list[Fact]], list[Fact]]] = {
@@ -246,7 +375,16 @@ RULES: dict[str, Callable[[Any, Any, list[Fact]], list[Fact]]] = {
     "argmax": _reduce, "argmin": _reduce, "reduce_and": _reduce, "reduce_or": _reduce,
     "dot_general": _dot_general, "psum": _psum, "psum_invariant": _psum, "psum2": _psum,
     "pmax": _psum, "pmin": _psum, "all_gather": _all_gather, "all_gather_invariant": _all_gather,
-    "all_to_all": _all_to_all, "reduce_scatter": _reduce_scatter, "ppermute": _keep,
-    "cumsum": _keep, "cummax": _keep, "cummin": _keep, "cumprod": _keep, "cumlogsumexp": _keep,
-    "sort": _unknown_linear, "optimization_barrier": _each, "scatter-add": _unknown_linear, "scatter_add": _unknown_linear,
+    "all_to_all": _all_to_all, "reduce_scatter": _reduce_scatter, "ppermute": _ppermute,
+    "cumsum": _cumulative, "cummax": _cumulative, "cummin": _cumulative, "cumprod": _cumulative,
+    "cumlogsumexp": _cumulative, "axis_index": _axis_index, "iota": _iota,
+    "sort": _unknown_linear, "optimization_barrier": _each, "scatter-add": _unknown_linear,
+    "scatter_add": _unknown_linear, "scatter": _unknown_linear, "top_k": _unknown_linear,
+    "split": _unknown_linear, "select_and_scatter_add": _unknown_linear, "reduce_window_sum": _unknown_linear,
+    "reduce_window_max": _unknown_linear, "reduce_window": _unknown_linear, "conv_general_dilated": _unknown_linear,
+    "random_bits": _unknown_linear, "random_seed": _unknown_linear, "random_wrap": _unknown_linear,
+    "random_unwrap": _unknown_linear, "random_fold_in": _unknown_linear, "random_split": _unknown_linear,
+    "threefry2x32": _unknown_linear, "rng_bit_generator": _unknown_linear, "rng_uniform": _unknown_linear,
+    "argsort": _unknown_linear, "sharding_constraint": _keep, "mesh_cast": _keep,
+    "reshard": _keep, "device_put": _each, "debug_callback": lambda p, eqn, ins: [UNKNOWN] * len(eqn.outvars), "copy_p": _keep, "copy": _keep,
 }

@@ -4,6 +4,9 @@ shardtypes supports JAX from ``OLDEST_JAX`` to the newest release; ``.ci/run`` r
 suite on both ends. Everything that depends on the version lives here, so the rest of the package
 is written against one API.
 
+Each difference is told by trying the feature, never by reading the version string; a try that
+cannot tell says so (a ``JaxFeatureWarning``) and takes the path that works on every version.
+
 Three things differ. The varying manual axes of a value inside ``shard_map`` (``varying_axes``):
 ``jax.typeof(x).vma`` on JAX 0.9, ``jax.typeof(x).mat.varying`` from 0.10. And a value that is part of ``jax.jit``'s cache key
 (``jax.make_user_context``). JAX 0.10 can set its process-wide value (``set_global``); older
@@ -19,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import warnings
 from typing import Any
 
 import jax
@@ -26,14 +30,20 @@ import jax.numpy as jnp
 import jax.extend.core
 import jax.core
 
-__all__ = ["OLDEST_JAX", "JitKey", "all_gather_invariant", "invariant_gather_native", "jax_version", "trace_state",
-           "varying_axes"]
+__all__ = ["OLDEST_JAX", "JaxFeatureWarning", "JitKey", "all_gather_invariant", "invariant_gather_native",
+           "jax_version", "trace_state", "varying_axes"]
 
 OLDEST_JAX = "0.9.2"
 
 
+class JaxFeatureWarning(UserWarning):
+    """A try of a JAX feature could not tell whether the running JAX has it: shardtypes takes the
+    path that works without it, and the message names the JAX version."""
+
+
 def jax_version() -> tuple[int, ...]:
-    """The running JAX's version as numbers, e.g. ``(0, 10, 2)``."""
+    """The running JAX's version as numbers, e.g. ``(0, 10, 2)``: for messages and the supported
+    range, never to pick a code path (the features are tried instead)."""
     parts = []
     for part in jax.__version__.split(".")[:3]:
         digits = "".join(c for c in part if c.isdigit())
@@ -77,23 +87,15 @@ class JitKey:
         self._global = value
 
 
-def _varying_0_10(aval: Any) -> frozenset:
-    mat = getattr(aval, "mat", None)
-    return frozenset(mat.varying) if mat is not None else frozenset()
-
-
-def _varying_0_9(aval: Any) -> frozenset:
-    return frozenset(getattr(aval, "vma", None) or ())
-
-
-_VARYING = _varying_0_10 if jax_version() >= (0, 10) else _varying_0_9
-
-
 def varying_axes(aval: Any) -> frozenset:
     """The manual mesh axes a value inside ``shard_map`` varies over (``{V:d}`` in
     ``jax.typeof(x)``), from its aval; empty where JAX does not track them (``check_vma=False``,
-    outside ``shard_map``)."""
-    return _VARYING(aval)
+    outside ``shard_map``). Read from what the aval has: ``aval.mat.varying`` (JAX 0.10+) or
+    ``aval.vma`` (JAX 0.9)."""
+    mat = getattr(aval, "mat", None)
+    if mat is not None:
+        return frozenset(mat.varying)
+    return frozenset(getattr(aval, "vma", None) or ())
 
 
 @functools.cache
@@ -101,27 +103,55 @@ def invariant_gather_native() -> bool:
     """Whether ``jax.lax.all_gather`` takes ``to='invarying'`` (JAX 0.10 and later): tried once on
     a one-device abstract mesh, not read from the version string. The try runs in a thread of its
     own, which starts with no mesh set and no trace running (both are per thread in JAX), so the
-    caller's mesh or kernel trace cannot make it fail."""
-    found: list[bool] = []
-    thread = threading.Thread(target=lambda: found.append(_gathers_invariant()))
+    caller's mesh or kernel trace cannot make it fail. A try that cannot tell warns
+    (``JaxFeatureWarning``) and answers False: the ``psum`` gather works on every JAX."""
+    found: list[bool | BaseException] = []
+
+    def attempt() -> None:
+        try:
+            found.append(_gathers_invariant())
+        except BaseException as e:  # noqa: BLE001 - reported below, in the caller's thread
+            found.append(e)
+
+    thread = threading.Thread(target=attempt, name="shardtypes-jax-probe")
     thread.start()
     thread.join()
-    return found[0] if found else jax_version() >= (0, 10)
+    answer = found[0] if found else RuntimeError("the probe's thread ended without an answer")
+    if isinstance(answer, bool):
+        return answer
+    warnings.warn(
+        f"shardtypes could not tell whether jax.lax.all_gather takes to='invarying' on JAX "
+        f"{jax.__version__}: the try failed with {type(answer).__name__}: {_first_line(answer)}. "
+        "Invariant gathers (shardtypes.ops.all_gather) use the psum of zero-padded blocks instead, "
+        "which is correct on every JAX but moves the whole array. Please report it with the JAX "
+        "version.", JaxFeatureWarning, stacklevel=2)
+    return False
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else "(no message)"
+
+
+_PROBE_AXIS = "_shardtypes_probe"
 
 
 def _gathers_invariant() -> bool:
-    mesh = jax.sharding.AbstractMesh((1,), ("_shardtypes_probe",))
+    """True where ``to='invarying'`` is taken, False where JAX names ``to`` as the problem; any
+    other failure is raised (the try could not tell). The operand is replicated (``in_specs=P()``):
+    JAX 0.11's shard_map asserts its inputs' sharding instead of resharding them, and an abstract
+    input has no sharding but the replicated one, so this is the one spec every version accepts."""
+    mesh = jax.sharding.AbstractMesh((1,), (_PROBE_AXIS,))
     probe = jax.shard_map(
-        lambda x: jax.lax.all_gather(x, "_shardtypes_probe", tiled=True, to="invarying"),
-        mesh=mesh, in_specs=jax.sharding.PartitionSpec("_shardtypes_probe"),
-        out_specs=jax.sharding.PartitionSpec(),
+        lambda x: jax.lax.all_gather(x, _PROBE_AXIS, tiled=True, to="invarying"),
+        mesh=mesh, in_specs=jax.sharding.PartitionSpec(), out_specs=jax.sharding.PartitionSpec(),
     )
     try:
         jax.eval_shape(probe, jax.ShapeDtypeStruct((1,), jnp.float32))
-    except ValueError as e:
-        if "`to`" in str(e):  # "Allowed `to` values are: {'reduced', 'varying'}"
+    except (ValueError, TypeError) as e:
+        if "`to`" in str(e):  # "Got unexpected `to` value ... Allowed `to` values are: ..."
             return False
-        raise  # any other failure: the thread's caller falls back on the version
+        raise
     return True
 
 

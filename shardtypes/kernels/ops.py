@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import string
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +14,8 @@ from . import collectives as c
 from ..checking import kernel_layouts as kl
 from ..context.compat import all_gather_invariant
 from ..model.categories import integer
+
+_T = TypeVar("_T")
 from ..language.shape import NAMED, ShapeSpecError
 
 __all__ = [
@@ -331,3 +333,28 @@ def axis_size(name: str | Sequence[str]) -> int:
     is manual: ``axis_size('d')``. A tuple of axes gives the product of their sizes."""
     names = c.axis_names("axis_size", name, "name", name)
     return math.prod(c.manual("axis_size", name, names, "argument 'name'").values())
+
+
+def per_device(value: _T, axes: str | Sequence[str]) -> _T:
+    """Says that ``value`` (an array, or a tree of them) differs from device to device along mesh
+    axes ``axes`` by intent, inside a ``typed_shard_map`` kernel, and returns it unchanged::
+
+        frac = per_device(probs.mean(0), 'd')     # this group's router statistics, not the
+        aux = pmean('', (frac * counts).sum(), 'd')   # global ones: a per-group auxiliary loss
+
+    The kernel pass then no longer takes what it owes over ``axes`` (a partial sum, maximum,
+    minimum or prefix left by a ``jnp.sum``, ``max``, contraction or ``cumsum`` over a dim split
+    over them) as owed: each device's part is the value. It still varies over ``axes``: returning
+    it, or checking it against an annotation, that says it is the same on every device along
+    them is a TypeCheckError naming this call; sum, average or gather it first. Use it where a
+    value is per-device by design and the pass cannot know it, not to silence a missing psum.
+    """
+    names = c.axis_names("per_device", axes, "axes", axes)
+    c.manual("per_device", axes, names, "argument 'axes'")
+    leaves = jax.tree.leaves(value)
+    if not leaves or not all(isinstance(x, jax.Array) for x in leaves):
+        found = ", ".join(sorted({type(x).__name__ for x in leaves})) or "no arrays"
+        raise TypeError(f"shardtypes.ops.per_device: argument 'value' must be a jax.Array or a tree of them "
+                        f"(found {found})")
+    kl.mark_per_device(leaves, frozenset(names), f"shardtypes.ops.per_device(..., {c.one_or_tuple(names)!r})")
+    return value

@@ -35,8 +35,9 @@ from ..context.rules import axis_rules, current_rules
 from ..language.shape import axes_entry, entry_axes
 from ..layout.specs import partition_specs as derive_specs
 from ..model.pytrees import holds_pytree
-from ..checking.kernel_flow import in_facts, traced
-from ..checking.kernel_layouts import flows, is_staged, returned, tracking
+from ..checking.kernel_run import in_facts, traced
+from ..checking.kernel_layouts import flows, is_staged, tracking
+from ..checking.kernel_returns import returned
 from .params import bare_array_annotation, check_kernel, check_static, conform_result, conform_specs
 
 __all__ = ["typed_shard_map"]

@@ -124,8 +124,8 @@ def test_a_raw_lax_gather_over_the_wrong_axis_is_caught(kind, jitted, check_vma)
         # varying over 'embed' first.
         message = (r"gathers_with_lax\(\) is not .*varies over manual mesh axis 'embed'" if check_vma else
                    r"in kernel gathers_with_lax\(\), JAX's 'all_gather' gathers dim 0 over mesh axis 'mlp', but "
-                   r"that dim of its operand is laid out P\('embed', 'mlp'\) \(p.w2 \(argument \"p\" of .*\): that dim is split over 'embed'; only the "
-                   r"last mesh axes a dim is split over can be gathered")
+                   r"that dim of its operand is laid out P\('embed', 'mlp'\) \(p.w2 \(argument \"p\" of .*\): that dim is split over 'embed'; a tiled gather undoes "
+                   r"the mesh axes a dim is split over from the last")
         with pytest.raises(TypeCheckError, match=message):
             run(gathers_with_lax, mesh, params(mesh), jitted=jitted, check_vma=check_vma)
         if not check_vma:  # (JAX types the plain gather varying over 'embed')
@@ -227,7 +227,7 @@ def test_a_partial_sum_of_a_jnp_matmul_is_followed(kind, jitted, check_vma):
             go(exp_in_a_jitted_helper)
         bias = put(mesh, np.ones(8, np.float32))
         with pytest.raises(TypeCheckError, match=r"JAX's 'add' adds a value that is a partial sum .* and one "
-                           r"that owes none \(argument \"bias\" of .*, through broadcast_in_dim\): after the sum over the mesh the "
+                           r"that owes none and is the same on every device \(argument \"bias\" of .*, through broadcast_in_dim\): after the sum over the mesh the "
                            r"second is counted once per device"):
             go(adds_bias_to_partial, *args, bias)
 

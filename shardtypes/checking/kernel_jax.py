@@ -1,0 +1,117 @@
+"""The one place the kernel pass reads JAX's primitives and their params.
+
+JAX changes the params of its primitives between releases (0.11 describes ``scan``'s operand
+groups with ``ft_in``/``ft_out`` where 0.9 and 0.10 had ``num_consts``/``num_carry``). Each
+reader here tries the shapes of the supported releases by what the params hold, never by the
+version string, and raises ``Unreadable`` when none fits. The pass (``kernel_flow``) then takes
+what that equation computes as unknown and warns once (``unreadable``): the checker steps aside
+where it cannot follow JAX, and never breaks the user's program.
+
+Imports: jax and the standard library only.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import jax
+import jax.extend.core as jex
+
+__all__ = ["KernelPassWarning", "Unreadable", "param", "axis_names", "scan_groups", "while_groups",
+           "branches", "inner_jaxpr", "is_literal", "literal_value", "unreadable"]
+
+
+class KernelPassWarning(UserWarning):
+    """The kernel pass met a JAX primitive, or a layout of a primitive's params, that it does not
+    know: what that equation computes is taken as unknown (the boundary checks still run)."""
+
+
+class Unreadable(Exception):
+    """A primitive's params are not in any shape this module knows."""
+
+
+def param(eqn: Any, key: str) -> Any:
+    try:
+        return eqn.params[key]
+    except (KeyError, TypeError, AttributeError):
+        raise Unreadable(f"no param {key!r}") from None
+
+
+def axis_names(eqn: Any) -> tuple:
+    """The mesh axes of a collective: ``axes`` (psum, pmax, pmin) or ``axis_name``."""
+    params = getattr(eqn, "params", {})
+    names = params.get("axes", params.get("axis_name"))
+    if names is None:
+        raise Unreadable("no param 'axes' or 'axis_name'")
+    names = tuple(names) if isinstance(names, (tuple, list)) else (names,)
+    return tuple(a for a in names if isinstance(a, str))  # (positional axes are vmap's, not the mesh's)
+
+
+def _count(group: Any) -> int:
+    vals = getattr(group, "vals", None)
+    if vals is None:
+        raise Unreadable("a flat tree without values")
+    return len(list(vals))
+
+
+def scan_groups(eqn: Any) -> tuple[int, int]:
+    """``(consts, carries)``: how many of a scan's operands are constants and carries (the rest
+    are scanned)."""
+    params = eqn.params
+    if "num_consts" in params and "num_carry" in params:  # JAX 0.9, 0.10
+        return int(params["num_consts"]), int(params["num_carry"])
+    ft = params.get("ft_in")  # JAX 0.11: a flat tree of (consts, carries, xs)
+    if ft is not None and hasattr(ft, "update"):
+        try:
+            groups = ft.update(list(range(len(eqn.invars)))).unpack()
+        except Exception as e:  # (its own API: any failure means another shape)
+            raise Unreadable(f"ft_in did not unpack ({type(e).__name__})") from None
+        if len(groups) == 3:
+            consts, carries, xs = (_count(g) for g in groups)
+            if consts + carries + xs == len(eqn.invars):
+                return consts, carries
+    raise Unreadable("no num_consts/num_carry, and no ft_in of three groups")
+
+
+def while_groups(eqn: Any) -> tuple[int, int]:
+    """``(cond_consts, body_consts)`` of a while loop."""
+    return int(param(eqn, "cond_nconsts")), int(param(eqn, "body_nconsts"))
+
+
+def branches(eqn: Any) -> tuple:
+    found = param(eqn, "branches")
+    if not isinstance(found, (tuple, list)) or not found:
+        raise Unreadable("branches is not a sequence")
+    return tuple(found)
+
+
+def inner_jaxpr(closed: Any) -> Any:
+    jaxpr = getattr(closed, "jaxpr", closed)
+    if not isinstance(jaxpr, jex.Jaxpr):
+        raise Unreadable(f"a {type(jaxpr).__name__} where a jaxpr was expected")
+    return jaxpr
+
+
+def is_literal(v: Any) -> bool:
+    return isinstance(v, jex.Literal)
+
+
+def literal_value(v: Any) -> Any:
+    return getattr(v, "val", None)
+
+
+_WARNED: set = set()
+
+
+def unreadable(name: str, why: str) -> None:
+    """Warns once per primitive and reason that the pass cannot follow it here."""
+    key = (name, why)
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    warnings.warn(
+        f"shardtypes' kernel pass cannot follow JAX's {name!r} here ({why}; JAX {jax.__version__}): what it "
+        "computes is taken as unknown from there on, so layouts, partial sums and varying values are not "
+        "followed through it; the checks at the kernel's boundary still run. Please report it with the JAX "
+        "version.", KernelPassWarning, stacklevel=2)
