@@ -128,10 +128,11 @@ class Point:
     ``check`` (compared with ``expected``: ``what`` says what was checked, ``sums_ok`` whether a
     partial sum may go there); ``mark``: ``(axes, call)`` of an ``ops.per_device`` call."""
 
-    __slots__ = ("expected", "what", "sums_ok", "declared", "mark")
+    __slots__ = ("expected", "what", "sums_ok", "declared", "mark", "fallback")
 
     def __init__(self, expected: Dims, what: str, sums_ok: bool = False, declared: Fact | None = None,
                  mark: tuple | None = None):
+        self.fallback = ""  # JAX's varying check's finding, said where the pass does not know better
         self.expected = expected
         self.what = what
         self.sums_ok = sums_ok

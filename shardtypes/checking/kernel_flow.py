@@ -171,6 +171,8 @@ class Pass:
                     f"{self.head}, {point.what}: it is laid out {fmt(fact.dims)} ({fact.origin}), but "
                     f"{'the spec string' if spec else 'the annotation'} says {fmt(want)}: "
                     f"{differences(have, want, 'the spec' if spec else 'the annotation')}")
+        if fact.vary is None and point.fallback:
+            self.fail(f"{self.head}, {point.what}: {point.fallback}")
         if fact.vary is None or spec or point.sums_ok:
             return
         named = {a for axes in point.expected for a in axes}
@@ -266,13 +268,14 @@ class Pass:
         dims: list = [None] * ndim
         seen = [False] * ndim
         first = None
-        for _, f in shaped:
+        out_shape = eqn.outvars[0].aval.shape
+        for v, f in shaped:
             if f.dims is None or len(f.dims) != ndim:
                 continue
             first = first or f
             for i, axes in enumerate(f.dims):
-                if axes is None:
-                    continue
+                if axes is None or (v.aval.shape[i] == 1 and out_shape[i] != 1):
+                    continue  # (unknown, or broadcast along the dim by the op itself)
                 if not seen[i]:
                     dims[i], seen[i] = axes, True
                 elif dims[i] != axes:

@@ -263,6 +263,16 @@ def record_checked(value: Any, expected: Layout, context: Callable[[], str]) -> 
     return None
 
 
+def defer_varying(value: Any, problem: str) -> bool:
+    """JAX types ``value``, just deferred to the pass, varying where its annotation says not: the
+    pass reports ``problem`` unless it knows better what the value varies over."""
+    trace = _active()
+    if trace is None or not trace.deferred or trace.deferred[-1][0] is not value:
+        return False
+    trace.deferred[-1][1].fallback = problem
+    return True
+
+
 def undefer(value: Any) -> None:
     """Drops the pass's comparisons of ``value`` (a check of it failed already)."""
     trace = _active()

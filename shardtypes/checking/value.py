@@ -44,7 +44,7 @@ from ..context.rules import _ACTIVE as _ACTIVE_RULES
 from ..language.shape import BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, is_unconstrained
 from .sharding import _expected_layout, _missing_axes, _named_sharding_problem, _unnamed_sharding_problem
 from ..language.sizes import evaluate, size_equal
-from .kernel_layouts import in_op, record_checked, undefer, vma_exempt
+from .kernel_layouts import defer_varying, in_op, record_checked, undefer, vma_exempt
 from ..context.compat import varying_axes
 
 __all__ = ["check_value"]
@@ -311,7 +311,11 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
     try:
         new = _match_sizes(shape, spec, table)
         if unknown:
-            _varying_axes_named(aval, expected)
+            try:
+                _varying_axes_named(aval, expected)
+            except Mismatch as e:  # the pass says it better where it knows the value
+                if not defer_varying(value, str(e)):
+                    raise
     except Mismatch:
         if unknown:
             undefer(value)  # this check failed already: the jaxpr pass need not say so again

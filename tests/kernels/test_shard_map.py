@@ -361,13 +361,23 @@ def unreplicated(x: f32[b"B/d M"]) -> f32[b"M"]:
 
 
 def test_check_vma_default_is_on(mesh):
-    # With vma tracked, the return check sees that the value varies over d (before JAX's
-    # out_specs check would).
+    # The kernel pass sees the partial sum (before JAX's out_specs check would); JAX types the
+    # body's values varying (check_vma on) unless told otherwise.
+    seen = []
+
+    def typed(x: f32[b"B/d M"]) -> f32[b"B/d M"]:
+        seen.append(str(jax.typeof(x)))
+        return x
+
     with jax.set_mesh(mesh):
-        with pytest.raises(TypeCheckError, match="unreplicated.*varies over manual mesh axis 'd'"):
+        with pytest.raises(TypeCheckError, match="unreplicated.*partial sum still owing a sum over mesh axis 'd'"):
             typed_shard_map(unreplicated)(put(mesh, X, "d"))
-        with pytest.raises(TypeCheckError, match="unreplicated.*varies over manual mesh axis 'd'"):
+        with pytest.raises(TypeCheckError, match="unreplicated.*partial sum still owing a sum over mesh axis 'd'"):
             typed_shard_map(unreplicated, check_rep=True)(put(mesh, X, "d"))
+        typed_shard_map(typed)(put(mesh, X, "d"))
+        typed_shard_map(typed, check_rep=True)(put(mesh, X, "d"))
+        typed_shard_map(typed, check_vma=False)(put(mesh, X, "d"))
+    assert ["V:d" in s for s in seen] == [True, True, False], seen
 
 
 @pytest.mark.parametrize(
