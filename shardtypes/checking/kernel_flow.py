@@ -42,7 +42,7 @@ from typeguard import TypeCheckError
 
 
 from .kernel_facts import ELEMENTWISE, NONLINEAR, UNKNOWN, Fact, Point, axes_text, fmt, owed_text, pay_text
-from .kernel_jax import Unreadable, is_literal, unreadable
+from .kernel_jax import KernelPassWarning, Unreadable, is_literal, literal_value, unreadable
 from .kernel_loops import LOOPS
 from .kernel_prims import RULES, rel_join, rel_mul, rel_neg
 from .kernel_specs import differences
@@ -79,7 +79,8 @@ class Pass:
 
     def read(self, env: dict, v: Any) -> Fact:
         if is_literal(v):
-            return Fact(((),) * len(getattr(v.aval, "shape", ())), origin="a constant", vary=frozenset())
+            return Fact(None if getattr(v.aval, "shape", ()) else (), origin=_ZERO if _zero(v) else "a constant",
+                        vary=frozenset())
         fact = env.get(v, UNKNOWN)
         if fact.dims is not None and len(fact.dims) != len(getattr(v.aval, "shape", ())):
             return fact.same_origin(None, fact.owed, fact.owed_by)  # (a rule's slip: never compare it)
@@ -189,8 +190,8 @@ class Pass:
 
     def run(self, jaxpr: Any, facts: Sequence[Fact]) -> list[Fact]:
         env: dict = {}
-        for v in jaxpr.constvars:
-            self.write(env, v, Fact(((),) * len(getattr(v.aval, "shape", ())), origin="a constant",
+        for v in jaxpr.constvars:  # (the same on every device; a block of what, unknown: see _iota)
+            self.write(env, v, Fact(None if getattr(v.aval, "shape", ()) else (), origin="a constant",
                                     vary=frozenset()))
         for v, fact in zip(jaxpr.invars, facts):
             self.write(env, v, fact)
@@ -210,7 +211,7 @@ class Pass:
             if len(outs) != n_out:
                 raise Unreadable(f"{len(outs)} facts for {n_out} results")
             return outs
-        except TypeCheckError:
+        except (TypeCheckError, KernelPassWarning):  # (a finding; a warning the caller made an error)
             raise
         except Unreadable as e:
             unreadable(eqn.primitive.name, f"its params: {e}")
@@ -342,7 +343,8 @@ class Pass:
         # (Not add_any, which only JAX's AD emits, to add up cotangents: each is one device's
         # contribution to a sum that the transpose of a pvary pays after, owed or not here.)
         if name in ("add", "sub"):
-            other = [f for f in ins if not f.owed and f.vary is not None and not (f.vary & owed)]
+            other = [f for f in ins if not f.owed and f.vary is not None and not (f.vary & owed)
+                     and not _zeros(f)]
             if other:
                 self.fail(
                     f"{self.head}, JAX's {name!r} adds a value that {owed_text(owing[0])} and one that "
@@ -368,10 +370,29 @@ _MISSING = object()
 _DROP = getattr(jex, "DropVar", ())
 
 
+_ZERO = "the constant 0"
+
+
+def _zeros(fact: Fact) -> bool:
+    """A literal 0, or zeros made from it (Python's ``sum`` starts from 0, ``jnp.zeros``): adding
+    it to a partial sum changes nothing."""
+    return fact.base == _ZERO and all(step in ("broadcast_in_dim", "convert_element_type") for step in fact.chain)
+
+
+def _zero(v: Any) -> bool:
+    """A literal 0 (Python's ``sum`` starts from one): adding it changes nothing."""
+    if not is_literal(v):
+        return False
+    try:
+        return bool(literal_value(v) == 0)
+    except Exception:  # (an array literal: not a plain zero)
+        return False
+
+
 def _is_cast(name: str) -> bool:
     """check_vma's casts between varying, unreduced and reduced types (``pvary``,
     ``vary_unreduced_cast_p``, ``reduced_vary_cast_p``...): the value itself is unchanged."""
-    return name.startswith(("pvary", "pcast")) or name.endswith("cast_p")
+    return name.startswith(("pvary", "pcast", "preduced")) or name.endswith("cast_p")
 
 
 def _variant(name: str) -> Any:

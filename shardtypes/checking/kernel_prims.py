@@ -351,7 +351,20 @@ def _axis_index(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 
 
 def _iota(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    return [Fact(((),) * _ndim(eqn.outvars[0]), origin="jax.lax.iota", vary=frozenset())]
+    """The same on every device; but which global array it is a block of depends on what it is
+    combined with (compared with ``ids - axis_index('t') * n`` it indexes a split dim's block):
+    its layout is left unknown."""
+    return [Fact(None, origin="jax.lax.iota", vary=frozenset())]
+
+
+def _cut(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    """jnp.split: each piece keeps the layout, but along the dim it is cut."""
+    d = ins[0].dims
+    axis = param(eqn, "axis")
+    if d is None:
+        return _one(p, eqn, ins, None) * len(eqn.outvars)
+    dims = tuple(None if i == axis else a for i, a in enumerate(d))
+    return _one(p, eqn, ins, dims) * len(eqn.outvars)
 
 
 def _keep(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
@@ -380,7 +393,7 @@ RULES: dict[str, Callable[[Any, Any, list[Fact]], list[Fact]]] = {
     "cumlogsumexp": _cumulative, "axis_index": _axis_index, "iota": _iota,
     "sort": _unknown_linear, "optimization_barrier": _each, "scatter-add": _unknown_linear,
     "scatter_add": _unknown_linear, "scatter": _unknown_linear, "top_k": _unknown_linear,
-    "split": _unknown_linear, "select_and_scatter_add": _unknown_linear, "reduce_window_sum": _unknown_linear,
+    "split": _cut, "select_and_scatter_add": _unknown_linear, "reduce_window_sum": _unknown_linear,
     "reduce_window_max": _unknown_linear, "reduce_window": _unknown_linear, "conv_general_dilated": _unknown_linear,
     "random_bits": _unknown_linear, "random_seed": _unknown_linear, "random_wrap": _unknown_linear,
     "random_unwrap": _unknown_linear, "random_fold_in": _unknown_linear, "random_split": _unknown_linear,

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import pathlib
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
 
+from conftest import make_mesh, put
 from shardtypes.context import OLDEST_JAX, JitKey, jax_version
+from shardtypes.context import compat
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -74,3 +80,95 @@ def test_set_global_retraces_and_setting_the_same_value_does_not():
     f(x)
     assert key.global_value == 0
     assert 2 <= len(traces) <= 3  # back under 0: cached (JAX 0.10) or traced again (older JAX)
+
+
+# ---------------------------------------------------------------------------------------------
+# The probe for jax.lax.all_gather(..., to='invarying'): decided by trying it, on every version
+
+
+@pytest.fixture
+def fresh_probe():
+    """The probe's cached answer forgotten before and after the test."""
+    compat.invariant_gather_native.cache_clear()
+    yield compat.invariant_gather_native
+    compat.invariant_gather_native.cache_clear()
+
+
+def _gathers_to_invarying_on_a_real_mesh() -> bool:
+    """What the probe must find, tried the way a kernel uses it: blocks of an array really split
+    over 'd' (8 CPU devices), gathered inside shard_map."""
+    mesh = make_mesh("explicit")
+    x = put(mesh, jnp.arange(8.0), "d")
+    gather = jax.shard_map(lambda b: jax.lax.all_gather(b, "d", tiled=True, to="invarying"),
+                           mesh=mesh, in_specs=P("d"), out_specs=P())
+    try:
+        out = jax.jit(gather)(x)
+    except ValueError as e:
+        assert "`to`" in str(e), e
+        return False
+    np.testing.assert_array_equal(np.asarray(out), np.arange(8.0))
+    return True
+
+
+def test_the_probe_decides_on_this_jax_and_matches_what_a_kernel_sees(fresh_probe):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", compat.JaxFeatureWarning)
+        native = fresh_probe()
+    assert native is _gathers_to_invarying_on_a_real_mesh()
+    assert compat._gathers_invariant() is native  # decided, never raised
+
+
+def test_the_probe_answers_the_same_under_a_mesh_and_inside_a_trace(fresh_probe):
+    truth = _gathers_to_invarying_on_a_real_mesh()
+    seen = []
+
+    @jax.jit
+    def traced(x):
+        seen.append(fresh_probe())
+        return x + 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", compat.JaxFeatureWarning)
+        with jax.set_mesh(make_mesh("explicit")):
+            traced(jnp.ones(8))
+    assert seen == [truth]
+
+
+def test_a_jax_that_names_to_as_the_problem_has_no_native_gather(fresh_probe, monkeypatch):
+    def old_all_gather(*args, to=None, **kwargs):  # what JAX 0.9 answers
+        raise ValueError("Got unexpected `to` value for `jax.lax.all_gather`. "
+                         "Allowed `to` values are: {'varying', 'reduced'}")
+
+    monkeypatch.setattr(jax.lax, "all_gather", old_all_gather)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", compat.JaxFeatureWarning)
+        assert fresh_probe() is False
+
+
+@pytest.mark.parametrize("error", [ValueError("in_specs passed to shard_map: P('p',) does not match"),
+                                   RuntimeError("something else")])
+def test_a_probe_that_cannot_tell_warns_naming_the_jax_version(fresh_probe, monkeypatch, error):
+    def failing(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(jax.lax, "all_gather", failing)
+    with pytest.warns(compat.JaxFeatureWarning, match=re.escape(f"on JAX {jax.__version__}")) as record:
+        assert fresh_probe() is False  # the psum gather, which works on every JAX
+    message = str(record[0].message)
+    assert type(error).__name__ in message and str(error) in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", compat.JaxFeatureWarning)
+        assert fresh_probe() is False  # decided once: no second warning
+
+
+def test_varying_axes_reads_whichever_field_the_aval_has():
+    class New:
+        class mat:
+            varying = ("d",)
+
+    class Old:
+        vma = {"t"}
+
+    assert compat.varying_axes(New()) == frozenset({"d"})
+    assert compat.varying_axes(Old()) == frozenset({"t"})
+    assert compat.varying_axes(jax.typeof(jnp.ones(2))) == frozenset()
