@@ -95,20 +95,18 @@ class Pass:
         env[v] = fact
 
     def meet(self, fact: Fact, points: Sequence[Point]) -> Fact:
-        """Compares an inferred fact with the side table's checks of that value, then takes what
-        the table declared of it."""
-        declared = None
-        marks = [point.mark for point in points if point.mark is not None]
+        """Takes what the side table declared of a value (an op's result is laid out as its spec
+        string says), then, in program order, compares the inferred fact with its checks and
+        applies its ``ops.per_device`` marks."""
         for point in points:
-            if point.what:
+            if point.declared is not None:
+                fact = self.declare(fact, point.declared)
+        for point in points:
+            if point.mark is not None:
+                fact = self.marked(fact, *point.mark)
+            elif point.what:
                 self.compare(fact, point)
                 fact = self.adopt(fact, point)
-            if point.declared is not None:
-                declared = point.declared
-        if declared is not None:
-            fact = self.declare(fact, declared)
-        for mark in marks:
-            fact = self.marked(fact, *mark)
         return fact
 
     def declare(self, fact: Fact, declared: Fact) -> Fact:

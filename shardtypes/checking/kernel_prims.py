@@ -160,8 +160,8 @@ def _concatenate(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 def _split_axes(p: Any, eqn: Any, fact: Fact, dims: Any) -> frozenset:
     """The manual axes (of more than one device) of ``dims`` of ``fact``, where the operand holds
     more than one element per device along them."""
-    shape = eqn.invars[0].aval.shape
-    return frozenset(a for i in dims if shape[i] != 1 for a in (fact.dims[i] or ()) if a in p.manual)
+    shape, have = eqn.invars[0].aval.shape, fact.dims or ()
+    return frozenset(a for i in dims if shape[i] != 1 and i < len(have) for a in (have[i] or ()) if a in p.manual)
 
 
 _REDUCE_KIND = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}
@@ -299,14 +299,13 @@ def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     dim = param(eqn, "all_gather_dimension")
     vary = None if f.vary is None else f.vary - names
     if not param(eqn, "tiled"):  # the parts of every device side by side: nothing owed over them
-        owed = f.owed - names
-        dims = None if f.dims is None else f.dims[:dim] + ((),) + f.dims[dim:]
-        return _one(p, eqn, ins, dims, owed, vary=vary, rel=drop_rel(f.rel, names))
+        stacked = None if f.dims is None else f.dims[:dim] + ((),) + f.dims[dim:]
+        return _one(p, eqn, ins, stacked, f.owed - names, vary=vary, rel=drop_rel(f.rel, names))
     if f.dims is None:
         return _one(p, eqn, ins, None, vary=vary)
-    dims = list(f.dims)
-    dims[dim] = _gathered(p, eqn, f, dim)
-    return _one(p, eqn, ins, tuple(dims), vary=vary)
+    tiled = list(f.dims)
+    tiled[dim] = _gathered(p, eqn, f, dim)
+    return _one(p, eqn, ins, tuple(tiled), vary=vary)
 
 
 def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
