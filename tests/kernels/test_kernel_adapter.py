@@ -1,0 +1,176 @@
+"""The kernel pass never breaks a correct program (checking/kernel_jax.py): a primitive it has no
+rule for, or params in a shape it does not know (as a future JAX release may give), make what
+that equation computes unknown, with one KernelPassWarning naming the primitive and the JAX
+version, and the kernel runs with the right numbers. Also ``ops.per_device``'s input checks."""
+
+import warnings
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.extend.core import Primitive
+from jax.interpreters import mlir
+
+import shardtypes
+from shardtypes import KernelPassWarning, TypeCheckError, f32, ops, typed_shard_map
+from shardtypes.checking import kernel_jax
+
+from conftest import make_mesh, put
+
+
+def _primitive(name: str) -> Primitive:
+    """A primitive called ``name`` computing ``2 * x``, with params of a shape no JAX gives."""
+    prim = Primitive(name)
+    prim.def_impl(lambda x, **params: 2 * x)
+    prim.def_abstract_eval(lambda x, **params: jax.core.ShapedArray(x.shape, x.dtype))
+    mlir.register_lowering(prim, mlir.lower_fun(lambda x, **params: 2 * x, multiple_results=False))
+    return prim
+
+
+# Named like JAX's own primitives, whose params the pass reads; and one it has no rule for.
+FUTURE_SCAN = _primitive("scan")
+FUTURE_GATHER = _primitive("all_gather")
+MYSTERY = _primitive("shardtypes_test_mystery")
+X = np.arange(32, dtype=np.float32).reshape(8, 4)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings():
+    kernel_jax._WARNED.clear()
+    yield
+    kernel_jax._WARNED.clear()
+
+
+def future(x: f32[b"batch/d feat"]) -> f32[b"batch/d feat"]:
+    y = FUTURE_SCAN.bind(x, ft_in_v2=("consts", "carry"), layout="v2")
+    return FUTURE_GATHER.bind(y, axes_v3=(("d", 0),)) + 1.0
+
+
+def mystery(x: f32[b"batch/d feat"]) -> f32[b"batch/d feat"]:
+    return MYSTERY.bind(MYSTERY.bind(x, knob=1), knob=2) - 1.0
+
+
+@pytest.mark.parametrize("kind", ["explicit", "auto"])
+@pytest.mark.parametrize("jitted", [True, False], ids=["jit", "eager"])
+def test_params_the_pass_cannot_read_leave_the_kernel_running_with_one_warning_each(kind, jitted):
+    mesh = make_mesh(kind)
+    with jax.set_mesh(mesh):
+        kernel = partial(typed_shard_map, check_vma=False)(future)
+        run = jax.jit(kernel) if jitted else kernel
+        with pytest.warns(KernelPassWarning) as seen:
+            out = run(put(mesh, X, "d"))
+            run(put(mesh, X + 1, "d"))  # (traced again eagerly: each warning is said once)
+        np.testing.assert_allclose(np.asarray(out), 4 * X + 1)
+    texts = [str(w.message) for w in seen]
+    assert len(texts) == 2, texts
+    version = jax.__version__.replace(".", r"\.")
+    assert any(__import__("re").search(rf"cannot follow JAX's 'scan' here \(its params: .*; JAX {version}\)", t)
+               for t in texts), texts
+    assert any("cannot follow JAX's 'all_gather' here" in t for t in texts), texts
+    assert all("the checks at the kernel's boundary still run" in t for t in texts)
+
+
+@pytest.mark.parametrize("kind", ["explicit", "auto"])
+def test_a_primitive_without_a_rule_is_unknown_with_one_warning(kind):
+    mesh = make_mesh(kind)
+    with jax.set_mesh(mesh):
+        kernel = jax.jit(partial(typed_shard_map, check_vma=False)(mystery))
+        with pytest.warns(KernelPassWarning, match=r"cannot follow JAX's 'shardtypes_test_mystery' here \(no rule "
+                          r"for this primitive; JAX .*\): what it computes is taken as unknown") as seen:
+            out = kernel(put(mesh, X, "d"))
+        np.testing.assert_allclose(np.asarray(out), 4 * X - 1)
+    assert len([w for w in seen if issubclass(w.category, KernelPassWarning)]) == 1
+
+
+def test_the_boundary_checks_still_run_after_the_pass_steps_aside():
+    mesh = make_mesh("explicit")
+
+    def wrong_return(x: f32[b"batch/d feat"]) -> f32[b"batch/d feat feat"]:
+        return MYSTERY.bind(x, knob=1)
+
+    with jax.set_mesh(mesh):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", KernelPassWarning)
+            with pytest.raises(TypeCheckError, match=r"wrong_return\(\) is not f32\[b'batch/d feat feat'\]"):
+                jax.jit(partial(typed_shard_map, check_vma=False)(wrong_return))(put(mesh, X, "d"))
+
+
+def test_scan_groups_reads_the_installed_jax():
+    """On 0.9/0.10 (num_consts, num_carry) and on 0.11 (ft_in) alike."""
+    def f(c, xs, k):
+        return jax.lax.scan(lambda carry, x: (carry + x * k, carry), c, xs)
+
+    jaxpr = jax.make_jaxpr(f)(jnp.ones(3), jnp.ones((5, 3)), jnp.ones(3))
+    (eqn,) = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "scan"]
+    consts, carries = kernel_jax.scan_groups(eqn)
+    assert carries == 1 and consts + carries + 1 == len(eqn.invars)
+
+
+def test_scan_groups_refuses_params_it_does_not_know():
+    class Eqn:
+        params = {"ft_in": object(), "length": 3}
+        invars = [1, 2, 3]
+
+    with pytest.raises(kernel_jax.Unreadable, match="no num_consts/num_carry, and no ft_in of three groups"):
+        kernel_jax.scan_groups(Eqn())
+    with pytest.raises(kernel_jax.Unreadable, match="no param 'cond_nconsts'"):
+        kernel_jax.while_groups(Eqn())
+
+
+def test_kernel_pass_warning_is_public_and_a_user_warning():
+    assert shardtypes.KernelPassWarning is KernelPassWarning
+    assert issubclass(KernelPassWarning, UserWarning)
+
+
+# -- ops.per_device: bad input ---------------------------------------------------------------
+
+
+def test_per_device_outside_a_kernel_says_so():
+    with pytest.raises(ValueError, match=r"shardtypes.ops.per_device.*no shard_map is running here"):
+        ops.per_device(jnp.ones(3), "d")
+
+
+@pytest.mark.parametrize("axes,error,message", [
+    (3, TypeError, r"argument 'axes' must be a mesh axis name or a non-empty tuple of them, not 3"),
+    ((), TypeError, r"argument 'axes' must be a mesh axis name"),
+    (("d", "d"), ValueError, r"argument 'axes' names a mesh axis twice"),
+    ("nope", ValueError, r"mesh axis 'nope' is not in the mesh"),
+])
+def test_per_device_validates_its_axes(axes, error, message):
+    mesh = make_mesh("explicit")
+
+    def k(x: f32[b"batch/d feat"]) -> f32[b"batch/d feat"]:
+        return ops.per_device(x, axes)
+
+    with jax.set_mesh(mesh):
+        with pytest.raises(error, match=message):
+            typed_shard_map(k)(put(mesh, X, "d"))
+
+
+def test_per_device_takes_arrays_only():
+    mesh = make_mesh("explicit")
+
+    def k(x: f32[b"batch/d feat"]) -> f32[b"batch/d feat"]:
+        ops.per_device({"a": 1.0}, "d")
+        return x
+
+    with jax.set_mesh(mesh):
+        with pytest.raises(TypeError, match=r"per_device: argument 'value' must be a jax.Array or a tree of them "
+                           r"\(found float\)"):
+            typed_shard_map(k)(put(mesh, X, "d"))
+
+
+def test_per_device_returns_its_argument_and_a_tree():
+    mesh = make_mesh("auto")
+
+    def k(x: f32[b"batch/d feat"]) -> f32[b"batch/d feat"]:
+        tree = {"s": x.sum(0), "m": x.max(0)}
+        assert ops.per_device(tree, "d") is tree
+        return x * jax.lax.pmean(tree["s"] + tree["m"], "d")
+
+    with jax.set_mesh(mesh):
+        out = jax.jit(typed_shard_map(k))(put(mesh, X, "d"))
+    per_block = [X[i:i + 2].sum(0) + X[i:i + 2].max(0) for i in range(0, 8, 2)]
+    np.testing.assert_allclose(np.asarray(out), X * np.mean(per_block, axis=0), rtol=1e-6)
