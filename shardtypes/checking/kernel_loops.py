@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 from .kernel_facts import Fact, UNKNOWN
 from .kernel_jax import branches, inner_jaxpr, param, scan_groups, while_groups
-from .kernel_prims import rel_join
+from .kernel_algebra import rel_join
 
 __all__ = ["LOOPS"]
 

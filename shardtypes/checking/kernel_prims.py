@@ -7,64 +7,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .kernel_facts import Dims, Fact, UNKNOWN, axes_text, fmt
-from .kernel_jax import axis_names, is_literal, param
+from .kernel_algebra import fact_of as _one, ndim as _ndim, rel_mul, union as _union
+from .kernel_collectives import COLLECTIVES
+from .kernel_jax import param
 
-__all__ = ["RULES", "rel_mul", "rel_join", "rel_neg", "drop_rel"]
-
-
-def _ndim(v: Any) -> int:
-    return len(getattr(v.aval, "shape", ()))
-
-
-def _union(*facts: Fact) -> frozenset | None:
-    out: frozenset = frozenset()
-    for f in facts:
-        if f.vary is None:
-            return None
-        out |= f.vary
-    return out
-
-
-# -- values relative to local maxima (``Fact.rel``) ------------------------------------------
-
-def rel_mul(a: tuple | None, b: tuple | None, sign: int = 1) -> tuple | None:
-    """The offsets of a product (``sign`` -1: a quotient): powers add."""
-    if a is None or b is None:
-        return None
-    powers: dict = {}
-    for token, axes, k in a:
-        powers[(token, axes)] = powers.get((token, axes), 0) + k
-    for token, axes, k in b:
-        powers[(token, axes)] = powers.get((token, axes), 0) + sign * k
-    return tuple(sorted((t, ax, k) for (t, ax), k in powers.items() if k))
-
-
-def rel_neg(a: tuple | None) -> tuple | None:
-    return None if a is None else tuple((t, ax, -k) for t, ax, k in a)
-
-
-def rel_join(a: tuple | None, b: tuple | None) -> tuple | None:
-    """The offsets of a sum of two values: theirs if they agree or one has none, else unknown."""
-    if a is None or b is None:
-        return None
-    if a == b or not b:
-        return a
-    return b if not a else None
-
-
-def drop_rel(a: tuple | None, axes: frozenset) -> tuple | None:
-    """Offsets once the values of every device along ``axes`` are side by side (gathered)."""
-    return None if a is None else tuple(e for e in a if not set(e[1]) <= axes)
-
-
-# -- rules --------------------------------------------------------------------------------
-
-def _one(p: Any, eqn: Any, ins: list[Fact], dims: Dims | None, owed: frozenset | None = None,
-         owed_by: str = "", **changes: Any) -> list[Fact]:
-    src = ins[0]
-    if not src.known and owed is None and not changes:
-        return [UNKNOWN]
-    return [src.derived(dims if src.dims is not None else None, eqn.primitive.name, owed, owed_by, **changes)]
+__all__ = ["RULES"]
 
 
 def _rank_dropped(fact: Fact, out: list[Fact]) -> list[Fact]:
@@ -245,108 +192,8 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
                          counted=lhs.counted | rhs.counted, mark=lhs.mark or rhs.mark)]
 
 
-def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    paid = frozenset(a for a in axis_names(eqn) if a in p.manual)
-    name = eqn.primitive.name
-    pays = "sum" if "psum" in name else name[1:]  # pmax, pmin
-    out = []
-    for v, f in zip(eqn.invars, ins):
-        if "psum" in name and f.rel:
-            p.fail(p.relative_text(f, f"JAX's {name!r} adds it up over {axes_text(paid)}") +
-                   "; rescale each device's part to the global maximum (exp(m_local - jax.lax.pmax(m_local, "
-                   "axes))) before adding them up")
-        if not f.known and not is_literal(v):
-            out.append(UNKNOWN)
-            continue
-        owed = f.owed - paid if f.kind == pays else f.owed
-        counted = f.counted
-        if "psum" in name and f.vary is not None and not is_literal(v):
-            counted = counted | (paid - f.vary - f.owed)
-        vary = None if f.vary is None else f.vary - paid
-        out.append(f.derived(f.dims, name, owed, vary=vary, counted=counted))
-    return out
-
-
-def _gathered(p: Any, eqn: Any, fact: Fact, dim: int) -> tuple | None:
-    """The axes of ``dim`` once a tiled gather over the eqn's axes has undone them: every mesh
-    axis the dim is split over, or the last of them (a suffix), in order."""
-    names = tuple(a for a in axis_names(eqn) if a in p.manual)
-    dims = fact.dims
-    axes = dims[dim] if dims is not None else None
-    if dims is None or axes is None:
-        return None
-    axes = tuple(a for a in axes if a in p.manual)
-    if not axes:
-        return None  # gathering a dim that is not split: copies side by side
-    if not names:
-        return axes
-    if tuple(axes[len(axes) - len(names):]) != names:
-        p.fail(
-            f"{p.head}, JAX's {eqn.primitive.name!r} gathers dim {dim} over {axes_text(names)}, but that dim of "
-            f"its operand is laid out {fmt(dims)} ({fact.origin}): that dim is split over {_split(axes)}; "
-            f"a tiled gather undoes the mesh axes a dim is split over from the last: all of them, or the last ones, in order")
-        return None
-    return tuple(axes[:len(axes) - len(names)])
-
-
 def _split(axes: tuple) -> str:
     return "/".join(repr(a) for a in axes) if axes else "no mesh axis"
-
-
-def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    f = ins[0]
-    names = frozenset(a for a in axis_names(eqn) if a in p.manual)
-    dim = param(eqn, "all_gather_dimension")
-    vary = None if f.vary is None else f.vary - names
-    if not param(eqn, "tiled"):  # the parts of every device side by side: nothing owed over them
-        stacked = None if f.dims is None else f.dims[:dim] + ((),) + f.dims[dim:]
-        return _one(p, eqn, ins, stacked, f.owed - names, vary=vary, rel=drop_rel(f.rel, names))
-    if f.dims is None:
-        return _one(p, eqn, ins, None, vary=vary)
-    tiled = list(f.dims)
-    tiled[dim] = _gathered(p, eqn, f, dim)
-    return _one(p, eqn, ins, tuple(tiled), vary=vary)
-
-
-def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    f = ins[0]
-    names = tuple(a for a in axis_names(eqn) if a in p.manual)
-    vary = None if f.vary is None else f.vary | frozenset(names)
-    if f.dims is None or not param(eqn, "tiled"):
-        return _one(p, eqn, ins, None, vary=vary)
-    split, concat = param(eqn, "split_axis"), param(eqn, "concat_axis")
-    dims = list(f.dims)
-    dims[concat] = _gathered(p, eqn, f, concat)
-    if dims[split] is not None:
-        dims[split] = dims[split] + names
-    return _one(p, eqn, ins, tuple(dims), vary=vary)
-
-
-def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    f = ins[0]
-    names = tuple(a for a in axis_names(eqn) if a in p.manual)
-    owed = f.owed - frozenset(names) if f.kind == "sum" else f.owed
-    vary = None if f.vary is None else (f.vary - frozenset(names)) | frozenset(names)
-    if f.dims is None or not param(eqn, "tiled"):
-        return _one(p, eqn, ins, None, owed, vary=vary)
-    dims = list(f.dims)
-    k = param(eqn, "scatter_dimension")
-    dims[k] = None if dims[k] is None else dims[k] + names
-    return _one(p, eqn, ins, tuple(dims), owed, vary=vary)
-
-
-def _ppermute(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    """Each device gets another's block: a dim split over the permuted axes holds another part
-    of the dim from here on (unknown which); an invariant value stays invariant."""
-    names = frozenset(axis_names(eqn))
-    d = ins[0].dims
-    dims = None if d is None else tuple(None if a is not None and names & set(a) else a for a in d)
-    return _one(p, eqn, ins, dims)
-
-
-def _axis_index(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    names = frozenset(a for a in axis_names(eqn) if a in p.manual)
-    return [Fact((), origin=f"jax.lax.axis_index({', '.join(repr(a) for a in sorted(names))})", vary=names)]
 
 
 def _iota(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
@@ -379,17 +226,15 @@ def _unknown_linear(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return _one(p, eqn, ins, None, vary=_union(*ins))
 
 
-RULES: dict[str, Callable[[Any, Any, list[Fact]], list[Fact]]] = {
+RULES: dict[str, Callable[[Any, Any, list[Fact]], list[Fact]]] = {**COLLECTIVES,
     "transpose": _transpose, "squeeze": _squeeze, "broadcast_in_dim": _broadcast, "reshape": _reshape,
     "slice": _same_size, "pad": _same_size, "rev": _same_size, "dynamic_slice": _same_size,
     "dynamic_update_slice": _same_size, "gather": _same_size, "concatenate": _concatenate,
     "reduce_sum": _reduce, "reduce_max": _reduce, "reduce_min": _reduce, "reduce_prod": _reduce,
     "argmax": _reduce, "argmin": _reduce, "reduce_and": _reduce, "reduce_or": _reduce,
-    "dot_general": _dot_general, "psum": _psum, "psum_invariant": _psum, "psum2": _psum,
-    "pmax": _psum, "pmin": _psum, "all_gather": _all_gather, "all_gather_invariant": _all_gather,
-    "all_to_all": _all_to_all, "reduce_scatter": _reduce_scatter, "ppermute": _ppermute,
+    "dot_general": _dot_general,
     "cumsum": _cumulative, "cummax": _cumulative, "cummin": _cumulative, "cumprod": _cumulative,
-    "cumlogsumexp": _cumulative, "axis_index": _axis_index, "iota": _iota,
+    "cumlogsumexp": _cumulative, "iota": _iota,
     "sort": _unknown_linear, "optimization_barrier": _each, "scatter-add": _unknown_linear,
     "scatter_add": _unknown_linear, "scatter": _unknown_linear, "top_k": _unknown_linear,
     "split": _cut, "select_and_scatter_add": _unknown_linear, "reduce_window_sum": _unknown_linear,

@@ -1,0 +1,127 @@
+"""How the collectives move layouts, varying axes and what is owed (``kernel_flow``'s rules for
+``psum``/``pmax``/``pmin``, ``all_gather``, ``all_to_all``, ``reduce_scatter``, ``ppermute`` and
+``axis_index``; ``p`` is the running pass).
+
+Imports: the facts, their algebra and the JAX adapter.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .kernel_algebra import drop_rel, fact_of as _one
+from .kernel_facts import Fact, UNKNOWN, axes_text, fmt
+from .kernel_jax import axis_names, is_literal, param
+
+__all__ = ["COLLECTIVES"]
+
+
+def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    paid = frozenset(a for a in axis_names(eqn) if a in p.manual)
+    name = eqn.primitive.name
+    pays = "sum" if "psum" in name else name[1:]  # pmax, pmin
+    out = []
+    for v, f in zip(eqn.invars, ins):
+        if "psum" in name and f.rel:
+            p.fail(p.relative_text(f, f"JAX's {name!r} adds it up over {axes_text(paid)}") +
+                   "; rescale each device's part to the global maximum (exp(m_local - jax.lax.pmax(m_local, "
+                   "axes))) before adding them up")
+        if not f.known and not is_literal(v):
+            out.append(UNKNOWN)
+            continue
+        owed = f.owed - paid if f.kind == pays else f.owed
+        counted = f.counted
+        if "psum" in name and f.vary is not None and not is_literal(v):
+            counted = counted | (paid - f.vary - f.owed)
+        vary = None if f.vary is None else f.vary - paid
+        out.append(f.derived(f.dims, name, owed, vary=vary, counted=counted))
+    return out
+
+
+def _gathered(p: Any, eqn: Any, fact: Fact, dim: int) -> tuple | None:
+    """The axes of ``dim`` once a tiled gather over the eqn's axes has undone them: every mesh
+    axis the dim is split over, or the last of them (a suffix), in order."""
+    names = tuple(a for a in axis_names(eqn) if a in p.manual)
+    dims = fact.dims
+    axes = dims[dim] if dims is not None else None
+    if dims is None or axes is None:
+        return None
+    axes = tuple(a for a in axes if a in p.manual)
+    if not axes:
+        return None  # gathering a dim that is not split: copies side by side
+    if not names:
+        return axes
+    if tuple(axes[len(axes) - len(names):]) != names:
+        p.fail(
+            f"{p.head}, JAX's {eqn.primitive.name!r} gathers dim {dim} over {axes_text(names)}, but that dim of "
+            f"its operand is laid out {fmt(dims)} ({fact.origin}): that dim is split over {_split(axes)}; "
+            f"a tiled gather undoes the mesh axes a dim is split over from the last: all of them, or the last ones, in order")
+        return None
+    return tuple(axes[:len(axes) - len(names)])
+
+
+def _split(axes: tuple) -> str:
+    return "/".join(repr(a) for a in axes) if axes else "no mesh axis"
+
+
+def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    f = ins[0]
+    names = frozenset(a for a in axis_names(eqn) if a in p.manual)
+    dim = param(eqn, "all_gather_dimension")
+    vary = None if f.vary is None else f.vary - names
+    if not param(eqn, "tiled"):  # the parts of every device side by side: nothing owed over them
+        stacked = None if f.dims is None else f.dims[:dim] + ((),) + f.dims[dim:]
+        return _one(p, eqn, ins, stacked, f.owed - names, vary=vary, rel=drop_rel(f.rel, names))
+    if f.dims is None:
+        return _one(p, eqn, ins, None, vary=vary)
+    tiled = list(f.dims)
+    tiled[dim] = _gathered(p, eqn, f, dim)
+    return _one(p, eqn, ins, tuple(tiled), vary=vary)
+
+
+def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    f = ins[0]
+    names = tuple(a for a in axis_names(eqn) if a in p.manual)
+    vary = None if f.vary is None else f.vary | frozenset(names)
+    if f.dims is None or not param(eqn, "tiled"):
+        return _one(p, eqn, ins, None, vary=vary)
+    split, concat = param(eqn, "split_axis"), param(eqn, "concat_axis")
+    dims = list(f.dims)
+    dims[concat] = _gathered(p, eqn, f, concat)
+    if dims[split] is not None:
+        dims[split] = dims[split] + names
+    return _one(p, eqn, ins, tuple(dims), vary=vary)
+
+
+def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    f = ins[0]
+    names = tuple(a for a in axis_names(eqn) if a in p.manual)
+    owed = f.owed - frozenset(names) if f.kind == "sum" else f.owed
+    vary = None if f.vary is None else (f.vary - frozenset(names)) | frozenset(names)
+    if f.dims is None or not param(eqn, "tiled"):
+        return _one(p, eqn, ins, None, owed, vary=vary)
+    dims = list(f.dims)
+    k = param(eqn, "scatter_dimension")
+    dims[k] = None if dims[k] is None else dims[k] + names
+    return _one(p, eqn, ins, tuple(dims), owed, vary=vary)
+
+
+def _ppermute(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    """Each device gets another's block: a dim split over the permuted axes holds another part
+    of the dim from here on (unknown which); an invariant value stays invariant."""
+    names = frozenset(axis_names(eqn))
+    d = ins[0].dims
+    dims = None if d is None else tuple(None if a is not None and names & set(a) else a for a in d)
+    return _one(p, eqn, ins, dims)
+
+
+def _axis_index(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    names = frozenset(a for a in axis_names(eqn) if a in p.manual)
+    return [Fact((), origin=f"jax.lax.axis_index({', '.join(repr(a) for a in sorted(names))})", vary=names)]
+
+
+COLLECTIVES: dict[str, Callable[[Any, Any, list[Fact]], list[Fact]]] = {
+    "psum": _psum, "psum_invariant": _psum, "psum2": _psum, "pmax": _psum, "pmin": _psum,
+    "all_gather": _all_gather, "all_gather_invariant": _all_gather, "all_to_all": _all_to_all,
+    "reduce_scatter": _reduce_scatter, "ppermute": _ppermute, "axis_index": _axis_index,
+}
