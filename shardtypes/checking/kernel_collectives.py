@@ -31,9 +31,17 @@ def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
             continue
         owed = f.owed - paid if f.kind == pays else f.owed
         counted = f.counted
+        split = [(i, frozenset(axes) & paid) for i, axes in enumerate(f.dims or ()) if axes and frozenset(axes) & paid]
         if "psum" in name and f.vary is not None and not is_literal(v):
-            counted = counted | (paid - f.vary - f.owed)
+            counted = counted | (paid - f.vary - f.owed - frozenset(a for _, axes in split for a in axes))
         vary = None if f.vary is None else f.vary - paid
+        if split:  # the blocks of a split dim added together, elementwise
+            folded = frozenset(a for _, axes in split for a in axes)
+            dims_text = ", ".join(str(i) for i, _ in split)
+            by = (f"JAX's {name!r} over {axes_text(folded)}, which combines the blocks of dim {dims_text} "
+                  f"split over {'them' if len(folded) > 1 else 'it'} ({f.origin})")
+            out.append(f.derived(f.dims, name, owed | folded, by, kind="fold" + pays, vary=vary, counted=counted))
+            continue
         out.append(f.derived(f.dims, name, owed, vary=vary, counted=counted))
     return out
 
@@ -72,11 +80,17 @@ def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     if not param(eqn, "tiled"):  # the parts of every device side by side: nothing owed over them
         stacked = None if f.dims is None else f.dims[:dim] + ((),) + f.dims[dim:]
         return _one(p, eqn, ins, stacked, f.owed - names, vary=vary, rel=drop_rel(f.rel, names))
+    # Tiled along a dim not split over the axes: every device's part side by side, nothing owed
+    # over them any more. (Along a dim split over them, the blocks are put back together, each
+    # still owing what it owed: a prefix stays one.)
+    along = f.dims[dim] if f.dims is not None else None
+    undone = along is not None and bool(set(along) & names)
+    parts = {"owed": f.owed if undone else f.owed - names, "vary": vary, "rel": drop_rel(f.rel, names)}
     if f.dims is None:
-        return _one(p, eqn, ins, None, vary=vary)
+        return _one(p, eqn, ins, None, parts.pop("owed"), **parts)
     tiled = list(f.dims)
     tiled[dim] = _gathered(p, eqn, f, dim)
-    return _one(p, eqn, ins, tuple(tiled), vary=vary)
+    return _one(p, eqn, ins, tuple(tiled), parts.pop("owed"), **parts)
 
 
 def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:

@@ -60,7 +60,15 @@ KINDS = {"sum": ("partial sum", "a sum", "shardtypes.ops.psum or shardtypes.ops.
          "max": ("partial maximum", "a max", "jax.lax.pmax"),
          "min": ("partial minimum", "a min", "jax.lax.pmin"),
          "prefix": ("prefix over a split dim", "the total of the blocks before it",
-                    "an offset that differs per device: the all_gathered totals of the earlier blocks")}
+                    "an offset that differs per device: the all_gathered totals of the earlier blocks"),
+         # A psum (pmax, pmin) over an axis a dim is split over adds that dim's blocks together:
+         # right only once that dim is summed (maxed) over too.
+         "foldsum": ("sum of different blocks of a dim", "a sum over that dim",
+                     "jnp.sum over that dim (or gather the dim before the psum)"),
+         "foldmax": ("maximum of different blocks of a dim", "a max over that dim",
+                     "jnp.max over that dim (or gather the dim before the pmax)"),
+         "foldmin": ("minimum of different blocks of a dim", "a min over that dim",
+                     "jnp.min over that dim (or gather the dim before the pmin)")}
 
 
 class Fact:
@@ -162,5 +170,6 @@ def owed_text(fact: Fact) -> str:
 
 def pay_text(fact: Fact) -> str:
     """How to pay what ``fact`` owes."""
-    return f"reduce it with {KINDS[fact.kind][2]} first" if fact.kind != "prefix" else \
-        f"add {KINDS['prefix'][2]} first"
+    if fact.kind == "prefix":
+        return f"add {KINDS['prefix'][2]} first"
+    return f"{'reduce it with ' if fact.kind in ('sum', 'max', 'min') else 'follow with '}{KINDS[fact.kind][2]} first"

@@ -55,7 +55,12 @@ _CALL_PRIMITIVES = frozenset({"jit", "pjit", "closed_call", "core_call", "remat"
                               "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "named_call"})
 # What a partial maximum (minimum) may reach and stay one: the rest use it as a per-device value.
 _KEEPS = {"max": frozenset({"max", "reduce_max", "pmax", "cummax"}),
-          "min": frozenset({"min", "reduce_min", "pmin", "cummin"})}
+          "min": frozenset({"min", "reduce_min", "pmin", "cummin"}),
+          "foldmax": frozenset({"max", "reduce_max"}), "foldmin": frozenset({"min", "reduce_min"})}
+_FLIP = {"max": "min", "min": "max", "foldmax": "foldmin", "foldmin": "foldmax"}
+# What is owed that only linear primitives may carry (but those named: a max of blocks maxed).
+_LINEAR_ONLY = {"sum": frozenset(), "prefix": frozenset(), "foldsum": frozenset(),
+                "foldmax": frozenset({"max", "reduce_max"}), "foldmin": frozenset({"min", "reduce_min"})}
 _STRUCTURAL = frozenset({"transpose", "squeeze", "broadcast_in_dim", "reshape", "slice", "pad", "rev",
                          "dynamic_slice", "gather", "concatenate", "convert_element_type", "copy", "copy_p",
                          "all_gather", "all_gather_invariant", "ppermute", "optimization_barrier", "select_n",
@@ -63,7 +68,8 @@ _STRUCTURAL = frozenset({"transpose", "squeeze", "broadcast_in_dim", "reshape", 
 
 
 class Pass(PointChecks):
-    def __init__(self, kernel: str, manual: frozenset, points: dict):
+    def __init__(self, kernel: str, manual: frozenset, points: dict, sizes: dict | None = None):
+        self.sizes = sizes or {}  # mesh axis -> its size
         self.kernel = kernel
         self.manual = manual  # the manual mesh axes of more than one device
         self.points = points  # Var -> [Point]
@@ -131,8 +137,8 @@ class Pass(PointChecks):
         n_out = len(eqn.outvars)
         called = name in _CALL_PRIMITIVES or name in LOOPS
         if not called:
-            ins = [self.used(name, f) for f in ins]
-        owing = [f for f in ins if f.owed and f.kind in ("sum", "prefix")]
+            ins = [self.used(name, eqn, ins, i) for i in range(len(ins))]
+        owing = [f for f in ins if f.owed and f.kind in _LINEAR_ONLY and name not in _LINEAR_ONLY[f.kind]]
         if owing and name in NONLINEAR:
             self.nonlinear(name, owing[0])
         rule = _RULE_OF.get(name, _MISSING)
@@ -153,12 +159,22 @@ class Pass(PointChecks):
         unreadable(name, "no rule for this primitive")
         return [UNKNOWN] * n_out
 
-    def used(self, name: str, fact: Fact) -> Fact:
-        """A partial maximum (minimum) reaching what does not keep it one is a per-device value
+    def used(self, name: str, eqn: Any, ins: list[Fact], i: int) -> Fact:
+        """Operand ``i`` as ``eqn`` uses it. A partial maximum (minimum) through a monotone map
+        (``m * 2 + 1``, ``exp(m - M)`` with ``M`` the same on every device) is still one (of the
+        other kind if the map decreases); reaching anything else it is a per-device value
         relative to that local maximum from there on (see ``Fact.rel``)."""
+        fact = ins[i]
         if not fact.owed or fact.kind not in _KEEPS or name in _KEEPS[fact.kind] or name in _STRUCTURAL \
                 or _is_cast(name):
             return fact
+        direction = _monotone(name, eqn, ins, i)
+        if direction > 0:
+            return fact
+        if direction < 0:
+            return fact.same_origin(fact.dims, fact.owed, fact.owed_by, kind=_FLIP[fact.kind])
+        if fact.kind.startswith("fold"):
+            return fact  # (a nonlinear primitive is an error; a linear one carries it)
         entry = ((fact.owed_by, tuple(sorted(fact.owed)), 1),)
         return fact.same_origin(fact.dims, frozenset(), "", kind="sum", rel=rel_mul(fact.rel, entry))
 
@@ -200,13 +216,28 @@ class Pass(PointChecks):
             vary = None if vary is None or f.vary is None else vary | f.vary
         rel = self.combined_rel(name, ins)
         counted = frozenset().union(*(f.counted for f in ins))
-        if counted and name in ("div", "mul") and any(is_literal(v) for v in eqn.invars):
-            counted = frozenset()  # pmean: the psum divided by the axis size
+        if counted and self.averages(name, eqn, counted):
+            counted = frozenset()  # pmean: the psum divided by the axes' size
         base = first or (owing[0] if owing else None) or next((f for f in ins if f.known), None)
         if base is None:
             return UNKNOWN
         return base.derived(tuple(dims) if first is not None else None, name, owed, by, kind=kind, vary=vary,
                             rel=rel, counted=counted, mark=next((f.mark for f in ins if f.mark), ""))
+
+    def averages(self, name: str, eqn: Any, counted: frozenset) -> bool:
+        """Whether ``eqn`` divides by a multiple of the counted axes' size (``pmean``: a psum
+        divided by its axes' size, or multiplied by the inverse)."""
+        n = 1
+        for a in counted:
+            n *= self.sizes.get(a, 0)
+        if len(eqn.invars) != 2 or not n:
+            return False
+        try:
+            value = float(literal_value(eqn.invars[1])) if is_literal(eqn.invars[1]) else 0.0
+        except (TypeError, ValueError):
+            return False
+        by = value if name == "div" else (1 / value if name == "mul" and value else 0.0)
+        return by >= n and abs(by / n - round(by / n)) < 1e-6
 
     def combined_rel(self, name: str, ins: list[Fact]) -> tuple | None:
         rels = [f.rel for f in ins]
@@ -270,6 +301,44 @@ class Pass(PointChecks):
                 continue
             return True
         return False
+
+
+_INCREASING = frozenset({"exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "cbrt", "atan",
+                         "asinh", "sinh", "erf", "convert_element_type", "reduce_precision", "copy", "copy_p"})
+
+
+def _monotone(name: str, eqn: Any, ins: list[Fact], i: int) -> int:
+    """Whether ``eqn`` is increasing (1), decreasing (-1) or neither (0) in operand ``i``, the
+    others held: the same on every device (invariant), or a positive or negative literal."""
+    if name in _INCREASING:
+        return 1
+    if name == "neg":
+        return -1
+    if len(ins) != 2:
+        return 0
+    j = 1 - i
+    other, var = ins[j], eqn.invars[j]
+    same_everywhere = other.vary is not None and not other.vary and not other.owed
+    if name == "add" and same_everywhere:
+        return 1
+    if name == "sub" and same_everywhere:
+        return 1 if i == 0 else -1
+    sign = _sign(var)
+    if name == "mul" and sign:
+        return sign
+    if name == "div" and i == 0 and sign:
+        return sign
+    return 0
+
+
+def _sign(v: Any) -> int:
+    if not is_literal(v):
+        return 0
+    try:
+        value = float(literal_value(v))
+    except (TypeError, ValueError):
+        return 0
+    return (value > 0) - (value < 0)
 
 
 _RULE_OF: dict[str, Any] = {}  # a primitive's name -> its rule (or None), once looked up

@@ -92,8 +92,12 @@ def _same_size(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     if d is None or len(out_shape) != len(in_shape):
         return _rank_dropped(ins[0], _one(p, eqn, ins, None, vary=vary))
     owed = frozenset().union(*(f.owed for f in ins[:2])) if name == "dynamic_update_slice" else None
-    return _one(p, eqn, ins, tuple(a if o == s else None for a, o, s in zip(d, out_shape, in_shape)), owed,
-                vary=vary)
+    out = _one(p, eqn, ins, tuple(a if o == s else None for a, o, s in zip(d, out_shape, in_shape)), owed,
+               vary=vary)
+    cut = {a for a, o, s in zip(d, out_shape, in_shape) if o != s for a in (a or ())}
+    if ins[0].kind == "prefix" and cut & ins[0].owed:  # rows of a prefix (its last: the block's total)
+        return _rank_dropped(ins[0], out)
+    return out
 
 
 def _concatenate(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
@@ -104,11 +108,12 @@ def _concatenate(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return [fact]
 
 
-def _split_axes(p: Any, eqn: Any, fact: Fact, dims: Any) -> frozenset:
-    """The manual axes (of more than one device) of ``dims`` of ``fact``, where the operand holds
-    more than one element per device along them."""
-    shape, have = eqn.invars[0].aval.shape, fact.dims or ()
-    return frozenset(a for i in dims if shape[i] != 1 and i < len(have) for a in (have[i] or ()) if a in p.manual)
+def _split_axes(p: Any, eqn: Any, fact: Fact, dims: Any, blocks_of_one: bool = True) -> frozenset:
+    """The manual axes (of more than one device) of ``dims`` of ``fact`` (``blocks_of_one``:
+    also of dims with one element per device)."""
+    have, shape = fact.dims or (), eqn.invars[0].aval.shape
+    return frozenset(a for i in dims if i < len(have) and (blocks_of_one or shape[i] != 1)
+                     for a in (have[i] or ()) if a in p.manual)
 
 
 _REDUCE_KIND = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}
@@ -121,11 +126,19 @@ def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     kind = _REDUCE_KIND.get(eqn.primitive.name)
     if kind is None or d is None:
         return _rank_dropped(ins[0], _one(p, eqn, ins, kept))
-    # A dim of one element per device is taken as that element (jnp and AD sum over such dims to
-    # drop them: the transpose of a broadcast), not as a part the mesh still owes.
-    summed = _split_axes(p, eqn, ins[0], axes)
+    f = ins[0]
+    # A dim of one element per device is taken as that element, not as a part the mesh still
+    # owes: jnp.einsum and JAX's AD sum over such dims to drop them (the transpose of a
+    # broadcast), as with heads/tp and as many heads as tp devices. (A sum over a dim split into
+    # one-element blocks is not followed: docs/shard-map.md.)
+    summed = _split_axes(p, eqn, f, axes, blocks_of_one=False)
+    if f.owed and f.kind == "fold" + kind:  # the blocks a psum added together, now reduced over
+        owed = f.owed - _split_axes(p, eqn, f, axes)
+        return [f.derived(kept, eqn.primitive.name, owed, kind=f.kind if owed else "sum")]
+    if f.owed and f.kind == "prefix":
+        return _one(p, eqn, ins, kept)  # (a sum of prefixes is not a prefix, nor a block's total)
     if not summed:
-        return _rank_dropped(ins[0], _one(p, eqn, ins, kept))
+        return _rank_dropped(f, _one(p, eqn, ins, kept))
     dims = ", ".join(str(i) for i in sorted(axes) if d[i])
     call = {"sum": "a sum (jnp.sum)", "max": "a max (jnp.max)", "min": "a min (jnp.min)"}[kind]
     vary = None if ins[0].vary is None else ins[0].vary | summed
@@ -142,6 +155,8 @@ def _cumulative(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         return _one(p, eqn, ins, None)
     axis = param(eqn, "axis")
     split = _split_axes(p, eqn, ins[0], (axis,))
+    if split and ins[0].owed and ins[0].kind == "prefix":  # (one carry added later pays one prefix)
+        p.nonlinear(f"{eqn.primitive.name} (a prefix of a prefix)", ins[0])
     if not split or ins[0].owed:
         return _one(p, eqn, ins, d)
     by = f"JAX's {eqn.primitive.name!r} along dim {axis} of a value split over {axes_text(split)} ({ins[0].origin})"
@@ -165,14 +180,17 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
                 f"({rhs.origin}): the dim is split over {_split(a)} in the first but over {_split(b)} in the second "
                 "(move mesh axes with the collectives first); each device would "
                 "multiply blocks of different parts of the dim")
-        shape = eqn.invars[0].aval.shape
-        axes = {x for x in (a or b or ()) if x in p.manual} if shape[i] != 1 else set()
+        axes = {x for x in (a or b or ()) if x in p.manual}
         if axes:
             where.append(f"dim {i}")
         contracted |= axes
     if contracted and not by:
         by = (f"a dot_general (jnp.einsum, @, jnp.dot) contracting {', '.join(where)} split over "
               f"{axes_text(contracted)} ({lhs.origin})")
+    kind = "sum"
+    for f in owing:  # (a prefix, or blocks a psum added together, contracted: still wrong)
+        if f.kind != "sum":
+            kind = f.kind
     owed = owed | frozenset(contracted)
     dims = None
     if lhs.dims is not None or rhs.dims is not None:
@@ -188,7 +206,7 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     base = lhs if lhs.dims is not None or lhs.owed else rhs
     if dims is None and not owed and vary is None:
         return [UNKNOWN]
-    return [base.derived(dims, "dot_general", owed, by, kind="sum", vary=vary, rel=rel,
+    return [base.derived(dims, "dot_general", owed, by, kind=kind, vary=vary, rel=rel,
                          counted=lhs.counted | rhs.counted, mark=lhs.mark or rhs.mark)]
 
 

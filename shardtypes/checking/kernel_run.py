@@ -27,7 +27,7 @@ def infer(jaxpr: Any, facts: Sequence[Fact], points: dict, kernel: str, manual: 
     sizes = {} if mesh.empty else dict(mesh.shape)
     # A mesh axis of one device splits nothing and owes nothing.
     manual = frozenset(a for a in manual if sizes.get(a, 2) != 1)
-    return Pass(kernel, manual, points).run(jaxpr, facts)
+    return Pass(kernel, manual, points, sizes).run(jaxpr, facts)
 
 
 def in_facts(in_specs: Sequence[Any], arrays: Sequence[Any], names: Sequence[str]) -> list[Fact]:
