@@ -19,7 +19,7 @@ __all__ = ["COLLECTIVES"]
 def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     paid = frozenset(a for a in axis_names(eqn) if a in p.manual)
     name = eqn.primitive.name
-    pays = "sum" if "psum" in name else name[1:]  # pmax, pmin
+    pays = "sum" if "psum" in name else "max" if "pmax" in name else "min"
     out = []
     for v, f in zip(eqn.invars, ins):
         if "psum" in name and f.rel:

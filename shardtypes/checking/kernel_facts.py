@@ -43,7 +43,8 @@ NONLINEAR = frozenset({
     "cumlogsumexp", "sort", "top_k", "pmax", "pmin", "reduce_and", "reduce_or", "and", "or", "not",
     "xor", "population_count", "shift_left", "shift_right_logical", "shift_right_arithmetic",
     "polygamma", "igamma", "igammac", "bessel_i0e", "bessel_i1e", "regularized_incomplete_beta",
-    "random_gamma_grad", "zeta", "clz", "tan",
+    "random_gamma_grad", "zeta", "clz", "tan", "log2", "one_minus_square", "mulhi", "igamma_grad_a",
+    "eq_to", "le_to", "lt_to",
 })
 # Primitives applied element by element (all operands of the result's shape, or scalars).
 ELEMENTWISE = NONLINEAR - {

@@ -52,7 +52,8 @@ __all__ = ["Pass"]
 
 _CALLS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
 _CALL_PRIMITIVES = frozenset({"jit", "pjit", "closed_call", "core_call", "remat", "remat2", "checkpoint",
-                              "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "named_call"})
+                              "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "named_call",
+                              "custom_jvp_call_jaxpr", "composite"})
 # What a partial maximum (minimum) may reach and stay one: the rest use it as a per-device value.
 _KEEPS = {"max": frozenset({"max", "reduce_max", "pmax", "cummax"}),
           "min": frozenset({"min", "reduce_min", "pmin", "cummin"}),
@@ -373,7 +374,7 @@ def _is_cast(name: str) -> bool:
 
 def _variant(name: str) -> Any:
     """The rule of a collective's variant (``unreduced_psum``, ``psum_invariant``...)."""
-    for base in ("psum_scatter", "reduce_scatter", "psum", "all_gather", "all_to_all", "ppermute"):
+    for base in ("psum_scatter", "reduce_scatter", "psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute"):
         if base in name:
             return RULES.get("reduce_scatter" if base == "psum_scatter" else base)
     return None

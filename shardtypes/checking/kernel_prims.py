@@ -244,6 +244,31 @@ def _unknown_linear(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return _one(p, eqn, ins, None, vary=_union(*ins))
 
 
+def _no_value(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    return [UNKNOWN] * len(eqn.outvars)
+
+
+# Primitives whose results the pass does not follow (linear algebra, FFT, scatters other than
+# add, random bits, callbacks...): their layout is unknown, they vary where their operands do.
+_OPAQUE = frozenset({
+    "approx_top_k", "broadcast_to", "cholesky", "cholesky_update", "eig", "eigh", "fft", "lu",
+    "lu_pivots_to_permutation", "qr", "svd", "triangular_solve", "tridiagonal", "tridiagonal_solve",
+    "householder_product", "hessenberg", "schur", "geqrf", "geqp3", "ormqr", "symmetric_product",
+    "ragged_dot_general", "reduce", "reduce_window_min", "reduce_xor", "scatter-max", "scatter-min",
+    "scatter-mul", "scatter-sub", "select_and_gather_add", "select_and_scatter", "random_gamma",
+    "random_clone", "philox2x32", "philox4x32", "threefry4x32", "iota_2x32_shape", "tile", "stack",
+    "unstack", "zeros_like", "dim_as_value", "dimension_size", "pure_callback", "io_callback", "ffi_call",
+    "scaled_dot", "scaled_matmul", "scaled_matmul_wrapper", "dot_product_attention_fwd",
+    "dot_product_attention_fwd_wrapper", "dot_product_attention_bwd", "dot_product_attention_bwd_wrapper",
+    "custom_partitioning", "custom_linear_solve", "linear_call", "custom_lin", "platform_index",
+})
+# Primitives that hand their operand on unchanged (layout hints, names).
+_IDENTITY = frozenset({"layout_constraint", "relayout", "with_memory_space_constraint", "name", "pin", "unpin",
+                       "program_order"})
+# Effects with no value of their own.
+_EFFECTS = frozenset({"debug_print", "check", "shape_assertion", "dce_sink", "after_all", "create_token"})
+
+
 RULES: dict[str, Callable[[Any, Any, list[Fact]], list[Fact]]] = {**COLLECTIVES,
     "transpose": _transpose, "squeeze": _squeeze, "broadcast_in_dim": _broadcast, "reshape": _reshape,
     "slice": _same_size, "pad": _same_size, "rev": _same_size, "dynamic_slice": _same_size,
@@ -261,5 +286,7 @@ RULES: dict[str, Callable[[Any, Any, list[Fact]], list[Fact]]] = {**COLLECTIVES,
     "random_unwrap": _unknown_linear, "random_fold_in": _unknown_linear, "random_split": _unknown_linear,
     "threefry2x32": _unknown_linear, "rng_bit_generator": _unknown_linear, "rng_uniform": _unknown_linear,
     "argsort": _unknown_linear, "sharding_constraint": _keep, "mesh_cast": _keep,
+    **{name: _unknown_linear for name in _OPAQUE}, **{name: _keep for name in _IDENTITY},
+    **{name: _no_value for name in _EFFECTS},
     "reshard": _keep, "device_put": _each, "debug_callback": lambda p, eqn, ins: [UNKNOWN] * len(eqn.outvars), "copy_p": _keep, "copy": _keep,
 }
