@@ -85,12 +85,12 @@ def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     # still owing what it owed: a prefix stays one.)
     along = f.dims[dim] if f.dims is not None else None
     undone = along is not None and bool(set(along) & names)
-    parts = {"owed": f.owed if undone else f.owed - names, "vary": vary, "rel": drop_rel(f.rel, names)}
+    owed, rel = (f.owed if undone else f.owed - names), drop_rel(f.rel, names)
     if f.dims is None:
-        return _one(p, eqn, ins, None, parts.pop("owed"), **parts)
+        return _one(p, eqn, ins, None, owed, vary=vary, rel=rel)
     tiled = list(f.dims)
     tiled[dim] = _gathered(p, eqn, f, dim)
-    return _one(p, eqn, ins, tuple(tiled), parts.pop("owed"), **parts)
+    return _one(p, eqn, ins, tuple(tiled), owed, vary=vary, rel=rel)
 
 
 def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:

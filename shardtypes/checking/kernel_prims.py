@@ -137,6 +137,8 @@ def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         return [f.derived(kept, eqn.primitive.name, owed, kind=f.kind if owed else "sum")]
     if f.owed and f.kind == "prefix":
         return _one(p, eqn, ins, kept)  # (a sum of prefixes is not a prefix, nor a block's total)
+    if f.owed and f.kind != kind:  # (a sum of maxima, say: neither is paid by what pays the other)
+        p.nonlinear(eqn.primitive.name, f)
     if not summed:
         return _rank_dropped(f, _one(p, eqn, ins, kept))
     dims = ", ".join(str(i) for i in sorted(axes) if d[i])

@@ -16,6 +16,8 @@ pending now.
 
 from __future__ import annotations
 
+from shardtypes.context import compat as _compat
+from shardtypes.checking import kernel_jax as _kernel_jax
 import contextlib
 import copy
 import dataclasses
@@ -823,6 +825,9 @@ case("ops", "axis_index-int", lambda: ops.axis_index(3), TypeError, "argument 'n
 case("ops", "axis_index-outside", lambda: ops.axis_index("d"), ValueError, "no shard_map is running")
 case("ops", "axis_size-None", lambda: ops.axis_size(None), TypeError, "argument 'name' must be a mesh axis name")
 case("ops", "axis_size-list-empty", lambda: ops.axis_size([]), TypeError, "argument 'name' must be a mesh axis name")
+case("ops", "per_device-axes-int", lambda: in_shard_map(lambda x: ops.per_device(x, 3)), TypeError, "argument 'axes' must be a mesh axis name")
+case("ops", "per_device-outside", lambda: ops.per_device(X(), "d"), ValueError, "no shard_map is running")
+case("ops", "per_device-value-str", lambda: in_shard_map(lambda x: ops.per_device("x", "d")), TypeError, "argument 'value' must be a jax.Array or a tree of them (found str)")
 case("ops", "axis_size-unknown", lambda: in_shard_map(lambda x: ops.axis_size("zz")), ValueError, "mesh axis 'zz' is not in the mesh")
 
 # --- issue 19: crashes, wrong names and silent accepts, each as users met it --------------------
@@ -1043,6 +1048,9 @@ EXCEPTIONS: dict[str, Callable[[], BaseException]] = {
     "FieldError": _field_error,
     "VerificationError": _verification_error,
     "ShardtypesWarning": lambda: ShardtypesWarning("unchecked locals"),
+    "KernelPassWarning": lambda: shardtypes.KernelPassWarning("cannot follow JAX's 'scan' here"),
+    "JaxFeatureWarning": lambda: _compat.JaxFeatureWarning("the probe could not decide"),
+    "Unreadable": lambda: _kernel_jax.Unreadable("no param 'axes'"),
     # Internal ones, which a user meets only by accident (or in a traceback's chain).
     "Mismatch": lambda: Mismatch("has 2 dims (8, 4) but the annotation has 1"),
     "ArrayError": lambda: _raised(lambda: typeguard.check_type(X(), f32[b"a"])),
