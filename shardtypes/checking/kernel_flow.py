@@ -228,17 +228,21 @@ class Pass(PointChecks):
     def averages(self, name: str, eqn: Any, counted: frozenset) -> bool:
         """Whether ``eqn`` divides by a multiple of the counted axes' size (``pmean``: a psum
         divided by its axes' size, or multiplied by the inverse)."""
-        n = 1
-        for a in counted:
-            n *= self.sizes.get(a, 0)
-        if len(eqn.invars) != 2 or not n:
+        if len(eqn.invars) != 2 or name not in ("div", "mul"):
             return False
         try:
             value = float(literal_value(eqn.invars[1])) if is_literal(eqn.invars[1]) else 0.0
         except (TypeError, ValueError):
             return False
-        by = value if name == "div" else (1 / value if name == "mul" and value else 0.0)
-        return by >= n and abs(by / n - round(by / n)) < 1e-6
+        by = value if name == "div" else (1 / value if value else 0.0)
+        others = sorted(self.manual - counted)
+        for mask in range(1 << len(others)):  # the psum's axes: the counted ones and any others
+            n = 1
+            for a in list(counted) + [a for i, a in enumerate(others) if mask >> i & 1]:
+                n *= self.sizes.get(a, 0)
+            if n and abs(by - n) < 1e-6 * n:
+                return True
+        return False
 
     def combined_rel(self, name: str, ins: list[Fact]) -> tuple | None:
         rels = [f.rel for f in ins]

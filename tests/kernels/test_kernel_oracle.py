@@ -1011,3 +1011,97 @@ def test_oracle_cumsum_after_a_carried_prefix_sum():
         return np.cumsum(np.cumsum(x, axis=0), axis=0)
 
     assert_agrees(kernel, reference, (("a", 4), ("b", 2)), check_vma=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Found by the oracle while the pass was rebuilt (each was a disagreement once).
+
+
+def test_oracle_tiled_gather_of_a_prefix_along_its_split_dim():
+    """Accepted, wrong (once): a tiled gather puts the blocks of a prefix back together, each
+    still without the blocks before it."""
+
+    def kernel(x: f32[b"r c/a"]) -> f32[b"r c"]:
+        return jax.lax.all_gather(jnp.cumsum(x, axis=1), "a", axis=1, tiled=True)
+
+    def reference(x):
+        return np.cumsum(x, axis=1)
+
+    assert_agrees(kernel, reference, (("a", 2),), "auto")
+
+
+def test_oracle_a_monotone_map_of_a_partial_max_then_pmax():
+    """Refused, right (once): ``m * 2 + 1`` of a local max is still a partial max, which the
+    later pmax pays."""
+
+    def kernel(x: f32[b"r c/a"]) -> f32[b"r 1"]:
+        m = jnp.max(x, axis=1, keepdims=True) * 2.0 + 1.0
+        return jax.lax.pmax(jnp.exp(m * 0.1) - 3.0, "a")
+
+    def reference(x):
+        return np.exp((np.max(x, axis=1, keepdims=True) * 2.0 + 1.0) * 0.1) - 3.0
+
+    assert_agrees(kernel, reference, (("a", 2),))
+
+
+def test_oracle_a_cumsum_of_a_prefix_carried_once():
+    """Accepted, wrong (once): one carry added after two cumsums pays only the second."""
+
+    def kernel(x: f32[b"r/b c"]) -> f32[b"r/b c"]:
+        return _carried_cumsum(jnp.cumsum(x, axis=0), "b")
+
+    def reference(x):
+        return np.cumsum(np.cumsum(x, axis=0), axis=0)
+
+    assert_agrees(kernel, reference, (("a", 1), ("b", 2)), "auto")
+
+
+def test_oracle_a_sum_over_the_blocks_a_pmax_combined():
+    """Accepted, wrong (once): a pmax over an axis dim 0 is split over, then a sum over dim 0."""
+
+    def kernel(x: f32[b"r/a c"]) -> f32[b"1 1"]:
+        v = jax.lax.pmax(jnp.max(x, axis=1, keepdims=True), "a") * 2.0 + 1.0
+        return jax.lax.psum(jnp.sum(v, axis=0, keepdims=True), "a")
+
+    def reference(x):
+        return np.sum(np.max(x, axis=1, keepdims=True) * 2.0 + 1.0, axis=0, keepdims=True)
+
+    assert_agrees(kernel, reference, (("a", 2),), "auto")
+
+
+def test_oracle_a_contraction_over_the_blocks_a_psum_combined():
+    """Accepted, wrong (once): contracting the dim whose blocks a psum added together is not
+    summing over it."""
+
+    def kernel(x: f32[b"r c"], w1: f32[b"c n1/a"], w2: f32[b"n1/a n2"]) -> f32[b"r n2"]:
+        v = jax.lax.psum(x @ w1, "a")
+        return jax.lax.psum(v @ w2, "a")
+
+    def reference(x, w1, w2):
+        return x @ w1 @ w2
+
+    assert_agrees(kernel, reference, (("a", 2),), "auto")
+
+
+def test_oracle_a_psum_count_scaled_by_a_constant_that_is_not_the_axis_size():
+    """Accepted, wrong (once): ``* 0.1`` is no pmean's division by the axis size."""
+
+    def kernel(x: f32[b"r c"], w1: f32[b"c n1"]) -> f32[b"r n1"]:
+        return jnp.exp(jax.lax.psum(x @ w1, "a") * 0.1)
+
+    def reference(x, w1):
+        return np.exp((x @ w1) * 0.1)
+
+    assert_agrees(kernel, reference, (("a", 2),), "auto")
+
+
+def test_oracle_pmean_of_an_invariant_value_is_that_value():
+    """Accepted, right: pmean divides the psum by the axes' size."""
+
+    def kernel(x: f32[b"r c"], w1: f32[b"c n1"]) -> f32[b"r n1"]:
+        return jax.lax.pmean(x @ w1, ("a", "b")) * 0.1
+
+    def reference(x, w1):
+        return (x @ w1) * 0.1
+
+    assert_agrees(kernel, reference, (("a", 2), ("b", 2)))
