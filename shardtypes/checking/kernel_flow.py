@@ -140,7 +140,7 @@ class Pass(PointChecks):
         if not called:
             ins = [self.used(name, eqn, ins, i) for i in range(len(ins))]
         owing = [f for f in ins if f.owed and f.kind in _LINEAR_ONLY and name not in _LINEAR_ONLY[f.kind]]
-        if owing and name in NONLINEAR:
+        if owing and name in NONLINEAR and not _over_ones(name, eqn):
             self.nonlinear(name, owing[0])
         rule = _RULE_OF.get(name, _MISSING)
         if rule is _MISSING:
@@ -266,6 +266,12 @@ class Pass(PointChecks):
         kind = owing[0].kind
         if len(kinds) > 1:
             self.nonlinear(name, owing[1])
+        if kind.startswith("fold"):  # blocks combined, with a value that differs from block to block
+            owed = frozenset().union(*(f.owed for f in owing))
+            mixed = [f for f in ins if not f.owed and not _zeros(f) and (f.vary is None or f.vary & owed)]
+            if mixed and name not in ("mul", "div", "convert_element_type", "neg"):
+                self.nonlinear(f"{name} (with a value that differs from device to device: {mixed[0].origin})",
+                               owing[0])
         if kind in _KEEPS:  # max(partial max, anything): still a partial max
             owed = frozenset().union(*(f.owed for f in owing))
             return owed, owing[0].owed_by, kind
@@ -306,6 +312,14 @@ class Pass(PointChecks):
                 continue
             return True
         return False
+
+
+def _over_ones(name: str, eqn: Any) -> bool:
+    """A reduction over dims of one element (``jnp.max(v, axis=1)`` of a column): the value."""
+    if not name.startswith("reduce_"):
+        return False
+    axes, shape = eqn.params.get("axes"), getattr(eqn.invars[0].aval, "shape", ())
+    return isinstance(axes, tuple) and all(isinstance(i, int) and i < len(shape) and shape[i] == 1 for i in axes)
 
 
 _INCREASING = frozenset({"exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "cbrt", "atan",

@@ -124,6 +124,8 @@ def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     axes = set(param(eqn, "axes"))
     kept = None if d is None else tuple(a for i, a in enumerate(d) if i not in axes)
     kind = _REDUCE_KIND.get(eqn.primitive.name)
+    if all(eqn.invars[0].aval.shape[i] == 1 for i in axes):  # over dims of one element: the value
+        return _one(p, eqn, ins, kept)
     if kind is None or d is None:
         return _rank_dropped(ins[0], _one(p, eqn, ins, kept))
     f = ins[0]

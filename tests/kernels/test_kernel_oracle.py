@@ -1105,3 +1105,30 @@ def test_oracle_pmean_of_an_invariant_value_is_that_value():
         return (x @ w1) * 0.1
 
     assert_agrees(kernel, reference, (("a", 2), ("b", 2)))
+
+
+def test_oracle_blocks_a_psum_combined_added_to_a_value_split_over_that_axis():
+    """Accepted, wrong (once, on JAX 0.11.2): the psum's combined blocks plus a block of y, then
+    summed over the dim and psummed again: the first part is counted once per device."""
+
+    def kernel(x: f32[b"r c"], w1: f32[b"c n1/b"], y2: f32[b"r n1/b"]) -> f32[b"r 1"]:
+        v = jax.lax.psum(x @ w1, "b") + y2
+        return jax.lax.psum(jnp.sum(v, axis=1, keepdims=True), "b")
+
+    def reference(x, w1, y2):
+        return np.sum(x @ w1 + y2, axis=1, keepdims=True)
+
+    assert_agrees(kernel, reference, (("a", 1), ("b", 2)), "auto")
+
+
+def test_oracle_a_max_over_a_dim_of_one_element_of_a_partial_sum():
+    """Refused, right (once): ``jnp.max`` over a dim of one element is the value itself."""
+
+    def kernel(x: f32[b"r c/a"], w1: f32[b"1 n1"]) -> f32[b"r n1"]:
+        v = jnp.max(jnp.sum(x, axis=1, keepdims=True), axis=1, keepdims=True)
+        return jax.lax.psum(v @ w1, "a")
+
+    def reference(x, w1):
+        return np.sum(x, axis=1, keepdims=True) @ w1
+
+    assert_agrees(kernel, reference, (("a", 2),), "auto")
