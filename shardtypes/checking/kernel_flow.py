@@ -44,7 +44,7 @@ from typeguard import TypeCheckError
 from .kernel_facts import ELEMENTWISE, NONLINEAR, UNKNOWN, Fact, owed_text, pay_text
 from .kernel_jax import KernelPassWarning, Unreadable, is_literal, literal_value, unreadable
 from .kernel_loops import LOOPS
-from .kernel_algebra import rel_join, rel_mul, rel_neg
+from .kernel_algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_ones, rel_join, rel_mul, rel_neg, zero as _zero, zeros as _zeros
 from .kernel_prims import RULES
 from .kernel_points import PER_DEVICE as _PER_DEVICE, PointChecks
 
@@ -314,74 +314,9 @@ class Pass(PointChecks):
         return False
 
 
-def _over_ones(name: str, eqn: Any) -> bool:
-    """A reduction over dims of one element (``jnp.max(v, axis=1)`` of a column): the value."""
-    if not name.startswith("reduce_"):
-        return False
-    axes, shape = eqn.params.get("axes"), getattr(eqn.invars[0].aval, "shape", ())
-    return isinstance(axes, tuple) and all(isinstance(i, int) and i < len(shape) and shape[i] == 1 for i in axes)
-
-
-_INCREASING = frozenset({"exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "cbrt", "atan",
-                         "asinh", "sinh", "erf", "convert_element_type", "reduce_precision", "copy", "copy_p"})
-
-
-def _monotone(name: str, eqn: Any, ins: list[Fact], i: int) -> int:
-    """Whether ``eqn`` is increasing (1), decreasing (-1) or neither (0) in operand ``i``, the
-    others held: the same on every device (invariant), or a positive or negative literal."""
-    if name in _INCREASING:
-        return 1
-    if name == "neg":
-        return -1
-    if len(ins) != 2:
-        return 0
-    j = 1 - i
-    other, var = ins[j], eqn.invars[j]
-    same_everywhere = other.vary is not None and not other.vary and not other.owed
-    if name == "add" and same_everywhere:
-        return 1
-    if name == "sub" and same_everywhere:
-        return 1 if i == 0 else -1
-    sign = _sign(var)
-    if name == "mul" and sign:
-        return sign
-    if name == "div" and i == 0 and sign:
-        return sign
-    return 0
-
-
-def _sign(v: Any) -> int:
-    if not is_literal(v):
-        return 0
-    try:
-        value = float(literal_value(v))
-    except (TypeError, ValueError):
-        return 0
-    return (value > 0) - (value < 0)
-
-
 _RULE_OF: dict[str, Any] = {}  # a primitive's name -> its rule (or None), once looked up
 _MISSING = object()
 _DROP = getattr(jex, "DropVar", ())
-
-
-_ZERO = "the constant 0"
-
-
-def _zeros(fact: Fact) -> bool:
-    """A literal 0, or zeros made from it (Python's ``sum`` starts from 0, ``jnp.zeros``): adding
-    it to a partial sum changes nothing."""
-    return fact.base == _ZERO and all(step in ("broadcast_in_dim", "convert_element_type") for step in fact.chain)
-
-
-def _zero(v: Any) -> bool:
-    """A literal 0 (Python's ``sum`` starts from one): adding it changes nothing."""
-    if not is_literal(v):
-        return False
-    try:
-        return bool(literal_value(v) == 0)
-    except Exception:  # (an array literal: not a plain zero)
-        return False
 
 
 def _is_cast(name: str) -> bool:
