@@ -76,10 +76,12 @@ class Pass(PointChecks):
         self.points = points  # Var -> [Point]
         self.head = f"in kernel {kernel}()"
         self.quiet = 0  # > 0 while a loop's carries settle: findings wait for the settled run
+        self.failures = 0
 
     def fail(self, message: str) -> None:
         if not self.quiet:
             raise TypeCheckError(message)
+        self.failures += 1  # (found while a loop's carries settle: said by the settled run)
 
     # -- values ----------------------------------------------------------------------------
 

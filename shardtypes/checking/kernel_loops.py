@@ -48,22 +48,35 @@ def _same(a: Fact, b: Fact) -> bool:
 
 def _settle(p: Any, body: Any, fixed: list[Fact], carries: list[Fact], tail: list[Fact]) -> tuple[list[Fact], list[Fact]]:
     """Runs ``body`` on ``fixed + carries + tail`` until its carries come out as they went in
-    (layouts first, then what is owed), quietly; then once with findings raised. Returns
-    (carries, the body's other results)."""
+    (layouts first, then what is owed), quietly; then once with findings raised, unless the
+    last quiet run had the settled carries and found nothing. Returns (carries, the body's other
+    results)."""
     n = len(carries)
+    outs: list[Fact] = []
+    clean = False
     p.quiet += 1
     try:
         for layout_only in (True, False):
             for _ in range(_ROUNDS):
+                before = p.failures
                 outs = p.run(body, fixed + carries + tail)
+                clean = p.failures == before
+                if all(_same(c, _merge(c, o)) for c, o in zip(carries, outs[:n])):
+                    break  # (what is owed settled too: no second phase)
                 merged = [_merge(c, o, layout_only) for c, o in zip(carries, outs[:n])]
+                clean = False
                 if all(_same(c, m) for c, m in zip(carries, merged)):
                     break
                 carries = merged
             else:
                 carries = [c.same_origin(None, c.owed, c.owed_by, vary=None, rel=None) for c in carries]
+                clean = False
+            if clean:
+                break
     finally:
         p.quiet -= 1
+    if clean:
+        return carries, outs[n:]
     return carries, p.run(body, fixed + carries + tail)[n:]
 
 
