@@ -166,7 +166,7 @@ def build(source: str, name: str) -> Callable:
     return namespace[name]
 
 
-def inputs_of(kernel: Callable, mesh: jax.sharding.Mesh) -> tuple[list[str], list[np.ndarray], list[Any]]:
+def inputs_of(kernel: Callable, mesh: jax.sharding.Mesh, trend: float = 0.0) -> tuple[list[str], list[np.ndarray], list[Any]]:
     """(parameter names, global numpy arrays, laid out jax arrays) for the kernel's parameters,
     from their annotations: random normal floats (weights ``w*`` scaled by 1/4, scanned ``zs*``
 by 1/10) and predicates
@@ -182,6 +182,8 @@ by 1/10) and predicates
             host = rng.standard_normal(shape).astype(np.float32) * (0.25 if p.name.startswith("w") else 1.0)
             if p.name.startswith("zs"):  # (small: a max with them never hides a device's part)
                 host = host * 0.1
+            elif p.name.startswith("x"):  # (rising or falling: a prefix's max or min is not in block 0)
+                host = host + np.float32(trend)
         names.append(p.name)
         hosts.append(host)
         arrays.append(jax.device_put(host, NamedSharding(mesh, make_partition_specs(ann))))
@@ -239,7 +241,7 @@ def judge(kernel_src: Callable | str, reference_src: Callable | str, mesh: tuple
     kernel = build(kernel_src, "kernel") if isinstance(kernel_src, str) else kernel_src
     reference = build(reference_src, "reference") if isinstance(reference_src, str) else reference_src
     m = mesh_of(tuple(s for _, s in mesh), tuple(n for n, _ in mesh), axis_type)
-    names, hosts, arrays = inputs_of(kernel, m)
+    names, hosts, arrays = inputs_of(kernel, m)  # (run below on two draws: x rising, then falling)
     preds = [i for i, n in enumerate(names) if n.startswith("p")]
     with jax.set_mesh(m):
         # (a) checks off: run it, for every value of the predicates.
@@ -255,7 +257,8 @@ def judge(kernel_src: Callable | str, reference_src: Callable | str, mesh: tuple
                 if check_vma and _VMA_ERRORS.search(str(e)):
                     raise Unrunnable(f"{type(e).__name__}: {e}") from e
                 raise
-            for values in itertools.product((True, False), repeat=len(preds)):
+            draws = [inputs_of(kernel, m, trend)[1:] for trend in (0.5, -0.5)]
+            for (hosts, arrays), values in itertools.product(draws, itertools.product((True, False), repeat=len(preds))):
                 args, host_args = list(arrays), list(hosts)
                 for i, value in zip(preds, values):
                     host_args[i] = np.bool_(value)
@@ -1148,5 +1151,19 @@ def test_oracle_a_local_max_returned_replicated_may_match_on_one_device():
 
     def reference(x):
         return np.max(x, axis=(0, 1), keepdims=True) * 2.0 + 1.0
+
+    assert_agrees(kernel, reference, (("a", 2),), "auto")
+
+
+def test_oracle_a_local_prefix_maxed_over_its_blocks():
+    """Refused, wrong (the oracle once read it as right, from data whose largest prefix sum lay
+    in the first block): the data now rise, then fall."""
+
+    def kernel(x: f32[b"r/a c"]) -> f32[b"1 1"]:
+        v = jnp.cumsum(jnp.sum(x, axis=1, keepdims=True), axis=0)
+        return jax.lax.pmax(jnp.max(v, axis=0, keepdims=True), "a")
+
+    def reference(x):
+        return np.max(np.cumsum(np.sum(x, axis=1, keepdims=True), axis=0), axis=0, keepdims=True)
 
     assert_agrees(kernel, reference, (("a", 2),), "auto")
