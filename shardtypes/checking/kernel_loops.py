@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from .kernel_facts import Fact, UNKNOWN
+from .kernel_facts import Fact, UNKNOWN, owed_text
 from .kernel_jax import branches, inner_jaxpr, param, scan_groups, while_groups
 from .kernel_algebra import rel_join
 
@@ -113,8 +113,15 @@ def _cond(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     if ins[0].owed:
         p.nonlinear("cond (choosing a branch by a partial sum)", ins[0])
     results: list[Fact] | None = None
-    for branch in branches(eqn):
+    for k, branch in enumerate(branches(eqn)):
         outs = p.run(inner_jaxpr(branch), list(ins[1:]))
+        if results is not None:
+            for i, (a, b) in enumerate(zip(results, outs)):
+                if (a.owed, a.kind if a.owed else "") != (b.owed, b.kind if b.owed else ""):
+                    owing = a if a.owed else b
+                    p.fail(f"{p.head}, the branches of a lax.cond (or switch) disagree on result {i}: in one "
+                           f"it {owed_text(owing)}, in branch {k} {'it ' + owed_text(b) if b.owed else 'it owes nothing'}; "
+                           "whichever branch runs, the result must be the same kind of value")
         results = outs if results is None else [_merge(a, b) for a, b in zip(results, outs)]
     if results is not None and ins[0].vary:  # a branch chosen per device: the results vary too
         results = [f.same_origin(f.dims, f.owed, f.owed_by, vary=None if f.vary is None else f.vary | ins[0].vary)

@@ -1167,3 +1167,17 @@ def test_oracle_a_local_prefix_maxed_over_its_blocks():
         return np.max(np.cumsum(np.sum(x, axis=1, keepdims=True), axis=0), axis=0, keepdims=True)
 
     assert_agrees(kernel, reference, (("a", 2),), "auto")
+
+
+def test_oracle_cond_branches_that_disagree_on_what_is_owed():
+    """Accepted, wrong (once, on JAX 0.11.2): one branch combines the blocks of a split dim with a
+    psum, the other does not; after the sum over that dim, one of them is wrong."""
+
+    def kernel(x: f32[b"r c"], p1: bool_[b""], w2: f32[b"c n2/a"]) -> f32[b"r 1"]:
+        v = jax.lax.cond(p1, lambda v: v @ w2, lambda v: jax.lax.psum(v @ w2, "a"), x)
+        return jax.lax.psum(jnp.sum(v, axis=1, keepdims=True), "a")
+
+    def reference(x, p1, w2):
+        return np.sum(x @ w2, axis=1, keepdims=True)
+
+    assert_agrees(kernel, reference, (("a", 2),), "auto")
