@@ -141,7 +141,8 @@ class Pass(PointChecks):
         called = name in _CALL_PRIMITIVES or name in LOOPS
         if not called:
             ins = [self.used(name, eqn, ins, i) for i in range(len(ins))]
-        owing = [f for f in ins if f.owed and f.kind in _LINEAR_ONLY and name not in _LINEAR_ONLY[f.kind]]
+        owing = [f for i, f in enumerate(ins) if f.owed and f.kind in _LINEAR_ONLY and name not in _LINEAR_ONLY[f.kind]
+                 and not (f.kind in _KEEPS and _monotone(name, eqn, ins, i))]  # (a monotone map of a max)
         if owing and name in NONLINEAR and not _over_ones(name, eqn):
             self.nonlinear(name, owing[0])
         rule = _RULE_OF.get(name, _MISSING)

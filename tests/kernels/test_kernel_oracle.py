@@ -1181,3 +1181,16 @@ def test_oracle_cond_branches_that_disagree_on_what_is_owed():
         return np.sum(x @ w2, axis=1, keepdims=True)
 
     assert_agrees(kernel, reference, (("a", 2),), "auto")
+
+
+def test_oracle_a_monotone_map_of_blocks_a_pmax_combined():
+    """Refused, right (once): ``exp`` of the blocks a pmax combined, then a max over that dim."""
+
+    def kernel(x: f32[b"r/a c"]) -> f32[b"1 1"]:
+        v = jnp.exp(jax.lax.pmax(jnp.max(x, axis=1, keepdims=True), "a") * 0.1)
+        return jax.lax.pmax(jnp.max(v, axis=0, keepdims=True), "a")
+
+    def reference(x):
+        return np.max(np.exp(np.max(x, axis=1, keepdims=True) * 0.1), axis=0, keepdims=True)
+
+    assert_agrees(kernel, reference, (("a", 2),), "auto")
