@@ -16,6 +16,7 @@ import math
 from typing import Any, Literal, Mapping, Sequence
 
 from .rules import _ACTIVE, Active, AxisRules, AxisRulesError, _fmt_target
+from ..language import shape as _shape
 from ..language.shape import UNCONSTRAINED_AXES, ShapeSpec, is_unconstrained
 from ..language.sizes import divides, size_equal
 
@@ -215,3 +216,17 @@ def _closest(name: str, names) -> str:
 
     close = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _is_logical(name: str) -> bool:
+    """Whether ``name`` is a logical axis name of the active rules (for a parse error's words)."""
+    active = _ACTIVE.get()
+    if active is None:
+        return False
+    try:
+        return name in active[0].table(active[1])
+    except Exception:  # (only the words of a parse error depend on it)
+        return False
+
+
+_shape.LOGICAL_NAME[0] = _is_logical

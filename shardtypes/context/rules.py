@@ -397,3 +397,4 @@ RULES_HINT: contextvars.ContextVar[str] = contextvars.ContextVar(
 def current_rules() -> tuple[AxisRules, str | None] | None:
     """The active (rules, mode), or None when annotations name mesh axes directly."""
     return _ACTIVE.get()
+

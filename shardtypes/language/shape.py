@@ -347,6 +347,14 @@ def _parse_shape(spec: str) -> ShapeSpec:
                 )
             variadic_at = text
         for axis in dim.sharding:
+            if axis in seen_axes and LOGICAL_NAME[0](axis):
+                raise ShapeSpecError(
+                    spec,
+                    f"logical axis {axis!r} names both {seen_axes[axis]!r} and {text!r}; under the active "
+                    f"axis rules a logical axis names at most one dim of an array (the mesh axes its rule "
+                    f"gives can shard only one): give the other dim a logical name of its own, with its own rule",
+                    m.span(),
+                )
             if axis in seen_axes:
                 raise ShapeSpecError(
                     spec,
@@ -359,6 +367,11 @@ def _parse_shape(spec: str) -> ShapeSpec:
             seen_axes[axis] = text
         dims.append(dim)
     return ShapeSpec(tuple(dims))
+
+
+# Whether a name after '/' is a logical axis name of the active axis rules, for the words of an
+# error only: this layer knows nothing of rules, the context layer sets it (rules.py).
+LOGICAL_NAME: list = [lambda name: False]
 
 
 def entry_axes(entry: object) -> tuple[str, ...]:

@@ -239,6 +239,23 @@ def _shape(shape: Sequence[Any]) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def _umask() -> int:
+    """The process's umask, read without setting it where the system says it (Linux), since
+    ``os.umask`` can only read it by changing it for every thread a moment."""
+    import os
+
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_html(path: str, text: str, where: str) -> None:
     """Writes ``text`` to ``path`` whole or not at all (a temporary file beside it, then renamed);
     a path that cannot be written raises OSError with ``where`` and the reason."""
@@ -253,6 +270,9 @@ def write_html(path: str, text: str, where: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        # mkstemp makes the file 0600; the page is a file like any the user makes (a CI artifact,
+        # a page to share): the mode their umask gives a new file.
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except OSError as e:
         os.unlink(tmp)

@@ -110,6 +110,15 @@ def test_a_repeated_logical_name_is_explained_as_one():
             "(under axis rules 'embed' is a logical axis name, and one of those also names at most one "
             "dim of an array: give the other dim a logical name of its own, with its own rule)")):
         f32[b"a/embed b/embed"]
+    # Under rules that name 'embed' a logical axis, the message says so first.
+    with axis_rules(AxisRules([("embed", "d"), ("hidden", "t")])):
+        with pytest.raises(ShapeSpecError, match=re.escape(
+                "logical axis 'embed' names both 'a/embed' and 'b/hidden/embed'; under the active axis rules a "
+                "logical axis names at most one dim of an array (the mesh axes its rule gives can shard only "
+                "one): give the other dim a logical name of its own, with its own rule")):
+            f32[b"a/embed b/hidden/embed"]
+        with pytest.raises(ShapeSpecError, match=re.escape("mesh axis 'x' shards both 'a/x' and 'b/x'")):
+            f32[b"a/x b/x"]
 
 
 def test_a_conflict_after_auto_mode_says_the_mode_was_chosen():

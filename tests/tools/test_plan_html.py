@@ -225,6 +225,19 @@ def test_cli_writes_the_page(tmp_path, capsys, monkeypatch):
         locked.chmod(0o700)
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_write_html_makes_the_page_as_the_umask_says(tmp_path, umask):
+    from shardtypes.tools import html_page
+
+    before = os.umask(umask)
+    try:
+        html_page.write_html(str(tmp_path / "page.html"), "<p>x</p>", "where")
+    finally:
+        os.umask(before)
+    assert (tmp_path / "page.html").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert (tmp_path / "page.html").read_text() == "<p>x</p>"
+
+
 def test_write_html_leaves_nothing_half_written(tmp_path):
     from shardtypes.tools import html_page
 
