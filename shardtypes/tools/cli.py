@@ -241,6 +241,9 @@ def _main(argv: Sequence[str] | None) -> int:
     common.add_argument("--mode", action="append", help="the rules' mode (e.g. decode); for plan, give it "
                         "several times to compare modes side by side ('default': the rules without a mode)")
     common.add_argument("--json", action="store_true", help="print the report as JSON")
+    common.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                        help="colour the memory bar: auto (a terminal, or FORCE_COLOR set; never with NO_COLOR), "
+                        "always or never; JSON is never coloured")
     common.add_argument("--html", metavar="FILE", help="also write the report as a self-contained HTML page")
     common.add_argument("--hbm", type=_capacity, metavar="SIZE|KIND",
                         help="device memory for the page's bar: 80GiB, or a kind (" + ", ".join(DEVICE_KINDS) + ")")
@@ -315,7 +318,7 @@ def _main(argv: Sequence[str] | None) -> int:
             print("\n\n".join(f"mode {m}:\n{r}" for m, r in reports.items()))
         if args.command == "plan" and not args.json:  # the memory bar and the largest arrays
             capacity = parse_capacity(args.hbm, "--hbm") if args.hbm else None
-            colour = use_colour(sys.stdout)
+            colour = use_colour(sys.stdout, args.color)
             for m, r in reports.items():
                 title = f"\nmode {m}:" if len(reports) > 1 else ""
                 print(f"{title}\n{render(plan_lines(r, capacity), colour)}")

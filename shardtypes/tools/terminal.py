@@ -108,11 +108,19 @@ def render(lines: Sequence[Line], colour: bool) -> str:
     return out.getvalue().rstrip("\n")
 
 
-def use_colour(stream: TextIO) -> bool:
-    """Whether ``stream`` is a terminal that should get colour (NO_COLOR unset)."""
+def use_colour(stream: TextIO, choice: str = "auto") -> bool:
+    """Whether to colour what goes to ``stream``: ``choice`` 'always' or 'never' (the command
+    line's ``--color``), else ('auto') not where ``NO_COLOR`` is set, yes where ``FORCE_COLOR``
+    is (CI logs are not terminals), else whether ``stream`` is a terminal."""
     import os
 
-    return bool(getattr(stream, "isatty", lambda: False)()) and not os.environ.get("NO_COLOR")
+    if choice in ("always", "never"):
+        return choice == "always"
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR", "") not in ("", "0"):
+        return True
+    return bool(getattr(stream, "isatty", lambda: False)())
 
 
 @contextmanager

@@ -103,3 +103,43 @@ def test_the_cli_prints_the_bar_after_the_table_in_plain_text_when_piped(capsys,
     assert ESCAPE not in out  # captured output is not a terminal
     assert re.search(r"^memory per device  \[█+▓+·+\]  448 KiB of h100 \(80\.0 GiB\): 0%$", out, re.M), out
     assert "largest arrays (of 2), per device:" in out
+
+
+@pytest.mark.parametrize("argv_colour,env,coloured", [
+    ([], {}, False),                                   # piped: plain
+    ([], {"FORCE_COLOR": "1"}, True),                  # CI logs: FORCE_COLOR asks for colour
+    ([], {"FORCE_COLOR": "0"}, False),
+    ([], {"FORCE_COLOR": "1", "NO_COLOR": "1"}, False),  # NO_COLOR wins
+    (["--color", "always"], {"NO_COLOR": "1"}, True),  # the flag wins over both
+    (["--color", "never"], {"FORCE_COLOR": "1"}, False),
+    (["--color", "auto"], {}, False),
+])
+def test_plan_colour_follows_the_flag_then_no_color_then_force_color(capsys, tmp_path, monkeypatch, argv_colour, env,
+                                                                     coloured):
+    pytest.importorskip("rich")
+    (tmp_path / "model_for_colour.py").write_text(
+        "from shardtypes import f32, pytree_dataclass\n"
+        "@pytree_dataclass\n"
+        "class State:\n"
+        "    w: f32[b'embed/d hidden/t']\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("FORCE_COLOR", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    base = ["plan", "model_for_colour:State", "--mesh", "d=4,t=2", "--dims", "embed=8,hidden=16"]
+    assert main(base + argv_colour) == 0
+    assert (ESCAPE in capsys.readouterr().out) is coloured
+    assert main(base + argv_colour + ["--json"]) == 0  # JSON stays plain JSON
+    out = capsys.readouterr().out
+    assert ESCAPE not in out and out.lstrip().startswith("{")
+
+
+def test_a_colour_that_is_not_a_choice_is_an_error_naming_the_flag(capsys, tmp_path, monkeypatch):
+    (tmp_path / "model_for_colour2.py").write_text("from shardtypes import f32\nW = f32[b'embed/d']\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "model_for_colour2:W", "--mesh", "d=4", "--dims", "embed=8", "--color", "sometimes"])
+    assert info.value.code == 2
+    assert "argument --color: invalid choice: 'sometimes'" in capsys.readouterr().err
