@@ -274,6 +274,14 @@ def verify(
                 problems.append(Problem("setup", f'argument "{pname}" of {name}() is annotated {annotation!r}, which is not an array tree: give it in static={{...}}'))
         except ValueError as e:
             problems.append(Problem("dims", f'argument "{pname}" of {name}(): {e}'))
+    for pname, value in args.items():
+        plain = [leaf for leaf in jax.tree.leaves(value) if dataclasses.is_dataclass(leaf)]
+        if plain:  # (JAX would say "Error interpreting argument ... as an abstract array")
+            cls = type(plain[0])
+            problems.append(Problem("setup", f'argument "{pname}" of {name}() holds {cls.__module__}.{cls.__qualname__}, '
+                                    "a plain dataclass JAX does not know as a pytree, so jax.eval_shape cannot trace "
+                                    "it: register the class (shardtypes.pytree_dataclass, jax.tree_util.register_dataclass, "
+                                    "flax.struct.dataclass or an equinox.Module)"))
     if problems:
         return finish()
 

@@ -955,3 +955,23 @@ def test_verification_error_pickles_with_its_report():
     for back in (pickle.loads(pickle.dumps(error)), copy.deepcopy(error)):
         assert type(back) is VerificationError and str(back) == str(error)
         assert back.report.problems == error.report.problems
+
+
+@dataclasses.dataclass
+class PlainBatch:  # not registered as a pytree
+    x: f32[jax.Array, b"batch/d embed"]
+
+
+def takes_a_plain_dataclass(b: PlainBatch) -> f32[b"batch/d embed"]:
+    return b.x * 2
+
+
+def test_a_plain_dataclass_argument_says_to_register_the_class():
+    report = verify(takes_a_plain_dataclass, {"d": 4}, {"batch": 8, "embed": 4})
+    assert not report.ok
+    (problem,) = report.problems
+    assert problem.kind == "setup"
+    assert re.search(r'argument "b" of takes_a_plain_dataclass\(\) holds .*PlainBatch, a plain dataclass JAX does '
+                     r"not know as a pytree, so jax.eval_shape cannot trace it: register the class "
+                     r"\(shardtypes.pytree_dataclass", problem.message), problem.message
+    assert "Error interpreting argument" not in str(report)
