@@ -79,7 +79,7 @@ def _without_forward_refs(tp: Any, globalns: dict, localns: dict, where: str, wr
     origin = typing.get_origin(tp)
     if not args or origin is None:
         return tp
-    new = tuple(_without_forward_refs(a, globalns, localns, where, written) if not isinstance(a, list) else
+    new: tuple[Any, ...] = tuple(_without_forward_refs(a, globalns, localns, where, written) if not isinstance(a, list) else
                 [_without_forward_refs(b, globalns, localns, where, written) for b in a] for a in args)
     if new == args:
         return tp
@@ -87,9 +87,10 @@ def _without_forward_refs(tp: Any, globalns: dict, localns: dict, where: str, wr
         return typing.Union[new]
     if origin is typing.Annotated:
         return typing.Annotated[(new[0], *tp.__metadata__)]
+    generic: Any = origin  # (rebuilt from its own origin and the resolved arguments)
     if origin is collections.abc.Callable and len(new) == 2:
-        return collections.abc.Callable[new[0], new[1]]
+        return generic[new[0], new[1]]
     try:
-        return origin[new if len(new) > 1 else new[0]]
+        return generic[new if len(new) > 1 else next(iter(new))]
     except TypeError:
         return tp

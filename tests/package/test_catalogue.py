@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from shardtypes.context import compat as _compat
 from shardtypes.checking import kernel_jax as _kernel_jax
+from shardtypes.model import hints as _hints
 import contextlib
 import copy
 import dataclasses
@@ -1051,6 +1052,7 @@ EXCEPTIONS: dict[str, Callable[[], BaseException]] = {
     "KernelPassWarning": lambda: shardtypes.KernelPassWarning("cannot follow JAX's 'scan' here"),
     "JaxFeatureWarning": lambda: _compat.JaxFeatureWarning("the probe could not decide"),
     "Unreadable": lambda: _kernel_jax.Unreadable("no param 'axes'"),
+    "_Unresolved": lambda: _hints._Unresolved("x"),
     # Internal ones, which a user meets only by accident (or in a traceback's chain).
     "Mismatch": lambda: Mismatch("has 2 dims (8, 4) but the annotation has 1"),
     "ArrayError": lambda: _raised(lambda: typeguard.check_type(X(), f32[b"a"])),
