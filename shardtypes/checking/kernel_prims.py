@@ -245,7 +245,11 @@ def _each(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 
 
 def _unknown_linear(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    return _one(p, eqn, ins, None, vary=_union(*ins))
+    """Each result: layout unknown, varying where the operands do (what they owe carried); with
+    no operands (``dim_as_value``, random seeds from constants), the same on every device."""
+    if not ins:
+        return [Fact(None, origin=f"JAX's {eqn.primitive.name!r}", vary=frozenset())] * len(eqn.outvars)
+    return _one(p, eqn, ins, None, vary=_union(*ins)) * len(eqn.outvars)
 
 
 def _no_value(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
