@@ -24,3 +24,20 @@ def mesh(request):
 def put(mesh, array, *spec):
     """``array`` laid out on ``mesh`` as ``P(*spec)``."""
     return jax.device_put(array, NamedSharding(mesh, P(*spec)))
+
+
+def examples_from_env(variable: str, default: int) -> int:
+    """A test budget (how many examples) from environment variable ``variable``, ``default``
+    when unset; anything but a positive int is an error naming the variable."""
+    import os
+
+    raw = os.environ.get(variable, "").strip()
+    if raw == "":
+        return default
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"{variable} must be an int, got {raw!r}") from None
+    if n < 1:
+        raise ValueError(f"{variable} must be at least 1, got {n}")
+    return n

@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from .kernel_facts import Dims, Fact, UNKNOWN
-from .kernel_jax import is_literal, literal_value
+from .kernel_jax import literal_number, name, optional_param, shape
 
 __all__ = ["ndim", "union", "rel_mul", "rel_neg", "rel_join", "drop_rel", "fact_of", "monotone", "over_ones",
            "zero", "zeros", "ZERO"]
 
 
 def ndim(v: Any) -> int:
-    return len(getattr(v.aval, "shape", ()))
+    return len(shape(v))
 
 
 def union(*facts: Fact) -> frozenset | None:
@@ -67,55 +67,51 @@ def fact_of(p: Any, eqn: Any, ins: list[Fact], dims: Dims | None, owed: frozense
     src = ins[0]
     if not src.known and owed is None and not changes:
         return [UNKNOWN]
-    return [src.derived(dims if src.dims is not None else None, eqn.primitive.name, owed, owed_by, **changes)]
+    return [src.derived(dims if src.dims is not None else None, name(eqn), owed, owed_by, **changes)]
 
 
 # -- which operands keep what is owed -------------------------------------------------------
 
-def over_ones(name: str, eqn: Any) -> bool:
+def over_ones(eqn: Any) -> bool:
     """A reduction over dims of one element (``jnp.max(v, axis=1)`` of a column): the value."""
-    if not name.startswith("reduce_"):
+    if not name(eqn).startswith("reduce_"):
         return False
-    axes, shape = eqn.params.get("axes"), getattr(eqn.invars[0].aval, "shape", ())
-    return isinstance(axes, tuple) and all(isinstance(i, int) and i < len(shape) and shape[i] == 1 for i in axes)
+    axes, dims = optional_param(eqn, "axes"), shape(eqn.invars[0])
+    return isinstance(axes, tuple) and all(isinstance(i, int) and i < len(dims) and dims[i] == 1 for i in axes)
 
 
 _INCREASING = frozenset({"exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "cbrt", "atan",
                          "asinh", "sinh", "erf", "convert_element_type", "reduce_precision", "copy", "copy_p"})
 
 
-def monotone(name: str, eqn: Any, ins: list[Fact], i: int) -> int:
+def monotone(eqn: Any, ins: list[Fact], i: int) -> int:
     """Whether ``eqn`` is increasing (1), decreasing (-1) or neither (0) in operand ``i``, the
     others held: the same on every device (invariant), or a positive or negative literal."""
-    if name in _INCREASING:
+    prim = name(eqn)
+    if prim in _INCREASING:
         return 1
-    if name == "neg":
+    if prim == "neg":
         return -1
     if len(ins) != 2:
         return 0
     j = 1 - i
     other, var = ins[j], eqn.invars[j]
     same_everywhere = other.vary is not None and not other.vary and not other.owed
-    if name == "add" and same_everywhere:
+    if prim == "add" and same_everywhere:
         return 1
-    if name == "sub" and same_everywhere:
+    if prim == "sub" and same_everywhere:
         return 1 if i == 0 else -1
     sign = _sign(var)
-    if name == "mul" and sign:
+    if prim == "mul" and sign:
         return sign
-    if name == "div" and i == 0 and sign:
+    if prim == "div" and i == 0 and sign:
         return sign
     return 0
 
 
 def _sign(v: Any) -> int:
-    if not is_literal(v):
-        return 0
-    try:
-        value = float(literal_value(v))
-    except (TypeError, ValueError):
-        return 0
-    return (value > 0) - (value < 0)
+    value = literal_number(v)
+    return 0 if value is None else (value > 0) - (value < 0)
 
 
 ZERO = "the constant 0"
@@ -129,9 +125,4 @@ def zeros(fact: Fact) -> bool:
 
 def zero(v: Any) -> bool:
     """A literal 0 (Python's ``sum`` starts from one): adding it changes nothing."""
-    if not is_literal(v):
-        return False
-    try:
-        return bool(literal_value(v) == 0)
-    except Exception:  # (an array literal: not a plain zero)
-        return False
+    return literal_number(v) == 0

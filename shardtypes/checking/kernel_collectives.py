@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .kernel_algebra import drop_rel, fact_of as _one
-from .kernel_facts import Fact, UNKNOWN, axes_text, fmt
-from .kernel_jax import axis_names, is_literal, param
+from .kernel_facts import Fact, UNKNOWN, axes_text, fmt, split_text
+from .kernel_jax import axis_names, is_literal, name as prim_name, param
 
 __all__ = ["COLLECTIVES"]
 
 
 def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     paid = frozenset(a for a in axis_names(eqn) if a in p.manual)
-    name = eqn.primitive.name
+    name = prim_name(eqn)
     pays = "sum" if "psum" in name else "max" if "pmax" in name else "min"
     out = []
     for v, f in zip(eqn.invars, ins):
@@ -61,15 +61,11 @@ def _gathered(p: Any, eqn: Any, fact: Fact, dim: int) -> tuple | None:
         return axes
     if tuple(axes[len(axes) - len(names):]) != names:
         p.fail(
-            f"{p.head}, JAX's {eqn.primitive.name!r} gathers dim {dim} over {axes_text(names)}, but that dim of "
-            f"its operand is laid out {fmt(dims)} ({fact.origin}): that dim is split over {_split(axes)}; "
+            f"{p.head}, JAX's {prim_name(eqn)!r} gathers dim {dim} over {axes_text(names)}, but that dim of "
+            f"its operand is laid out {fmt(dims)} ({fact.origin}): that dim is split over {split_text(axes)}; "
             f"a tiled gather undoes the mesh axes a dim is split over from the last: all of them, or the last ones, in order")
         return None
     return tuple(axes[:len(axes) - len(names)])
-
-
-def _split(axes: tuple) -> str:
-    return "/".join(repr(a) for a in axes) if axes else "no mesh axis"
 
 
 def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:

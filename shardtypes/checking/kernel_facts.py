@@ -28,8 +28,8 @@ from typing import Iterable
 
 from ..model.describe import _fmt_layout
 
-__all__ = ["Dims", "Fact", "Point", "UNKNOWN", "INVARIANT", "NONLINEAR", "ELEMENTWISE", "fmt", "axes_text",
-           "owed_text", "KINDS"]
+__all__ = ["Dims", "Fact", "Point", "UNKNOWN", "NONLINEAR", "ELEMENTWISE", "fmt", "axes_text",
+           "owed_text", "split_text", "KINDS"]
 
 Dims = tuple  # per dim: a tuple of mesh axes, or None (unknown)
 
@@ -150,7 +150,6 @@ class Point:
 
 
 UNKNOWN = Fact(None, rel=None)
-INVARIANT = Fact(None, vary=frozenset(), origin="a constant")
 
 
 def fmt(dims: Dims | None) -> str:
@@ -162,6 +161,11 @@ def fmt(dims: Dims | None) -> str:
 def axes_text(axes: Iterable[str]) -> str:
     axes = sorted(axes)
     return f"mesh {'axes' if len(axes) > 1 else 'axis'} {', '.join(repr(a) for a in axes)}"
+
+
+def split_text(axes: tuple) -> str:
+    """``'d'/'t'``, or ``no mesh axis``: the axes a dim is split over, in a message."""
+    return "/".join(repr(a) for a in axes) if axes else "no mesh axis"
 
 
 def owed_text(fact: Fact) -> str:

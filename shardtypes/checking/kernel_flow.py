@@ -15,8 +15,11 @@ them with ``jnp`` is staged into a jaxpr, and this pass follows it, whatever the
 * ``dot_general`` contracting, and ``reduce_sum`` over, a dim split over mesh axes leave a sum
   owed over them (each device holds a partial sum);
 * call-like primitives (``jit``, ``remat``, ``custom_jvp_call``, ``custom_vjp_call``) and
-  control flow (``scan``, ``while``, ``cond``: ``kernel_loops``) are followed inside; any other
-  primitive's results have an unknown layout (and owe what its inputs owed).
+  control flow (``scan``, ``while``, ``cond``: ``kernel_loops``) are followed inside; primitives
+  ``kernel_prims`` knows as opaque (linear algebra, sorts, random bits) have results of unknown
+  layout that vary where their operands do; a primitive with no rule, or whose params
+  ``kernel_jax`` (the one reader of JAX's equations) cannot read, gives unknown results and one
+  ``KernelPassWarning``.
 
 The body is traced once (``traced``): staged with ``jax.jit(body, inline=True).trace``, whose
 jaxpr the pass reads, then called through that ``jax.jit`` in the shard_map's trace, which
@@ -42,7 +45,8 @@ from typeguard import TypeCheckError
 
 
 from .kernel_facts import ELEMENTWISE, NONLINEAR, UNKNOWN, Fact, owed_text, pay_text
-from .kernel_jax import KernelPassWarning, Unreadable, is_literal, literal_value, unreadable
+from .kernel_jax import KernelPassWarning, Unreadable, call_jaxpr, is_literal, literal_number, shape, unreadable
+from .kernel_jax import name as prim_name
 from .kernel_loops import LOOPS
 from .kernel_algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_ones, rel_join, rel_mul, rel_neg, zero as _zero, zeros as _zeros
 from .kernel_prims import RULES
@@ -50,7 +54,6 @@ from .kernel_points import PER_DEVICE as _PER_DEVICE, PointChecks
 
 __all__ = ["Pass"]
 
-_CALLS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
 _CALL_PRIMITIVES = frozenset({"jit", "pjit", "closed_call", "core_call", "remat", "remat2", "checkpoint",
                               "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "named_call",
                               "custom_jvp_call_jaxpr", "composite"})
@@ -87,10 +90,10 @@ class Pass(PointChecks):
 
     def read(self, env: dict, v: Any) -> Fact:
         if is_literal(v):
-            return Fact(None if getattr(v.aval, "shape", ()) else (), origin=_ZERO if _zero(v) else "a constant",
+            return Fact(None if shape(v) else (), origin=_ZERO if _zero(v) else "a constant",
                         vary=frozenset())
         fact = env.get(v, UNKNOWN)
-        if fact.dims is not None and len(fact.dims) != len(getattr(v.aval, "shape", ())):
+        if fact.dims is not None and len(fact.dims) != len(shape(v)):
             return fact.same_origin(None, fact.owed, fact.owed_by)  # (a rule's slip: never compare it)
         return fact
 
@@ -107,7 +110,7 @@ class Pass(PointChecks):
     def run(self, jaxpr: Any, facts: Sequence[Fact]) -> list[Fact]:
         env: dict = {}
         for v in jaxpr.constvars:  # (the same on every device; a block of what, unknown: see _iota)
-            self.write(env, v, Fact(None if getattr(v.aval, "shape", ()) else (), origin="a constant",
+            self.write(env, v, Fact(None if shape(v) else (), origin="a constant",
                                     vary=frozenset()))
         for v, fact in zip(jaxpr.invars, facts):
             self.write(env, v, fact)
@@ -130,20 +133,20 @@ class Pass(PointChecks):
         except (TypeCheckError, KernelPassWarning):  # (a finding; a warning the caller made an error)
             raise
         except Unreadable as e:
-            unreadable(eqn.primitive.name, f"its params: {e}")
+            unreadable(prim_name(eqn), f"its params: {e}")
         except Exception as e:  # the pass's own failure is never the user's
-            unreadable(eqn.primitive.name, f"{type(e).__name__}: {e}")
+            unreadable(prim_name(eqn), f"{type(e).__name__}: {e}")
         return [UNKNOWN] * n_out
 
     def eqn(self, eqn: Any, ins: list[Fact]) -> list[Fact]:
-        name = eqn.primitive.name
+        name = prim_name(eqn)
         n_out = len(eqn.outvars)
         called = name in _CALL_PRIMITIVES or name in LOOPS
         if not called:
             ins = [self.used(name, eqn, ins, i) for i in range(len(ins))]
         owing = [f for i, f in enumerate(ins) if f.owed and f.kind in _LINEAR_ONLY and name not in _LINEAR_ONLY[f.kind]
-                 and not (f.kind in _KEEPS and _monotone(name, eqn, ins, i))]  # (a monotone map of a max)
-        if owing and name in NONLINEAR and not _over_ones(name, eqn):
+                 and not (f.kind in _KEEPS and _monotone(eqn, ins, i))]  # (a monotone map of a max)
+        if owing and name in NONLINEAR and not _over_ones(eqn):
             self.nonlinear(name, owing[0])
         rule = _RULE_OF.get(name, _MISSING)
         if rule is _MISSING:
@@ -154,7 +157,7 @@ class Pass(PointChecks):
         if loop is not None:
             return list(loop(self, eqn, ins))
         if name in _CALL_PRIMITIVES:
-            inner = _sub_jaxpr(eqn)
+            inner = call_jaxpr(eqn)
             if inner is None:
                 raise Unreadable("no inner jaxpr of the operands' and results' count")
             return self.run(inner, ins)
@@ -172,7 +175,7 @@ class Pass(PointChecks):
         if not fact.owed or fact.kind not in _KEEPS or name in _KEEPS[fact.kind] or name in _STRUCTURAL \
                 or _is_cast(name):
             return fact
-        direction = _monotone(name, eqn, ins, i)
+        direction = _monotone(eqn, ins, i)
         if direction > 0:
             return fact
         if direction < 0:
@@ -190,19 +193,19 @@ class Pass(PointChecks):
             f"(see \"Sums still owed\" in docs/shard-map.md; {_PER_DEVICE})")
 
     def elementwise(self, eqn: Any, ins: list[Fact]) -> Fact:
-        ndim = len(eqn.outvars[0].aval.shape)
-        name = eqn.primitive.name
-        shaped = [(v, f) for v, f in zip(eqn.invars, ins) if len(getattr(v.aval, "shape", ())) == ndim]
+        ndim = len(shape(eqn.outvars[0]))
+        name = prim_name(eqn)
+        shaped = [(v, f) for v, f in zip(eqn.invars, ins) if len(shape(v)) == ndim]
         dims: list = [None] * ndim
         seen = [False] * ndim
         first = None
-        out_shape = eqn.outvars[0].aval.shape
+        out_shape = shape(eqn.outvars[0])
         for v, f in shaped:
             if f.dims is None or len(f.dims) != ndim:
                 continue
             first = first or f
             for i, axes in enumerate(f.dims):
-                if axes is None or (v.aval.shape[i] == 1 and out_shape[i] != 1):
+                if axes is None or (shape(v)[i] == 1 and out_shape[i] != 1):
                     continue  # (unknown, or broadcast along the dim by the op itself)
                 if not seen[i]:
                     dims[i], seen[i] = axes, True
@@ -233,10 +236,7 @@ class Pass(PointChecks):
         divided by its axes' size, or multiplied by the inverse)."""
         if len(eqn.invars) != 2 or name not in ("div", "mul"):
             return False
-        try:
-            value = float(literal_value(eqn.invars[1])) if is_literal(eqn.invars[1]) else 0.0
-        except (TypeError, ValueError):
-            return False
+        value = literal_number(eqn.invars[1]) or 0.0
         by = value if name == "div" else (1 / value if value else 0.0)
         others = sorted(self.manual - counted)
         for mask in range(1 << len(others)):  # the psum's axes: the counted ones and any others
@@ -333,18 +333,4 @@ def _variant(name: str) -> Any:
     for base in ("psum_scatter", "reduce_scatter", "psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute"):
         if base in name:
             return RULES.get("reduce_scatter" if base == "psum_scatter" else base)
-    return None
-
-
-def _sub_jaxpr(eqn: Any) -> Any:
-    """The jaxpr a call-like primitive runs on its operands as they are (not a loop's body,
-    whose operands are slices or carries)."""
-    for key in _CALLS:
-        inner = eqn.params.get(key)
-        if inner is None:
-            continue
-        jaxpr = getattr(inner, "jaxpr", inner)
-        if isinstance(jaxpr, jex.Jaxpr) and len(jaxpr.invars) == len(eqn.invars) \
-                and len(jaxpr.outvars) == len(eqn.outvars):
-            return jaxpr
     return None

@@ -18,8 +18,9 @@ from typing import Any
 import jax
 import jax.extend.core as jex
 
-__all__ = ["KernelPassWarning", "Unreadable", "param", "axis_names", "scan_groups", "while_groups",
-           "branches", "inner_jaxpr", "is_literal", "literal_value", "unreadable"]
+__all__ = ["KernelPassWarning", "Unreadable", "name", "shape", "param", "optional_param", "axis_names",
+           "scan_groups", "while_groups", "branches", "inner_jaxpr", "call_jaxpr", "is_literal", "literal_number",
+           "unreadable"]
 
 
 class KernelPassWarning(UserWarning):
@@ -29,6 +30,22 @@ class KernelPassWarning(UserWarning):
 
 class Unreadable(Exception):
     """A primitive's params are not in any shape this module knows."""
+
+
+def name(eqn: Any) -> str:
+    """The primitive's name (``jax.extend.core.Primitive.name``)."""
+    return eqn.primitive.name
+
+
+def shape(v: Any) -> tuple:
+    """The shape of a jaxpr value (a Var or a Literal); () for one without (a token)."""
+    return tuple(getattr(getattr(v, "aval", None), "shape", ()))
+
+
+def optional_param(eqn: Any, key: str) -> Any:
+    """A param some releases or some uses of a primitive leave out (None then)."""
+    params = getattr(eqn, "params", None)
+    return params.get(key) if isinstance(params, dict) else None
 
 
 def param(eqn: Any, key: str) -> Any:
@@ -93,12 +110,35 @@ def inner_jaxpr(closed: Any) -> Any:
     return jaxpr
 
 
+_CALLS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
+
+
+def call_jaxpr(eqn: Any) -> Any:
+    """The jaxpr a call-like primitive (jit, remat, custom_jvp/vjp...) runs on its operands as
+    they are (not a loop's body, whose operands are slices or carries); None if it has none of
+    the operands' and results' count."""
+    for key in _CALLS:
+        inner = optional_param(eqn, key)
+        jaxpr = getattr(inner, "jaxpr", inner)
+        if isinstance(jaxpr, jex.Jaxpr) and len(jaxpr.invars) == len(eqn.invars) \
+                and len(jaxpr.outvars) == len(eqn.outvars):
+            return jaxpr
+    return None
+
+
 def is_literal(v: Any) -> bool:
     return isinstance(v, jex.Literal)
 
 
-def literal_value(v: Any) -> Any:
-    return getattr(v, "val", None)
+def literal_number(v: Any) -> float | None:
+    """The value of a scalar literal, or None (not a literal, or not one number)."""
+    if not is_literal(v):
+        return None
+    try:
+        value: Any = getattr(v, "val", None)
+        return float(value)
+    except (TypeError, ValueError):
+        return None
 
 
 _WARNED: set = set()

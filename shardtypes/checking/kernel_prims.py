@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .kernel_facts import Dims, Fact, UNKNOWN, axes_text, fmt
+from .kernel_facts import Dims, Fact, UNKNOWN, axes_text, fmt, split_text
 from .kernel_algebra import fact_of as _one, ndim as _ndim, rel_mul, union as _union
 from .kernel_collectives import COLLECTIVES
-from .kernel_jax import param
+from .kernel_jax import name as prim_name, optional_param, param, shape
 
 __all__ = ["RULES"]
 
@@ -38,21 +38,21 @@ def _squeeze(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 
 def _broadcast(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
-    shape = param(eqn, "shape")
+    to = param(eqn, "shape")
     if d is None:
         return _one(p, eqn, ins, None)
-    out: list = [None] * len(shape)
-    in_shape = eqn.invars[0].aval.shape
+    out: list = [None] * len(to)
+    in_shape = shape(eqn.invars[0])
     for i, o in enumerate(param(eqn, "broadcast_dimensions")):
-        out[o] = d[i] if in_shape[i] == shape[o] else None
+        out[o] = d[i] if in_shape[i] == to[o] else None
     return _one(p, eqn, ins, tuple(out))
 
 
 def _reshape(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
-    if d is None or eqn.params.get("dimensions") is not None:
+    if d is None or optional_param(eqn, "dimensions") is not None:
         return _one(p, eqn, ins, None)
-    old, new = tuple(eqn.invars[0].aval.shape), tuple(param(eqn, "new_sizes"))
+    old, new = tuple(shape(eqn.invars[0])), tuple(param(eqn, "new_sizes"))
     out: list = [None] * len(new)
     i = j = 0
     while i < len(old) and j < len(new):  # groups of dims whose sizes multiply to the same
@@ -81,13 +81,13 @@ def _reshape(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 def _same_size(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """slice, pad, rev, dynamic_slice, dynamic_update_slice, gather...: dims keeping their size
     keep their axes; indices may not owe a sum; indices that vary make the result vary."""
-    name = eqn.primitive.name
+    name = prim_name(eqn)
     for f in ins[1:]:
         if f.owed and name != "dynamic_update_slice":
             p.nonlinear(f"{name} (indexing with a partial sum)", f)
     d = ins[0].dims
-    out_shape = eqn.outvars[0].aval.shape
-    in_shape = eqn.invars[0].aval.shape
+    out_shape = shape(eqn.outvars[0])
+    in_shape = shape(eqn.invars[0])
     vary = _union(*ins)
     if d is None or len(out_shape) != len(in_shape):
         return _rank_dropped(ins[0], _one(p, eqn, ins, None, vary=vary))
@@ -111,8 +111,8 @@ def _concatenate(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 def _split_axes(p: Any, eqn: Any, fact: Fact, dims: Any, blocks_of_one: bool = True) -> frozenset:
     """The manual axes (of more than one device) of ``dims`` of ``fact`` (``blocks_of_one``:
     also of dims with one element per device)."""
-    have, shape = fact.dims or (), eqn.invars[0].aval.shape
-    return frozenset(a for i in dims if i < len(have) and (blocks_of_one or shape[i] != 1)
+    have, sizes = fact.dims or (), shape(eqn.invars[0])
+    return frozenset(a for i in dims if i < len(have) and (blocks_of_one or sizes[i] != 1)
                      for a in (have[i] or ()) if a in p.manual)
 
 
@@ -123,8 +123,8 @@ def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     axes = set(param(eqn, "axes"))
     kept = None if d is None else tuple(a for i, a in enumerate(d) if i not in axes)
-    kind = _REDUCE_KIND.get(eqn.primitive.name)
-    if all(eqn.invars[0].aval.shape[i] == 1 for i in axes):  # over dims of one element: the value
+    kind = _REDUCE_KIND.get(prim_name(eqn))
+    if all(shape(eqn.invars[0])[i] == 1 for i in axes):  # over dims of one element: the value
         return _one(p, eqn, ins, kept)
     if kind is None or d is None:
         return _rank_dropped(ins[0], _one(p, eqn, ins, kept))
@@ -136,11 +136,11 @@ def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     summed = _split_axes(p, eqn, f, axes, blocks_of_one=False)
     if f.owed and f.kind == "fold" + kind:  # the blocks a psum added together, now reduced over
         owed = f.owed - _split_axes(p, eqn, f, axes)
-        return [f.derived(kept, eqn.primitive.name, owed, kind=f.kind if owed else "sum")]
+        return [f.derived(kept, prim_name(eqn), owed, kind=f.kind if owed else "sum")]
     if f.owed and f.kind == "prefix":
         return _one(p, eqn, ins, kept)  # (a sum of prefixes is not a prefix, nor a block's total)
     if f.owed and f.kind != kind:  # (a sum of maxima, say: neither is paid by what pays the other)
-        p.nonlinear(eqn.primitive.name, f)
+        p.nonlinear(prim_name(eqn), f)
     if not summed:
         return _rank_dropped(f, _one(p, eqn, ins, kept))
     dims = ", ".join(str(i) for i in sorted(axes) if d[i])
@@ -160,10 +160,10 @@ def _cumulative(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     axis = param(eqn, "axis")
     split = _split_axes(p, eqn, ins[0], (axis,))
     if split and ins[0].owed and ins[0].kind == "prefix":  # (one carry added later pays one prefix)
-        p.nonlinear(f"{eqn.primitive.name} (a prefix of a prefix)", ins[0])
+        p.nonlinear(f"{prim_name(eqn)} (a prefix of a prefix)", ins[0])
     if not split or ins[0].owed:
         return _one(p, eqn, ins, d)
-    by = f"JAX's {eqn.primitive.name!r} along dim {axis} of a value split over {axes_text(split)} ({ins[0].origin})"
+    by = f"JAX's {prim_name(eqn)!r} along dim {axis} of a value split over {axes_text(split)} ({ins[0].origin})"
     return _one(p, eqn, ins, d, split, by, kind="prefix")
 
 
@@ -181,7 +181,7 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
             p.fail(
                 f"{p.head}, JAX's 'dot_general' (jnp.einsum, @, jnp.dot) contracts dim {i} of an operand "
                 f"laid out {fmt(lhs.dims)} ({lhs.origin}) with dim {j} of one laid out {fmt(rhs.dims)} "
-                f"({rhs.origin}): the dim is split over {_split(a)} in the first but over {_split(b)} in the second "
+                f"({rhs.origin}): the dim is split over {split_text(a)} in the first but over {split_text(b)} in the second "
                 "(move mesh axes with the collectives first); each device would "
                 "multiply blocks of different parts of the dim")
         axes = {x for x in (a or b or ()) if x in p.manual}
@@ -214,10 +214,6 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
                          counted=lhs.counted | rhs.counted, mark=lhs.mark or rhs.mark)]
 
 
-def _split(axes: tuple) -> str:
-    return "/".join(repr(a) for a in axes) if axes else "no mesh axis"
-
-
 def _iota(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """The same on every device; but which global array it is a block of depends on what it is
     combined with (compared with ``ids - axis_index('t') * n`` it indexes a split dim's block):
@@ -248,7 +244,7 @@ def _unknown_linear(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """Each result: layout unknown, varying where the operands do (what they owe carried); with
     no operands (``dim_as_value``, random seeds from constants), the same on every device."""
     if not ins:
-        return [Fact(None, origin=f"JAX's {eqn.primitive.name!r}", vary=frozenset())] * len(eqn.outvars)
+        return [Fact(None, origin=f"JAX's {prim_name(eqn)!r}", vary=frozenset())] * len(eqn.outvars)
     return _one(p, eqn, ins, None, vary=_union(*ins)) * len(eqn.outvars)
 
 

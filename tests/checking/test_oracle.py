@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
 import types
 
@@ -55,6 +54,7 @@ from shardtypes import (
     typechecked,
     u8,
 )
+from conftest import examples_from_env
 
 # ---------------------------------------------------------------------------------------------
 # How many cases
@@ -62,20 +62,7 @@ from shardtypes import (
 _DEFAULT_TOTAL = 2400  # the sum of the shares below
 
 
-def _total_from_env() -> int:
-    raw = os.environ.get("SHARDTYPES_ORACLE_EXAMPLES")
-    if raw is None or raw == "":
-        return _DEFAULT_TOTAL
-    try:
-        total = int(raw)
-    except ValueError:
-        raise ValueError(f"SHARDTYPES_ORACLE_EXAMPLES must be an int, got {raw!r}") from None
-    if total < 1:
-        raise ValueError(f"SHARDTYPES_ORACLE_EXAMPLES must be at least 1, got {total}")
-    return total
-
-
-_TOTAL = _total_from_env()
+_TOTAL = examples_from_env("SHARDTYPES_ORACLE_EXAMPLES", _DEFAULT_TOTAL)
 
 
 def _settings(share: int):

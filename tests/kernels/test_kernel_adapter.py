@@ -174,3 +174,37 @@ def test_per_device_returns_its_argument_and_a_tree():
         out = jax.jit(typed_shard_map(k))(put(mesh, X, "d"))
     per_block = [X[i:i + 2].sum(0) + X[i:i + 2].max(0) for i in range(0, 8, 2)]
     np.testing.assert_allclose(np.asarray(out), X * np.mean(per_block, axis=0), rtol=1e-6)
+
+
+def test_only_the_adapter_reads_jax_equations():
+    """DESIGN.md: every read of JAX's primitives, their params and their values' avals goes
+    through checking/kernel_jax.py (which knows each release's shape of them); the pass's other
+    modules ask it."""
+    import pathlib
+    import re
+
+    folder = pathlib.Path(shardtypes.__file__).parent / "checking"
+    reads = re.compile(r"\.params\b|\.aval\b|\.primitive\b|\.val\b")
+    found = [f"{path.name}:{n}: {line.strip()}"
+             for path in sorted(folder.glob("kernel_*.py")) if path.name != "kernel_jax.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1)
+             if reads.search(line.split("#")[0]) and not line.lstrip().startswith(("\"", "'", "*"))]
+    assert found == [], "\n".join(found)
+
+
+@pytest.mark.parametrize("kind", ["explicit", "auto"])
+def test_a_psum_of_a_python_literal_is_the_axis_size_and_of_an_invariant_value_an_error(kind):
+    mesh = make_mesh(kind)
+
+    def size(x: f32[b"batch/d feat"]) -> f32[b"batch/d feat"]:
+        return x * jax.lax.psum(1, "d")  # the axis size, the same on every device
+
+    def twice(x: f32[b"batch/d feat"]) -> f32[b"feat"]:
+        return jax.lax.psum(jax.lax.psum(x.sum(0), "d"), "d")
+
+    with jax.set_mesh(mesh):
+        out = jax.jit(partial(typed_shard_map, check_vma=False)(size))(put(mesh, X, "d"))
+        np.testing.assert_allclose(np.asarray(out), 4 * X)
+        with pytest.raises(TypeCheckError, match=r"a psum over mesh axis 'd' added up a value that is already the "
+                           r"same on every device along it .*counting it once per device"):
+            jax.jit(partial(typed_shard_map, check_vma=False)(twice))(put(mesh, X, "d"))

@@ -83,22 +83,10 @@ from typeguard import TypeCheckError
 
 import shardtypes
 from shardtypes import ShapeSpec, bool_, f32, make_partition_specs, typed_shard_map
+from conftest import examples_from_env
 
 # ---------------------------------------------------------------------------------------------
 # How many kernels
-
-
-def _examples_from_env() -> int:
-    raw = os.environ.get("SHARDTYPES_KERNEL_ORACLE_EXAMPLES", "")
-    if raw.strip() == "":
-        return 1000
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"SHARDTYPES_KERNEL_ORACLE_EXAMPLES must be an int, got {raw!r}") from None
-    if n < 1:
-        raise ValueError(f"SHARDTYPES_KERNEL_ORACLE_EXAMPLES must be at least 1, got {n}")
-    return n
 
 
 def _seed_from_env() -> int | None:
@@ -115,7 +103,7 @@ def _seed_from_env() -> int | None:
         raise ValueError(f"SHARDTYPES_KERNEL_ORACLE_SEED must be an int or 'random', got {raw!r}") from None
 
 
-EXAMPLES = _examples_from_env()
+EXAMPLES = examples_from_env("SHARDTYPES_KERNEL_ORACLE_EXAMPLES", 1000)
 SEED = _seed_from_env()
 
 # ---------------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from shardtypes import AxisRulesError, Scope, ShapeSpecError, TypeCheckError, co
 
 from fuzz_calls import FAMILIES, scope_calls
 from fuzz_strategies import PENDING, Call
+from conftest import examples_from_env
 
 # ---------------------------------------------------------------------------------------------
 # How many cases
@@ -57,20 +58,7 @@ SHARES = {"language": 1000, "annotations": 800, "checking": 900, "layout": 800, 
 _DEFAULT_TOTAL = sum(SHARES.values())  # 5,200
 
 
-def _total_from_env() -> int:
-    raw = os.environ.get("SHARDTYPES_FUZZ_EXAMPLES")
-    if raw is None or raw == "":
-        return _DEFAULT_TOTAL
-    try:
-        total = int(raw)
-    except ValueError:
-        raise ValueError(f"SHARDTYPES_FUZZ_EXAMPLES must be an int, got {raw!r}") from None
-    if total < 1:
-        raise ValueError(f"SHARDTYPES_FUZZ_EXAMPLES must be at least 1, got {total}")
-    return total
-
-
-_TOTAL = _total_from_env()
+_TOTAL = examples_from_env("SHARDTYPES_FUZZ_EXAMPLES", _DEFAULT_TOTAL)
 
 
 def _settings(share: int) -> Any:
