@@ -208,3 +208,27 @@ def test_a_psum_of_a_python_literal_is_the_axis_size_and_of_an_invariant_value_a
         with pytest.raises(TypeCheckError, match=r"a psum over mesh axis 'd' added up a value that is already the "
                            r"same on every device along it .*counting it once per device"):
             jax.jit(partial(typed_shard_map, check_vma=False)(twice))(put(mesh, X, "d"))
+
+
+# Keeps its operand's aval, so JAX (check_vma on) types its result varying as the operand is.
+TYPED_MYSTERY = Primitive("shardtypes_test_typed_mystery")
+TYPED_MYSTERY.def_impl(lambda x: 2 * x)
+TYPED_MYSTERY.def_abstract_eval(lambda x: x)
+mlir.register_lowering(TYPED_MYSTERY, mlir.lower_fun(lambda x: 2 * x, multiple_results=False))
+
+
+@pytest.mark.parametrize("kind", ["explicit", "auto"])
+def test_where_the_pass_steps_aside_jax_s_varying_check_still_speaks(kind):
+    """The pass cannot follow the primitive, so it does not know what ``y`` varies over; JAX's
+    own varying type (check_vma on) still refuses a replicated annotation, said by the pass."""
+    mesh = make_mesh(kind)
+
+    def k(x: f32[b"batch/d feat"]) -> f32[b"feat"]:
+        y: f32[b"_ feat"] = TYPED_MYSTERY.bind(x)
+        return y[0]
+
+    with jax.set_mesh(mesh):
+        with pytest.warns(KernelPassWarning, match="shardtypes_test_typed_mystery"):
+            with pytest.raises(TypeCheckError, match=r"in kernel .*k\(\), the value assigned to y of .*k\(\), annotated "
+                               r"f32\[b'_ feat'\]: it varies over manual mesh axis 'd' \(jax.typeof gives"):
+                jax.jit(typed_shard_map(k))(put(mesh, X, "d"))
