@@ -8,7 +8,8 @@ the cost of checking alone; the targets are judged on this one) and ``return x +
 whose dispatch dominates and is noisy):
 
   bare                 no checks
-  floor                reads each array's shape, dtype and sharding, and checks nothing (below)
+  reads                reads each array's shape, dtype and sharding, and checks nothing
+  floor                reads them and looks the triple up in a dict (the floor, below)
   typeguard            plain typeguard.typechecked with jax.Array annotations (type only)
   shardtypes           shardtypes.typechecked on f32[b'b/d e'] (dtype, shape, dimension table
                        AND sharding)
@@ -29,10 +30,13 @@ against floor, typeguard and jaxtyping+beartype; the static spelling against the
 (target <= 1); isinstance and shardtypes+beartype against jaxtyping+beartype. Machines are noisy:
 only the ratios within one run mean anything. Under jax.jit it also compares the compiled program
 of the checked function with the bare one, the cost of a cached call (target ~1.0, on Auto axes
-too) and of a first call, trace and compile included (target <= 1.3).
+too) and of a first call, trace and compile included (target <= 1.3). With checks off
+(``SHARDTYPES_DISABLE=1``) it shows what a checked call still costs (it records its arguments, so
+that ``dims()`` read in its body can work sizes out) and what reading ``dims()`` costs then.
 
-The floor of any eager check is reading each array's shape, dtype and sharding: ``floor`` is a
-decorator that does only that, for every argument leaf and the result. Checking may cost at most
+The floor of any exact eager check is reading each array's shape, dtype and sharding and looking
+the triple up in a dict: ``floor`` is a decorator that does only that, for every argument leaf and
+the result (``reads`` leaves the lookup out: below the floor, shown for reference). Checking may cost at most
 2x the floor, on the call above and on a call taking the 1,929-leaf parameter tree of
 ``benchmarks/make_shardings.py`` (params and two Adam moments, 80 unstacked layers, as pytree
 dataclasses); both ratios are printed.
@@ -93,7 +97,23 @@ def measure(fns: dict, args, number: int, repeat: int) -> dict:
 
 
 def floor(fn):
-    """The least an eager check must do: read each array's shape, dtype and sharding."""
+    """The least any exact eager check must do: read each array's shape, dtype and sharding, and
+    look the triple up in a dict (of the layouts seen before)."""
+    seen: dict = {}
+
+    def wrapper(*args):
+        for leaf in jax.tree_util.tree_leaves(args):
+            seen.get((leaf.shape, leaf.dtype, leaf.sharding))
+        result = fn(*args)
+        for leaf in jax.tree_util.tree_leaves(result):
+            seen.get((leaf.shape, leaf.dtype, leaf.sharding))
+        return result
+
+    return wrapper
+
+
+def reads(fn):
+    """Less than the floor: only read each array's shape, dtype and sharding (no lookup)."""
 
     def wrapper(*args):
         for leaf in jax.tree_util.tree_leaves(args):
@@ -114,6 +134,10 @@ def make_versions(body):
 
     @floor
     def with_floor(x, y):
+        return body(x, y)
+
+    @reads
+    def with_reads(x, y):
         return body(x, y)
 
     @typeguard.typechecked
@@ -141,7 +165,7 @@ def make_versions(body):
                 raise TypeError("the result is not f32[b'b/d e']")
             return result
 
-    versions = {"bare": bare, "floor": with_floor, "typeguard": with_typeguard,
+    versions = {"bare": bare, "reads": with_reads, "floor": with_floor, "typeguard": with_typeguard,
                 "shardtypes": with_shardtypes, "shardtypes (static)": with_static,
                 "isinstance": with_isinstance}
     if beartype is None:
@@ -224,6 +248,10 @@ def main() -> None:
     ratio("isinstance", "jaxtyping+beartype")
     ratio("shardtypes+beartype", "jaxtyping+beartype")
 
+    ratio("shardtypes", "reads")
+
+    checks_off(x, y, args.number, args.repeat)
+
     tree_ratio = tree_call(mesh, args.number // 20 or 1, args.repeat)
     print(f"  {'tree call: shardtypes / floor':40s} = {tree_ratio:.2f}   (target <= 2)")
 
@@ -254,6 +282,44 @@ def main() -> None:
         print("  (Auto axes: the compile-time check adds nothing to the executable and declares no\n"
               "   JAX effect, so cached calls stay on jit's C++ fast path; the first check in a\n"
               "   process also runs the check's self-test once, not counted above.)")
+
+
+def checks_off(x, y, number: int, repeat: int) -> None:
+    """The cost of a checked call with checks off (``SHARDTYPES_DISABLE=1``): it records its
+    arguments so that ``dims()`` can work sizes out if read; and of reading ``dims()`` there."""
+
+    def bare(x, y):
+        return x
+
+    def bare_reading(x, y):
+        return x, x.shape[0]  # what dims()['b'] gives, read without shardtypes
+
+    @shardtypes.typechecked
+    def checked(x: f32[b"b/d e"], y: f32[b"b/d e"]) -> f32[b"b/d e"]:
+        return x
+
+    @shardtypes.typechecked
+    def checked_reading(x: f32[b"b/d e"], y: f32[b"b/d e"]):
+        return x, shardtypes.dims()["b"]
+
+    fns = {"bare": bare, "shardtypes": checked, "bare, reads a size": bare_reading,
+           "shardtypes, reads dims()": checked_reading}
+    results = {}
+    for on in (True, False):
+        shardtypes.config.checks = on
+        try:
+            results[on] = measure(fns, (x, y), number, repeat)
+        finally:
+            shardtypes.config.checks = True
+    print("\nchecks on and off (shardtypes.config.checks; SHARDTYPES_DISABLE=1), body `return x`, "
+          "and a body that reads dims()['b']:")
+    print(f"  {'':28s} {'on µs/call':>10s} {'off µs/call':>12s}")
+    for name in fns:
+        print(f"  {name:28s} {results[True][name]:10.2f} {results[False][name]:12.2f}")
+    off = results[False]
+    print(f"  checks off, above bare: {off['shardtypes'] - off['bare']:.2f} µs per call "
+          f"(recording the arguments); reading dims() once: "
+          f"{off['shardtypes, reads dims()'] - off['bare, reads a size']:.2f} µs above bare")
 
 
 FIRST_CALLS = 5

@@ -16,7 +16,7 @@ jax.config.update("jax_num_cpu_devices", 8)  # before anything touches the devic
 import jax.numpy as jnp  # noqa: E402
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
 
-from shardtypes import TypeCheckError, dims, f32, typechecked  # noqa: E402
+from shardtypes import TypeCheckError, config, dims, f32, typechecked  # noqa: E402
 
 
 @typechecked
@@ -73,6 +73,10 @@ def main() -> None:
         kernel = jax.shard_map(local_sum, in_specs=P("d", "t"), out_specs=P("d", "t"))
         out = jax.jit(kernel)(out)
         print(f"shard_map    -> {out.shape} {spec_of(out)}")
+
+        if not config.checks:  # SHARDTYPES_DISABLE=1: the same program, unchecked
+            print("\nChecks are off (SHARDTYPES_DISABLE=1), so the deliberate mistakes are left out")
+            return
 
         print("\nA deliberate mistake: x laid out over 't' instead of 'd'")
         wrong = put(jax.random.normal(key, (8, 4)), "t")

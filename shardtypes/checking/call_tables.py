@@ -6,14 +6,17 @@ run in the call's own table.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from typing import Any, Callable
+import warnings
+from typing import Any, Callable, Iterator
 
 from typeguard import TypeCheckError
 
 from ..context.settings import _FORCED, config
-from ..context.tables import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
+from ..context.tables import _BASE, _IN_TRACE, _TABLE, _UNCHECKED, Table, UncheckedCall, trace_key, tracing
+from .compile_time import COMPILE_TIME_CHECKS
 from .fast_path import _ARRAY_TYPES
 from .frames import failed_function
 from ..model.errors import in_function
@@ -28,8 +31,29 @@ NO_TYPE_CHECK = "__no_type_check__"
 _EMPTY = Table()  # tables are immutable, so every top-level call can start from this one
 
 
-def _with_table(target: Callable, checked: Callable) -> Callable:
-    """Wraps ``checked`` so that a call outside any table runs with a fresh one."""
+@contextlib.contextmanager
+def sizing() -> Iterator[None]:
+    """Where the sizes of a call made with checks off are worked out, when ``dims()`` asks: the
+    checks forced on, in a table of their own, with no compile-time check registered (the
+    program stays as it was traced) and no warning (the user turned the checks off)."""
+    forced, compile_time = _FORCED.set(True), COMPILE_TIME_CHECKS.set(False)
+    table, unchecked = _TABLE.set(_EMPTY), _UNCHECKED.set(None)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        _UNCHECKED.reset(unchecked)
+        _TABLE.reset(table)
+        COMPILE_TIME_CHECKS.reset(compile_time)
+        _FORCED.reset(forced)
+
+
+def _with_table(target: Callable, checked: Callable,
+                sizer: Callable[[tuple, dict], dict] | None = None) -> Callable:
+    """Wraps ``checked`` so that a call outside any table runs with a fresh one. With checks off
+    a plain function's call is recorded with ``sizer`` (the sizes its arguments give, for
+    ``dims()``; see ``UncheckedCall``)."""
     if inspect.iscoroutinefunction(target):
 
         @functools.wraps(target)
@@ -75,7 +99,15 @@ def _with_table(target: Callable, checked: Callable) -> Callable:
 
     @functools.wraps(target)
     def wrapper(*args, **kwargs):
-        if not config._checks and not _FORCED.get() or NO_TYPE_CHECK in own:
+        if not config._checks and not _FORCED.get():
+            if sizer is None or NO_TYPE_CHECK in own:
+                return target(*args, **kwargs)
+            unchecked = _UNCHECKED.set(UncheckedCall(sizer, args, kwargs, _UNCHECKED.get()))
+            try:
+                return target(*args, **kwargs)
+            finally:
+                _UNCHECKED.reset(unchecked)
+        if NO_TYPE_CHECK in own:
             return target(*args, **kwargs)
         start = _TABLE.get()
         table, traced = _call_table(start, args)

@@ -202,6 +202,8 @@ def is_instance(value: object, annotation: Any, array_type: Any = jax.Array, /) 
 def check_named(value: Any, annotation: Any, where: str, who: str) -> None:
     """Checks one value against an annotation in the current table, where the caller names the
     value (``MLP.blocks[0].w`` for ``shardtypes.nnx.check``)."""
+    if not config._checks and not _FORCED.get():
+        return  # checks off (shardtypes.nnx.check, the Linen checks): as check() does
     plan = plan_for(annotation)
     table = _TABLE.get()
     if table is None:

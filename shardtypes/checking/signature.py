@@ -13,15 +13,17 @@ import types
 from typing import Any, Callable
 
 import jax
+import jax.core
 import typeguard
+from jax.sharding import AxisType
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from .call_tables import _EMPTY, NO_TYPE_CHECK, _with_table
+from .call_tables import _EMPTY, NO_TYPE_CHECK, _with_table, sizing
 from .entry import check_with_plan
 from .inside import check_inside, looks_inside
 from ..context.settings import _FORCED, config
 from ..context.tracebacks import filter_traceback
-from ..context.tables import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
+from ..context.tables import _BASE, _IN_TRACE, _TABLE, _UNCHECKED, Table, UncheckedCall, trace_key, tracing
 from ..model.errors import in_function
 from ..model.hints import resolve_hints
 from ..model.nodes import model
@@ -125,6 +127,7 @@ class _SignatureChecker:
         cfg, forced = config, _FORCED.get
         get_in_trace, set_in_trace, reset_in_trace = _IN_TRACE.get, _IN_TRACE.set, _IN_TRACE.reset
         get_base, array_types = _BASE.get, _ARRAY_TYPES
+        get_unchecked, set_unchecked, reset_unchecked = _UNCHECKED.get, _UNCHECKED.set, _UNCHECKED.reset
 
         def check_one(param: _Param, value: Any, table: Table, tried_fast: bool = False) -> Table:
             """Checks one argument or return value; returns the table with its bindings.
@@ -172,6 +175,34 @@ class _SignatureChecker:
                 table = check_one(by_name[name], value, table)
             return table
 
+        def sizes_of(args: tuple, kwargs: dict) -> dict:
+            """The sizes a call's arguments bind, for ``dims()`` read in a call made with checks
+            off: each argument's own check, run now; one that fails binds nothing."""
+            if checker.params is None:
+                checker._resolve()
+            positional = checker.positional
+            if positional is not None and not kwargs and len(args) == len(positional):
+                pairs: Any = zip(positional, args)
+            else:
+                bound = checker.signature.bind(*args, **kwargs)
+                bound.apply_defaults()
+                pairs = [(checker.by_name[name], value) for name, value in bound.arguments.items()]
+            table, slow = _EMPTY, []
+            for param, value in pairs:  # concrete arrays first, through the fast path
+                new = fast_check(value, param.plan, table[0]) if param.plan is not None else None
+                if new:
+                    table = table.bind(new, param.origin)
+                elif new is None:
+                    slow.append((param, value))
+            if slow:
+                with sizing():
+                    for param, value in slow:
+                        try:
+                            table = check_one(param, value, table)
+                        except Exception:  # checks are off: a value that does not match is let
+                            table = _lenient(param, value, table)  # be; its plain sizes still bind
+            return table[0]
+
         if inspect.iscoroutinefunction(target):
 
             async def async_checked(*args, **kwargs):
@@ -190,7 +221,15 @@ class _SignatureChecker:
         # first). Anything else goes through check_one / check_arguments.
         @functools.wraps(target)
         def checked(*args, **kwargs):
-            if not cfg._checks and not forced() or NO_TYPE_CHECK in own:  # (typing.no_type_check on top)
+            if not cfg._checks and not forced():  # checks off: dims() works sizes out if read
+                if NO_TYPE_CHECK in own:
+                    return target(*args, **kwargs)
+                unchecked = set_unchecked(UncheckedCall(sizes_of, args, kwargs, get_unchecked()))
+                try:
+                    return target(*args, **kwargs)
+                finally:
+                    reset_unchecked(unchecked)
+            if NO_TYPE_CHECK in own:  # (typing.no_type_check on top)
                 return target(*args, **kwargs)
             table = start = get_table()
             token = trace_token = key = None
@@ -253,7 +292,37 @@ class _SignatureChecker:
                     reset_in_trace(trace_token)
 
         own = checked.__dict__
+        setattr(checked, "sizes_of", sizes_of)  # (for _with_table's sizer, see signature_sizer)
         return checked
+
+
+def _lenient(param: _Param, value: Any, table: Table) -> Table:
+    """With checks off, what a value that fails its check still binds: the sizes of a plain
+    annotation's named dims (``f32[b'batch embed']``) where its rank is right and its shape is the
+    global one (outside shard_map); nothing otherwise."""
+    plan = param.plan
+    shape = getattr(value, "shape", None)
+    if plan is None or plan.names is None or not isinstance(shape, tuple) or len(shape) != plan.ndim:
+        return table
+    if isinstance(value, jax.core.Tracer) and AxisType.Manual in getattr(
+            jax.typeof(value).sharding.mesh, "axis_types", ()):
+        return table  # a local block: its sizes are not the global ones dims() holds
+    new = {name: size for name, size in zip(plan.names, shape)
+           if isinstance(name, str) and name not in table[0]}
+    return table.bind(new, param.origin) if new else table
+
+
+def signature_sizer(target: Callable, scope_vars: dict) -> Callable[[tuple, dict], dict]:
+    """The sizes a call of ``target`` binds from its signature, for a function checked another way
+    (typeguard's instrumentation) when it is called with checks off; built when first asked."""
+    made: list = []
+
+    def sizes_of(args: tuple, kwargs: dict) -> dict:
+        if not made:
+            made.append(getattr(_SignatureChecker(target, scope_vars).wrap(), "sizes_of"))
+        return made[0](args, kwargs)
+
+    return sizes_of
 
 
 def _bind_leaves(param: _Param, treedef: Any, value: Any, table: Table, new: dict, first_leaf: dict) -> Table:

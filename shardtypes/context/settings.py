@@ -61,8 +61,9 @@ class Config:
 
     ``shardtypes.config.checks`` (bool, default ``True`` unless ``SHARDTYPES_DISABLE=1`` is set
     in the environment): ``False`` turns every check off; annotations still give specs,
-    shardings and ``typed_shard_map`` layouts. ``dims()`` then holds only what ``Scope(...)``
-    bound, since no check binds sizes. ``verify`` and ``plan`` check regardless.
+    shardings and ``typed_shard_map`` layouts. ``dims()`` then works sizes out from the
+    arguments of the checked calls it is read in, when read (nothing is compared). ``verify``
+    and ``plan`` check regardless.
 
     ``shardtypes.config.auto_sharding_check`` is one of:
 

@@ -33,13 +33,15 @@ import itertools
 import operator
 import re
 import types
-from typing import Any, Callable, Mapping, TypeVar, cast
+from collections.abc import Mapping
+from typing import Any, Callable, TypeVar, cast
 
 import jax
 import jax.core
 import numpy as np
 
 from .compat import JitKey
+from .settings import checks_on
 from ..language.sizes import is_size
 
 __all__ = ["Scope", "scope", "dims", "Table"]
@@ -162,7 +164,7 @@ class Scope:
         key.__enter__()
         # Kept per context: one Scope object may be entered by several threads or asyncio tasks
         # at once, each in its own context.
-        _OPEN.set((*_OPEN.get(), (self, _TABLE.set(table), _BASE.set(table), key)))
+        _OPEN.set((*_OPEN.get(), (self, _TABLE.set(table), _BASE.set(table), key, _UNCHECKED.set(None))))
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -193,7 +195,8 @@ class Scope:
 
 
 def _close(entry: tuple, exc_info: tuple) -> None:
-    _, table, base, key = entry
+    _, table, base, key, unchecked = entry
+    _UNCHECKED.reset(unchecked)
     _BASE.reset(base)
     _TABLE.reset(table)
     key.__exit__(*exc_info)
@@ -255,10 +258,107 @@ def scope(f: F) -> F:
 def dims() -> Mapping[str, Any]:
     """A read-only view of the current bindings (global sizes), e.g. ``dims()['batch']``.
 
-    Empty outside a checked call or ``Scope``.
+    Empty outside a checked call or ``Scope``. With checks off (``config.checks = False``,
+    ``SHARDTYPES_DISABLE=1``) it holds what the arguments of the checked calls it is read in give
+    (worked out when read; nothing is compared), and a name no argument or Scope binds is a
+    KeyError that says the checks are off.
     """
     table = _TABLE.get()
-    return types.MappingProxyType(table.sizes if table is not None else {})
+    sizes = table.sizes if table is not None else {}
+    call = _UNCHECKED.get()
+    if call is not None:
+        sizes = {**sizes, **call.sizes()}
+    if not checks_on():
+        return _UncheckedDims(sizes)
+    return types.MappingProxyType(sizes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sizes with checks off. Nothing is checked, so nothing binds sizes as a call runs; a checked
+# call records what it was called with instead (``UncheckedCall``), and ``dims()`` works the
+# sizes out from the arguments when it is read, so code that reads ``dims()`` runs the same with
+# the switch set. A call that never reads ``dims()`` pays for one context variable set and reset.
+
+class UncheckedCall:
+    """One call of a checked function made with checks off: ``sizer(args, kwargs)`` gives the
+    sizes its arguments bind (the checker's own binding, run when first asked); ``outer`` is the
+    call it is nested in, whose sizes it sees (its own win where they differ: with checks off
+    nothing is compared)."""
+
+    __slots__ = ("sizer", "args", "kwargs", "outer", "found", "was_traced", "extra")
+
+    def __init__(self, sizer: Callable[[tuple, dict], dict], args: tuple, kwargs: dict,
+                 outer: "UncheckedCall | None"):
+        self.sizer = sizer
+        self.args = args
+        self.kwargs = kwargs
+        self.outer = outer
+        self.found: dict | None = None
+        self.was_traced = False
+        self.extra: dict = {}  # what typed ops called in its body bound (shardtypes.ops)
+
+    def sizes(self) -> dict:
+        if self.found is None:
+            traced = _holds_tracer(self.args, self.kwargs)
+            outer = self.outer
+            # The outermost traced call in an eager call tree does not see the eager calls'
+            # sizes (jit's cache does not key on them), as with checks on.
+            base = outer.sizes() if outer is not None and (not traced or outer.traced()) else {}
+            try:
+                own = self.sizer(self.args, self.kwargs)
+            except Exception:  # never break the user's program over a size
+                own = {}
+            self.found = {**base, **own}
+            self.was_traced = traced
+            self.args, self.kwargs = (), {}  # the arrays are no longer needed here
+        return {**self.found, **self.extra} if self.extra else self.found
+
+    def add(self, sizes: dict) -> None:
+        """Sizes a typed op in the call's body bound (its operands and result, as with checks on)."""
+        if sizes:
+            self.extra = {**self.extra, **sizes}
+
+    def traced(self) -> bool:
+        return _holds_tracer(self.args, self.kwargs) if self.found is None else self.was_traced
+
+
+def _holds_tracer(args: tuple, kwargs: dict) -> bool:
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves((args, kwargs)))
+
+
+# The innermost checked call made with checks off in this context, or None (inside a Scope: None
+# until a call is made in it).
+_UNCHECKED: contextvars.ContextVar[UncheckedCall | None] = contextvars.ContextVar(
+    "shardtypes.unchecked_call", default=None)
+
+
+class _UncheckedDims(Mapping):
+    """``dims()`` with checks off: a read-only mapping whose missing name says the checks are off."""
+
+    __slots__ = ("_sizes",)
+
+    def __init__(self, sizes: dict):
+        self._sizes = sizes
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self._sizes[name]
+        except KeyError:
+            raise KeyError(
+                f"dims()[{name!r}]: no size is bound to {name!r} here, and shardtypes' checks are "
+                "off (shardtypes.config.checks = False, or SHARDTYPES_DISABLE=1 at import): sizes then "
+                "come only from Scope(...) and from the arguments of the checked calls dims() is read "
+                f"in, as their annotations name them; bound here: {sorted(self._sizes)}"
+            ) from None
+
+    def __iter__(self):
+        return iter(self._sizes)
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def __repr__(self) -> str:
+        return f"dims({self._sizes!r})"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from ..model.annotations import number
 from ..context.tables import scope
 from .instrument import has_str_shapes, instrument_str_shapes, with_closure
 from ..model.errors import ShardtypesWarning
-from ..checking.signature import _SignatureChecker, looking_inside
+from ..checking.signature import _SignatureChecker, looking_inside, signature_sizer
 
 __all__ = ["typechecked"]
 
@@ -103,7 +103,8 @@ def _typechecked(target: Any, scope_vars: dict) -> Any:
     if needs:
         instrumented, problem = _instrument(target, scope_vars)
         if problem is None:
-            return _mark(_with_table(target, looking_inside(target, instrumented, scope_vars)))
+            sizer = signature_sizer(target, scope_vars)
+            return _mark(_with_table(target, looking_inside(target, instrumented, scope_vars), sizer))
         _warn_unchecked_locals(target, problem)
         if _is_generator(target):
             return _mark(generator_from_signature(target, scope_vars))

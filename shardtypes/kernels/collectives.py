@@ -25,7 +25,8 @@ from ..model.describe import Mismatch, axis_hint, describe
 from ..checking.kernel_layouts import kernel_check_vma, op_check, with_op_context
 from ..context.compat import varying_axes
 from ..context.rules import AxisRulesError
-from ..context.tables import _TABLE, Table
+from ..context.tables import _TABLE, _UNCHECKED, Table
+from ..context.settings import checks_on
 from ..model.categories import anydtype
 from ..context.rule_resolution import layout as rules_layout
 from ..language.shape import FIXED, NAMED, DimSpec, ShapeSpec, ShapeSpecError
@@ -48,6 +49,8 @@ def check(op: str, spec_text: Any, what: str, spec: ShapeSpec, value: Any, dtype
             new = check_value(value, dtype, spec, table if table is not None else Table(),
                               lambda: f"{what} of shardtypes.ops.{op}({spec_text!r})")
     except Mismatch as m:
+        if not checks_on():  # checks off: nothing is compared (a value that matches binds its sizes)
+            return
         raise TypeCheckError(
             f"{_caller()}{call(op, spec_text)}: {what} is not {str(spec)!r}: "
             f"{m.problem} (found {describe(value)})"
@@ -84,7 +87,11 @@ def own_table(op: _Op) -> _Op:
                 return op(*args, **kwargs)
             token = _TABLE.set(Table())
             try:
-                return op(*args, **kwargs)
+                result = op(*args, **kwargs)
+                unchecked = _UNCHECKED.get()  # checks off: what the op bound reaches dims()
+                if unchecked is not None:
+                    unchecked.add((_TABLE.get() or Table()).sizes)
+                return result
             finally:
                 _TABLE.reset(token)
         except AxisRulesError as e:  # the rules could not place a logical name of the spec

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Sequence
 from ..context.rules import RULES_HINT, AxisRules, axis_rules
 from .html_page import write_html
 from .html_parts import DEVICE_KINDS, parse_capacity
-from .memory_plan import PlanReport, plan, plan_html
+from .memory_plan import PlanReport, parse_fraction, plan, plan_html
 from .terminal import plan_lines, progress, render, use_colour
 from .verification import VerifyReport, verify
 
@@ -41,6 +41,9 @@ PLAN_EXAMPLES = """\
 
   # logical axis names, resolved through rules defined in your module
   shardtypes plan mymodel:Weights --mesh data=8,model=8 --rules mymodel:RULES --mode decode
+
+  # exit 1 when more than 5% of the memory per device is replicated copies
+  shardtypes plan mymodel:Weights --mesh d=64,t=64 --dims embed=8192,vocab=128256 --max-replicated 5%
 """
 
 VERIFY_EXAMPLES = """\
@@ -83,23 +86,24 @@ def _split_top_level(text: str) -> list[str]:
     return items
 
 
-def _pairs(text: str, what: str, convert) -> dict[str, Any]:
+def _pairs(text: str, convert) -> dict[str, Any]:
+    """``name=value,...`` as a dict; errors say what is wrong (argparse names the flag)."""
     out: dict[str, Any] = {}
     if not text:
         return out
     for item in _split_top_level(text):
         if "=" not in item:
-            raise argparse.ArgumentTypeError(f"{what}: expected name=value pairs separated by commas, got {item!r}")
+            raise argparse.ArgumentTypeError(f"expected name=value pairs separated by commas, got {item!r}")
         name, value = item.split("=", 1)
         name = name.strip()
         if not name.isidentifier():
-            raise argparse.ArgumentTypeError(f"{what}: {name!r} is not a name")
+            raise argparse.ArgumentTypeError(f"{name!r} is not a name")
         if name in out:
-            raise argparse.ArgumentTypeError(f"{what}: {name!r} is given twice")
+            raise argparse.ArgumentTypeError(f"{name!r} is given twice")
         try:
             out[name] = convert(value.strip())
         except (ValueError, SyntaxError) as e:
-            raise argparse.ArgumentTypeError(f"{what}: bad value for {name}: {value!r} ({e})") from None
+            raise argparse.ArgumentTypeError(f"bad value for {name}: {value!r} ({e})") from None
     return out
 
 
@@ -111,12 +115,12 @@ def _size(value: str) -> Any:
 
 
 def _mesh(text: str) -> dict[str, int]:
-    mesh = _pairs(text, "--mesh", int)
+    mesh = _pairs(text, int)
     if not mesh:
-        raise argparse.ArgumentTypeError("--mesh: give the axes, as d=64,t=64")
+        raise argparse.ArgumentTypeError("give the axes, as d=64,t=64")
     bad = {k: v for k, v in mesh.items() if v < 1}
     if bad:
-        raise argparse.ArgumentTypeError(f"--mesh: axis sizes must be positive, got {bad}")
+        raise argparse.ArgumentTypeError(f"axis sizes must be positive, got {bad}")
     return mesh
 
 
@@ -125,7 +129,14 @@ def _capacity(text: str) -> str:
         parse_capacity(text, "--hbm")
         return text
     except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--hbm: ")) from None
+
+
+def _share(text: str) -> float:
+    try:
+        return parse_fraction(text, "--max-replicated")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--max-replicated: ")) from None
 
 
 def _load(target: str) -> Any:
@@ -235,7 +246,7 @@ def _main(argv: Sequence[str] | None) -> int:
     common.add_argument("target", metavar="MODULE:OBJECT", help="what to plan or verify")
     common.add_argument("--mesh", type=_mesh, required=True, metavar="AXIS=SIZE,...",
                         help="the abstract mesh, e.g. d=64,t=64 (Explicit axes)")
-    common.add_argument("--dims", type=lambda t: _pairs(t, "--dims", _size), default={},
+    common.add_argument("--dims", type=lambda t: _pairs(t, _size), default={},
                         metavar="NAME=SIZE,...", help="sizes of named dims, e.g. embed=8192,layers=80")
     common.add_argument("--rules", metavar="MODULE:OBJECT", help="AxisRules to resolve logical axis names")
     common.add_argument("--mode", action="append", help="the rules' mode (e.g. decode); for plan, give it "
@@ -244,6 +255,9 @@ def _main(argv: Sequence[str] | None) -> int:
     common.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                         help="colour the memory bar: auto (a terminal, or FORCE_COLOR set; never with NO_COLOR), "
                         "always or never; JSON is never coloured")
+    common.add_argument("--max-replicated", type=_share, metavar="SHARE",
+                        help="a problem (exit 1) when more than this share of the memory per device "
+                        "is replicated copies, e.g. 5%% (or 0.05); for verify, of the function's arguments")
     common.add_argument("--html", metavar="FILE", help="also write the report as a self-contained HTML page")
     common.add_argument("--hbm", type=_capacity, metavar="SIZE|KIND",
                         help="device memory for the page's bar: 80GiB, or a kind (" + ", ".join(DEVICE_KINDS) + ")")
@@ -257,7 +271,7 @@ def _main(argv: Sequence[str] | None) -> int:
                                      "evaluate it with jax.eval_shape with every check on, and report "
                                      "every problem.", epilog="examples:\n" + VERIFY_EXAMPLES + TARGETS,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    verify_cmd.add_argument("--static", type=lambda t: _pairs(t, "--static", ast.literal_eval), default={},
+    verify_cmd.add_argument("--static", type=lambda t: _pairs(t, ast.literal_eval), default={},
                             metavar="NAME=VALUE,...", help="values of non-array parameters (Python literals)")
     with _writing_stdout():  # --help, --version and usage errors print here
         args = parser.parse_args(argv)
@@ -288,10 +302,11 @@ def _main(argv: Sequence[str] | None) -> int:
         for mode, context in contexts.items():
             with context:
                 if args.command == "plan":
-                    reports[mode] = plan(target, args.mesh, args.dims)
+                    reports[mode] = plan(target, args.mesh, args.dims, max_replicated=args.max_replicated)
                 else:
                     with progress(f"shardtypes verify: tracing {args.target}"):  # shown after 1 s
-                        reports[mode] = verify(target, args.mesh, args.dims, static=args.static)
+                        reports[mode] = verify(target, args.mesh, args.dims, static=args.static,
+                                               max_replicated=args.max_replicated)
     except (TypeError, ValueError) as e:
         # What plan() and verify() reject before they start (a target that is not an annotation
         # or a function, a bad size): bad usage, told in their words. Problems found in the

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from typing import Any, Mapping
 
 import jax
@@ -34,7 +35,7 @@ from .html_parts import parse_capacity
 from ..model.value_trees import holds_annotated_class, is_value_tree
 from ..context.rules import AxisRulesError
 
-__all__ = ["plan", "plan_html", "PlanReport", "PlanRow"]
+__all__ = ["plan", "plan_html", "PlanReport", "PlanRow", "parse_fraction", "replicated_problem"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,6 +187,7 @@ def plan(
     *,
     large_replicated_bytes: int = 64 * 2**20,
     like: Any = None,
+    max_replicated: float | str | None = None,
 ) -> PlanReport:
     """One row per array of ``annotation`` (an annotation tree, or a tree of arrays or
     ShapeDtypeStructs with shardings) on ``mesh``: path, annotation, dtype, global shape,
@@ -194,6 +196,9 @@ def plan(
     large replicated arrays and padding waste are warnings. A size in ``dims`` that is not an
     int >= 0, and a name no annotation uses but close to one they do (a typo), raise an error
     naming it; other names are allowed (one table of sizes for the whole model).
+    ``max_replicated`` (a fraction, ``0.05``, or a percentage, ``'5%'``): more of the memory per
+    device than that held by replicated copies is an error naming the arrays whose copies cost
+    most (MaxText's ``assert_params_sufficiently_sharded``).
 
     A tree of values that holds annotated classes (an optax state, abstract or real), or any
     value tree with ``like`` (``make_shardings``'), is planned with the values' own shapes and the
@@ -201,6 +206,7 @@ def plan(
 
     >>> print(plan(Array['layers', Layer], {'d': 64, 't': 64}, {'layers': 80, 'embed': 8192, 'hidden': 28672}))  # doctest: +SKIP
     """
+    tolerance = None if max_replicated is None else parse_fraction(max_replicated, "plan: max_replicated")
     mesh = abstract_mesh(mesh)
     dims = check_dims({} if dims is None else dims, "plan")
     if isinstance(large_replicated_bytes, bool) or not isinstance(large_replicated_bytes, (int, float)):
@@ -293,7 +299,63 @@ def plan(
             add(where, leaf.text, leaf.dtype_cls.dtype, tuple(shape), spec)
 
         _walk(annotation, leaf)
-    return PlanReport(mesh_sizes, tuple(rows), tuple(warnings), tuple(errors))
+    report = PlanReport(mesh_sizes, tuple(rows), tuple(warnings), tuple(errors))
+    problem = None if tolerance is None else replicated_problem(report, tolerance)
+    return report if problem is None else dataclasses.replace(report, errors=report.errors + (problem,))
+
+
+# ---------------------------------------------------------------------------------------------
+# Replicated memory as a check (``max_replicated``), as MaxText's
+# ``assert_params_sufficiently_sharded`` does for parameters. A tree's replicated share is the
+# part of the memory its arrays take on each device that holds copies of what another device holds
+# too: ``1 - global bytes / (bytes per device x devices)`` (``PlanReport.replicated_fraction``).
+
+_PERCENT = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*%\s*\Z")
+_COSTLIEST = 3
+
+
+def parse_fraction(value: Any, what: str) -> float:
+    """A tolerance as a fraction in [0, 1]: a number (``0.05``) or a percentage string (``'5%'``,
+    or ``'0.05'``). Anything else is an error naming ``what`` (the argument or the flag)."""
+    if isinstance(value, str):
+        match = _PERCENT.match(value)
+        try:
+            fraction = float(match.group(1)) / 100 if match else float(value)
+        except ValueError:
+            raise ValueError(f"{what}: {value!r} is not a share; write a percentage such as 5% "
+                             "or a fraction such as 0.05") from None
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        fraction = float(value)
+    else:
+        raise TypeError(f"{what} must be a fraction (0.05) or a percentage string ('5%'), "
+                        f"got {type(value).__name__} {value!r:.60}")
+    if not 0.0 <= fraction <= 1.0 or math.isnan(fraction):
+        raise ValueError(f"{what}: {value!r} is not between 0% and 100%")
+    return fraction
+
+
+def copies_per_device(row: PlanRow, devices: int) -> float:
+    """The bytes of ``row``'s array on each device beyond its share of one copy."""
+    return max(0.0, row.bytes_per_device - row.global_bytes / devices)
+
+
+def replicated_problem(report: PlanReport, tolerance: float, what: str = "the arrays") -> str | None:
+    """The problem when more than ``tolerance`` of the memory ``report``'s arrays take per device
+    is replicated copies, naming the arrays whose copies cost most; None within it."""
+    share = report.replicated_fraction
+    if share <= tolerance or not report.rows:
+        return None
+    devices = report.devices
+    costly = sorted(report.rows, key=lambda r: copies_per_device(r, devices), reverse=True)
+    costly = [r for r in costly[:_COSTLIEST] if copies_per_device(r, devices) > 0]
+    named = "; ".join(
+        f"{r.path} ({r.annotation}, {r.spec}): {_fmt_bytes(copies_per_device(r, devices))} of copies per "
+        f"device ({r.replicas:,} copies)" for r in costly)
+    copies = share * report.bytes_per_device
+    return (f"{share:.1%} of the memory {what} take per device is replicated copies "
+            f"({_fmt_bytes(copies)} of {_fmt_bytes(report.bytes_per_device)}), more than the "
+            f"{tolerance:.1%} allowed (max_replicated); costliest: {named}. Shard these over more "
+            "mesh axes (a logical axis with a rule, or a mesh axis in the annotation)")
 
 
 class _PlanLeaf:

@@ -37,6 +37,8 @@ from ..layout.specs import _partition_spec, structs
 from ..model.walk import _Leaf, _walk
 from ..context.settings import forced_checks
 from ..model.errors import COLLECTED
+from .memory_checks import arguments_plan
+from .memory_plan import parse_fraction, replicated_problem
 from .verify_inputs import check_inputs_arg, lay_out_input, sizes_of_input
 
 __all__ = ["verify", "VerifyReport", "Problem", "VerificationError"]
@@ -45,7 +47,8 @@ __all__ = ["verify", "VerifyReport", "Problem", "VerificationError"]
 @dataclasses.dataclass(frozen=True)
 class Problem:
     """One problem ``verify`` found: ``kind`` is 'check' (an annotation not met), 'jax' (an
-    error JAX raised while evaluating), 'dims' (sizes that cannot be laid out) or 'setup'."""
+    error JAX raised while evaluating), 'dims' (sizes that cannot be laid out), 'memory' (more
+    than ``max_replicated`` of the arguments' memory is replicated copies) or 'setup'."""
 
     kind: str
     message: str
@@ -60,7 +63,7 @@ class Problem:
         return self.message
 
 
-PROBLEM_KINDS = ("check", "jax", "dims", "setup")
+PROBLEM_KINDS = ("check", "jax", "dims", "setup", "memory")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,6 +175,7 @@ def verify(
     static: Mapping[str, Any] | None = None,
     inputs: Mapping[str, Any] | None = None,
     raise_on_error: bool = False,
+    max_replicated: float | str | None = None,
 ) -> VerifyReport:
     """Checks ``fn`` abstractly on ``mesh`` (an AbstractMesh, or a mapping such as
     ``{'d': 64, 't': 64}`` for Explicit axes) and returns a report of every problem found.
@@ -185,7 +189,9 @@ def verify(
     against its annotation, whose named dims it sizes. ``raise_on_error=True`` raises a VerificationError (a TypeCheckError) instead.
     A size in ``dims`` that is not an int >= 0 is an error naming it, and so is a name close to
     one ``fn``'s annotations use that they do not (a typo, as ``hiden``); other names are bound
-    too, for the body (``dims()``) and nested checked calls.
+    too, for the body (``dims()``) and nested checked calls. ``max_replicated`` (``0.05`` or
+    ``'5%'``): more of the memory ``fn``'s arguments take per device than that held by replicated
+    copies is a 'memory' problem naming the costliest arrays (every size must then be known).
 
     >>> report = verify(train_step, {'d': 64, 't': 64}, dims={'embed': 8192, 'layers': 80})  # doctest: +SKIP
     >>> report.ok, report.problems                                                          # doctest: +SKIP
@@ -204,6 +210,7 @@ def verify(
     static = dict(static)
     if not isinstance(raise_on_error, bool):
         raise TypeError(f"verify: raise_on_error must be True or False, got {raise_on_error!r}")
+    tolerance = None if max_replicated is None else parse_fraction(max_replicated, "verify: max_replicated")
     target = inspect.unwrap(fn)
     name = getattr(target, "__qualname__", repr(fn))
     problems: list[Problem] = []
@@ -306,7 +313,18 @@ def verify(
     finally:
         COLLECTED.reset(token)
     problems[:0] = [Problem("check", str(e)) for e in collected]
+    if tolerance is not None:
+        problems.extend(_replication_problems(args, dict(mesh.shape), tolerance, name))
     return finish(outputs)
+
+
+def _replication_problems(args: dict, mesh: dict, tolerance: float, name: str) -> list[Problem]:
+    arguments, symbolic = arguments_plan(args, mesh)
+    if symbolic:
+        return [Problem("setup", f"max_replicated: the memory of {name}()'s arguments {symbolic} is not known, "
+                                 "since some of their sizes are symbolic; give every dim in dims=...")]
+    problem = replicated_problem(arguments, tolerance, f"{name}()'s arguments")
+    return [] if problem is None else [Problem("memory", problem)]
 
 
 def _user_frame(e: BaseException) -> str:

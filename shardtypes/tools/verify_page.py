@@ -6,15 +6,12 @@ page says which, and plans the others.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
-import jax
-
 from .html_page import render_page
 from .html_parts import parse_capacity
-from .memory_plan import PlanReport, plan
+from .memory_checks import arguments_plan
 
 __all__ = ["verify_html"]
 
@@ -23,28 +20,12 @@ def verify_html(report: Any, hbm: int | str | None = None, *, title: str | None 
     if title is not None and not isinstance(title, str):
         raise TypeError(f"VerifyReport.to_html: title must be a str, got {title!r:.60}")
     capacity = None if hbm is None else parse_capacity(hbm, "VerifyReport.to_html: hbm")
-    rows: list = []
+    arguments, symbolic = arguments_plan(report.inputs, dict(report.mesh))
     notes: list[str] = []
-    symbolic: list[str] = []
-    warnings: list[str] = []
-    errors: list[str] = []
-    for name, value in (report.inputs or {}).items():
-        leaves = jax.tree.leaves(value)
-        if not all(all(isinstance(d, int) for d in leaf.shape) for leaf in leaves):
-            symbolic.append(name)
-            continue
-        if not leaves:
-            continue
-        part = plan(value, dict(report.mesh))
-        rows += [dataclasses.replace(r, path=name + r.path if r.path.startswith((".", "[")) else f"{name}.{r.path}")
-                 for r in part.rows]
-        warnings += [f"{name}: {w}" for w in part.warnings]
-        errors += [f"{name}: {e}" for e in part.errors]
     if symbolic:
         notes.append(f"No bytes for {', '.join(symbolic)}: some of their sizes are symbolic (dims not given "
                      "to verify); give every dim in dims=... to plan their memory.")
     mesh = dict(report.mesh)
-    arguments = PlanReport(mesh, tuple(rows), tuple(warnings), tuple(errors))
     dims = ", ".join(f"{k}={v}" for k, v in report.dims.items()) or "none"
     verdict = "ok" if report.ok else f"{len(report.problems)} problem{'s' if len(report.problems) != 1 else ''}"
     return render_page(

@@ -75,7 +75,9 @@ def test_jit_cache_keeps_no_unchecked_trace(checks_off):
         f(wrong)  # traced again: the switch is part of jit's cache key
 
 
-def test_off_does_not_bind_dims(checks_off):
+def test_off_dims_come_from_the_arguments_when_read(checks_off):
+    # The seed's idiom (a body reads dims()) runs the same with checks off: the sizes are worked
+    # out from the call's arguments when dims() is read, and nothing is compared.
     seen = {}
 
     @typechecked
@@ -84,10 +86,93 @@ def test_off_does_not_bind_dims(checks_off):
         return x
 
     f(jnp.zeros((2, 3)))
+    assert seen == {"batch": 2, "embed": 3}
+    seen.clear()
+    f(bf16_array(2, 3))  # a wrong dtype binds its sizes all the same: nothing is checked
+    assert seen == {"batch": 2, "embed": 3}
+    seen.clear()
+    f(jnp.zeros((4,)))  # a wrong rank binds nothing, and does not raise
     assert seen == {}
-    with Scope(batch=2):  # what Scope binds stays visible
+    with Scope(batch=2, other=5):  # what Scope binds stays visible beside the arguments' sizes
         f(jnp.zeros((2, 3)))
-    assert seen == {"batch": 2}
+    assert seen == {"batch": 2, "embed": 3, "other": 5}
+    assert dict(dims()) == {}  # outside any call
+
+
+def test_off_dims_of_nested_calls_jit_and_locals(checks_off):
+    seen = []
+
+    @typechecked
+    def inner(h: f32[b"batch hidden"]) -> f32[b"batch hidden"]:
+        seen.append(("inner", dict(dims())))
+        return h
+
+    @typechecked
+    def outer(x: f32[b"batch embed"], w: f32[b"embed hidden"]) -> f32[b"batch hidden"]:
+        local: f32[b"batch hidden"] = inner(x @ w)  # (annotated locals: typeguard's instrumentation)
+        seen.append(("outer", dict(dims())))
+        return local
+
+    x, w = jnp.ones((2, 3)), jnp.ones((3, 5))
+    outer(x, w)
+    jax.jit(outer)(x, w)
+    want = [("inner", {"batch": 2, "embed": 3, "hidden": 5}), ("outer", {"batch": 2, "embed": 3, "hidden": 5})]
+    assert seen == want + want
+
+
+def test_off_an_unbound_name_says_the_checks_are_off(checks_off):
+    @typechecked
+    def f(x: f32[b"batch embed"]) -> f32[b"batch embed"]:
+        return x * dims()["seq"]
+
+    with pytest.raises(KeyError) as info:
+        f(jnp.zeros((2, 3)))
+    message = info.value.args[0]
+    assert message.startswith("dims()['seq']: no size is bound to 'seq' here, and shardtypes' checks are off")
+    assert "SHARDTYPES_DISABLE=1" in message and "bound here: ['batch', 'embed']" in message
+    with pytest.raises(KeyError, match="checks are off"):
+        dims()["batch"]  # outside any call: nothing bound, and the message says why
+
+
+def test_off_reading_dims_leaves_the_program_as_traced(checks_off):
+    # Working the sizes out runs the checks once, quietly: nothing is added to the traced program
+    # (no compile-time check of Auto axes), no warning, and a mismatch raises nothing.
+    mesh = make_mesh("auto")
+
+    @typechecked
+    def f(x: f32[b"batch/t embed"]) -> f32[b"batch/t embed"]:
+        return x * dims()["embed"]
+
+    def bare(x):
+        return x * x.shape[1]
+
+    x = put(mesh, jnp.ones((8, 4)), "d")  # laid out over d, annotated over t: not compared
+    with jax.set_mesh(mesh):
+        assert str(jax.make_jaxpr(f)(x)) == str(jax.make_jaxpr(bare)(x))
+        np.testing.assert_array_equal(np.asarray(jax.jit(f)(x)), np.full((8, 4), 4.0))
+
+
+def test_off_typed_ops_bind_what_they_name(checks_off):
+    mesh = make_mesh("explicit")
+
+    @typed_shard_map
+    def kernel(q: f32[b"batch/d seq head"], k: f32[b"batch/d kseq head"]) -> f32[b"batch/d seq kseq"]:
+        scores = shardtypes.ops.einsum_unreduced("batch/d seq head, batch/d kseq head -> batch/d seq kseq", q, k)
+        return scores * (dims()["seq"] + dims()["kseq"])
+
+    q, k = put(mesh, jnp.ones((8, 3, 2)), "d"), put(mesh, jnp.ones((8, 5, 2)), "d")
+    with jax.set_mesh(mesh):
+        out = kernel(q, k)
+    np.testing.assert_array_equal(np.asarray(out), np.full((8, 3, 5), 2.0 * 8))
+
+
+def test_off_dims_in_generators_is_the_clear_error(checks_off):
+    @typechecked
+    def gen(x: f32[b"a"]) -> typing.Iterator[int]:
+        yield dims()["a"]
+
+    with pytest.raises(KeyError, match="checks are off"):
+        next(gen(jnp.zeros(3)))
 
 
 def test_instrumented_generator_and_async_off(checks_off):
@@ -199,3 +284,35 @@ def test_environment_variable_not_understood():
     result = _run("import shardtypes", "maybe")
     assert result.returncode != 0
     assert "SHARDTYPES_DISABLE='maybe' is not understood; use 1 (checks off) or 0 (checks on)" in result.stderr
+
+
+def test_off_typed_ops_compare_nothing(checks_off):
+    # An operand laid out otherwise than its spec says is refused with checks on; off, the op
+    # computes (JAX's own checks still run).
+    mesh = make_mesh("explicit")
+
+    @typed_shard_map
+    def kernel(x: f32[b"batch/d embed"]) -> f32[b"batch/d"]:
+        return shardtypes.ops.einsum_unreduced("batch/d embed/t, embed/t -> batch/d", x, jnp.ones((4,)))
+
+    x = put(mesh, jnp.ones((8, 4)), "d")
+    with jax.set_mesh(mesh):
+        np.testing.assert_array_equal(np.asarray(kernel(x)), np.full((8,), 4.0))
+        shardtypes.config.checks = True
+        with pytest.raises(TypeCheckError, match="operand 0 .* is laid out P\\('d', None\\)"):
+            kernel(x)
+
+
+def test_off_nnx_check_is_off_too(checks_off):
+    nnx = pytest.importorskip("flax.nnx")
+
+    class Model(nnx.Module):
+        w: f32[jax.Array, b"embed hidden"]
+
+        def __init__(self):
+            self.w = nnx.Param(jnp.zeros((3, 4), jnp.bfloat16))
+
+    shardtypes.nnx.check(Model(), nnx.Param)  # a wrong dtype, not checked
+    shardtypes.config.checks = True
+    with pytest.raises(TypeCheckError, match="shardtypes.nnx.check: Model.w"):
+        shardtypes.nnx.check(Model(), nnx.Param)

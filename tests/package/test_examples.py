@@ -8,6 +8,7 @@ import importlib.util
 import io
 import math
 import re
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -275,3 +276,34 @@ def test_transformer_on_auto_axes_shows_the_checks_cost_on_a_cached_step(transfo
         return
     assert line is not None, out
     assert int(line.group(1)) == int(line.group(2))
+
+
+# The off switch changes nothing but the checks: every example runs with SHARDTYPES_DISABLE=1
+# (the demo reads dims() in its body), and those that show a deliberate mistake say why not.
+OFF_EXPECTS = {
+    "quickstart.py": ["shard_map    -> (8, 16) P('d', 't')",
+                      "Checks are off (SHARDTYPES_DISABLE=1), so the deliberate mistakes are left out"],
+    "transformer.py": ["(continues the pattern)",
+                       "Checks are off (SHARDTYPES_DISABLE=1), so the deliberate mistake is left out",
+                       "1. [check] the value assigned to w_down of training_kernel_with_a_mistake()"],
+    "equinox_mlp.py": ["output: (8, 16)"],
+    "flax_nnx.py": ["output: (8, 16)"],
+    "linen_block.py": ["checked Dense_0 against a written annotation"],
+    "nnx_training.py": ["values and derived shardings equal: True"],
+    "optax_training.py": ["values and derived shardings equal: True"],
+}
+
+
+@pytest.mark.parametrize("script", sorted(OFF_EXPECTS))
+def test_every_example_runs_with_the_checks_switched_off(script, tmp_path):
+    if script != "quickstart.py" and script != "transformer.py":
+        pytest.importorskip({"equinox_mlp.py": "equinox", "optax_training.py": "optax"}.get(script, "flax"))
+    env = {**os.environ, "SHARDTYPES_DISABLE": "1"}
+    flags = ["--html", str(tmp_path / "plan.html")] if script == "transformer.py" else []
+    proc = subprocess.run([sys.executable, str(EXAMPLES / script), *flags], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for line in OFF_EXPECTS[script]:
+        assert line in proc.stdout, (line, proc.stdout[-3000:])
+    assert "TypeCheckError" not in proc.stdout
+    assert "caught: shardtypes.nnx.check" not in proc.stdout  # an explicit check is off too

@@ -208,7 +208,7 @@ def test_cli_writes_the_page(tmp_path, capsys, monkeypatch):
     assert "&lt;w&gt;" in page and ">default</th>" in page and ">decode</th>" in page and "tpu-v5e" in page
     with pytest.raises(SystemExit):
         main(argv[:-1] + ["80 gigs"])
-    assert "argument --hbm: --hbm: '80 gigs' is neither a size with a unit" in capsys.readouterr().err
+    assert "argument --hbm: '80 gigs' is neither a size with a unit" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(argv[:-4] + ["--html", str(tmp_path / "nowhere" / "p.html")])
     assert "p.html: no such directory" in capsys.readouterr().err

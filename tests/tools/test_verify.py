@@ -937,7 +937,7 @@ def test_plan_checks_its_dims_and_reports_sizes_it_cannot_compute():
 
 
 def test_report_classes_check_their_fields():
-    with pytest.raises(ValueError, match=re.escape("Problem: kind must be one of ('check', 'jax', 'dims', 'setup'), got 'x'")):
+    with pytest.raises(ValueError, match=re.escape("Problem: kind must be one of ('check', 'jax', 'dims', 'setup', 'memory'), got 'x'")):
         Problem("x", "m")
     with pytest.raises(TypeError, match=re.escape("VerifyReport: problems must be a tuple of Problem")):
         VerifyReport("f", {"d": 2}, {}, ("x",))
