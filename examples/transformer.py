@@ -694,11 +694,18 @@ def main(argv: list[str] | None = None) -> dict:
           f"({state_plan.global_bytes / 2**40:.2f} TiB in all)")
     print("\n  and a copy of the step with one wrong annotation:")
     print("\n".join("  " + line for line in str(scale["wrong"]).splitlines()))
-    page = plan_html({"train": scale["weights"], "decode": scale["decode"]}, "h100",
-                     title="The demo's weights at 70B-class sizes on 64x64 chips")
+    # Training holds the state (weights and Adam's two moments); decoding the weights alone, whose
+    # rows take the paths they have in State so that the page sets each weight's two layouts side
+    # by side.
+    decode = scale["decode"]
+    decode = dataclasses.replace(decode, rows=tuple(
+        dataclasses.replace(row, path="State.weights" + row.path.removeprefix("Weights")) for row in decode.rows))
+    page = plan_html({"train": state_plan, "decode": decode}, "h100",
+                     title="The demo's training state and decode weights at 70B-class sizes on 64x64 chips")
     with open(args.html, "w", encoding="utf-8") as f:
         f.write(page)
-    print(f"\nThe plan as a page (train and decode side by side, against an H100's memory): {args.html}")
+    print(f"\nThe plan as a page (train: weights and Adam's moments; decode: the weights; side by side, "
+          f"against an H100's memory): {args.html}")
     return {"losses": losses, "decoded": decoded, "expected": expected, "layouts": layouts,
             "mistake": mistake, "at_scale": scale}
 

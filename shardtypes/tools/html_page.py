@@ -52,6 +52,8 @@ table{border-collapse:collapse}
 .sw{display:inline-block;width:10px;height:10px;border-radius:2px;margin-right:6px;vertical-align:-1px}
 ol.top,ul.msgs{margin:0;padding-left:20px}ol.top li,ul.msgs li{margin:2px 0}
 .list{min-width:60%}.list td{padding:2px 6px 2px 0;vertical-align:top}
+.wide{max-width:100%}
+@media (max-width:900px){.wide{overflow-x:auto}}
 .arrays{width:100%;background:var(--card);border:1px solid var(--line);border-radius:8px}
 .arrays th{position:sticky;top:0;background:#eef2f6;text-align:left;font-weight:600;padding:6px 10px;border-bottom:1px solid var(--line);white-space:nowrap}
 .arrays th.mode{text-align:center;border-left:2px solid var(--line)}
@@ -199,7 +201,9 @@ def _table(reports: Mapping[str, Any], paths: list[str], ids: Mapping[str, str],
     modes = list(reports)
     by_mode = [{row.path: row for row in r.rows} for r in reports.values()]
     many = len(modes) > 1
-    out = ['<h2 style="margin:8px 0">Arrays</h2><table class="arrays"><thead>']
+    # On a narrow screen the table scrolls sideways in its own box, not the whole page (a wide one
+    # keeps its header sticky to the window, which a scrolling box would not).
+    out = ['<h2 style="margin:8px 0">Arrays</h2><div class="wide"><table class="arrays"><thead>']
     if many:
         out.append('<tr><th colspan="3"></th>' + "".join(
             f'<th class="mode" colspan="3">{esc(m)}</th>' for m in modes) + "</tr>")
@@ -221,7 +225,7 @@ def _table(reports: Mapping[str, Any], paths: list[str], ids: Mapping[str, str],
                        f'<td class="num">{fmt_bytes(row.bytes_per_device)}</td>'
                        f'<td class="num">{"×" + format(row.replicas, ",") if row.replicas > 1 else "—"}</td>')
         out.append("</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     if len(paths) > MAX_ROWS:
         out.append(f'<p class="note">{len(paths) - MAX_ROWS:,} more arrays are left out of this page '
                    f"(it shows the first {MAX_ROWS:,}); the report's to_json() has them all.</p>")

@@ -146,11 +146,16 @@ def transformer_run(transformer, request, tmp_path_factory):
 def test_transformer_writes_its_plan_as_a_page_and_says_where(transformer_run):
     _, result, out = transformer_run
     page = result["page"].read_text()
-    assert f"The plan as a page (train and decode side by side, against an H100's memory): {result['page']}" in out
+    assert (f"The plan as a page (train: weights and Adam's moments; decode: the weights; side by side, "
+            f"against an H100's memory): {result['page']}") in out
     assert page.startswith("<!DOCTYPE html>") or page.lower().startswith("<!doctype html>")
-    for path in ("Weights.embed", "Weights.layers.w_up", "Weights.unembed"):
+    for path in ("State.weights.embed", "State.weights.layers.w_up", "State.adam_mu.unembed", "State.adam_nu.embed"):
         assert path in page, path
     assert "train" in page and "decode" in page
+    # The page's training total is what the demo prints for weights and Adam's moments (0.22 GiB
+    # per chip at 70B-class sizes), with the moments as the optimizer's band; decode's is the weights'.
+    assert "optimizer state" in page and "223 MiB" in page and "4.65 GiB" in page
+    assert "Weights.embed" not in page
 
 
 def test_transformer_trains(transformer_run):

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import shutil
 import struct
+import re
 import subprocess
 import sys
 import time
@@ -323,3 +324,22 @@ def test_repr_html_in_chromium(demo, tmp_path):
     assert _png_colours(png) > 20, "the screenshot is (nearly) blank"
     assert "state.weights.layers.w_down" in text and "batch.inputs" in text
     assert "1 problem" in text and "verify training_kernel_with_a_mistake" in text
+
+
+@needs_chromium
+def test_a_narrow_window_scrolls_the_table_not_the_page(demo, tmp_path):
+    # At 500 px the arrays table is wider than the window: it scrolls sideways in its own box,
+    # and the page itself is no wider than the window.
+    page = plan_html({"train": demo["train"], "decode": demo["decode"]}, "h100")
+    probe = page.replace("</body>", "<script>const t = document.querySelector('.wide');"
+                         "document.body.dataset.page = document.documentElement.scrollWidth;"
+                         "document.body.dataset.table = t.scrollWidth; document.body.dataset.box = t.clientWidth;"
+                         "</script></body>")
+    html = tmp_path / "narrow.html"
+    html.write_text(probe, encoding="utf-8")
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             f"--user-data-dir={tmp_path / 'profile'}", "--window-size=500,1200", "--dump-dom", html.as_uri()]
+    dom = subprocess.run(flags, capture_output=True, text=True, timeout=120).stdout
+    found = {k: int(v) for k, v in re.findall(r'data-(page|table|box)="(\d+)"', dom)}
+    assert found["page"] <= 500, found
+    assert found["table"] > found["box"], found  # the table is wider than its box: it scrolls there
