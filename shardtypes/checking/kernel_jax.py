@@ -20,7 +20,7 @@ import jax.extend.core as jex
 
 __all__ = ["KernelPassWarning", "Unreadable", "name", "shape", "param", "optional_param", "axis_names",
            "scan_groups", "while_groups", "branches", "inner_jaxpr", "call_jaxpr", "is_literal", "literal_number",
-           "unreadable"]
+           "unreadable", "aval", "sub_jaxprs", "frames", "eqns", "invars", "outvars"]
 
 
 class KernelPassWarning(UserWarning):
@@ -124,6 +124,46 @@ def call_jaxpr(eqn: Any) -> Any:
                 and len(jaxpr.outvars) == len(eqn.outvars):
             return jaxpr
     return None
+
+
+def aval(v: Any) -> Any:
+    """The abstract value of a jaxpr value (its shape, dtype and, with sharding in types, sharding)."""
+    return getattr(v, "aval", None)
+
+
+def eqns(jaxpr: Any) -> list:
+    return list(getattr(jaxpr, "eqns", ()))
+
+
+def invars(x: Any) -> list:
+    """The operands of an equation, or the inputs of a jaxpr."""
+    return list(getattr(x, "invars", ()))
+
+
+def outvars(x: Any) -> list:
+    return list(getattr(x, "outvars", ()))
+
+
+def sub_jaxprs(eqn: Any) -> list:
+    """Every jaxpr among an equation's params (a call's, a loop's body and condition, a cond's
+    branches, a custom rule's primal), in the params' order; whatever the primitive."""
+    found: list = []
+    for value in (getattr(eqn, "params", None) or {}).values():
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            jaxpr = getattr(item, "jaxpr", item)
+            if isinstance(jaxpr, jex.Jaxpr):
+                found.append(jaxpr)
+    return found
+
+
+def frames(eqn: Any) -> list[tuple[str, int, str]]:
+    """``(file, line, function)`` of the Python frames that made the equation, innermost first;
+    empty where JAX kept none."""
+    traceback: Any = getattr(getattr(eqn, "source_info", None), "traceback", None)
+    try:
+        return [(f.file_name, int(f.line_num), f.function_name) for f in traceback.frames]
+    except Exception:  # (no traceback kept, or another shape of it)
+        return []
 
 
 def is_literal(v: Any) -> bool:

@@ -1,5 +1,6 @@
 """The memory checks of ``verify``: the plan of the arguments it built (for its page and its
-checks), and their replicated share against ``max_replicated`` (``memory_plan.replicated_problem``).
+checks), the step's activation estimate (``activations``), and whether the two fit in a device's
+memory (``hbm``). The replicated share against ``max_replicated`` is ``memory_plan``'s.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from typing import Any, Mapping
 
 import jax
 
-from .memory_plan import PlanReport, plan
+from .activations import ActivationEstimate, estimate
+from .html_parts import group_of
+from .memory_plan import PlanReport, _fmt_bytes, plan
 
-__all__ = ["arguments_plan"]
+__all__ = ["arguments_plan", "step_activations", "fit_problems"]
 
 
 def arguments_plan(inputs: Mapping[str, Any] | None, mesh: Mapping[str, int]) -> tuple[PlanReport, list[str]]:
@@ -29,8 +32,49 @@ def arguments_plan(inputs: Mapping[str, Any] | None, mesh: Mapping[str, int]) ->
         if not leaves:
             continue
         part = plan(value, dict(mesh))
-        rows += [dataclasses.replace(r, path=name + r.path if r.path.startswith((".", "[")) else f"{name}.{r.path}")
-                 for r in part.rows]
+        rows += [dataclasses.replace(r, path=name + r.path if r.path.startswith((".", "[")) or not r.path
+                                     else f"{name}.{r.path}") for r in part.rows]
         warnings += [f"{name}: {w}" for w in part.warnings]
         errors += [f"{name}: {e}" for e in part.errors]
     return PlanReport(dict(mesh), tuple(rows), tuple(warnings), tuple(errors)), symbolic
+
+
+def step_activations(closed: Any, leaves: list, mesh: Any) -> ActivationEstimate:
+    """The activation estimate of a traced step on ``mesh`` (an AbstractMesh). A failure of the
+    estimate's own is said in the estimate (a lower bound of nothing), never raised."""
+    auto = {a: n for a, n, t in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types)
+            if t == jax.sharding.AxisType.Auto}
+    try:
+        return estimate(closed, leaves, auto)
+    except Exception as e:  # the estimate's own machinery: say so, do not break verify
+        return ActivationEstimate(0, (), (f"the estimate could not follow this step ({type(e).__name__}: {e}); "
+                                          "nothing was counted",))
+
+
+def fit_problems(args: dict, mesh: Mapping[str, int], activations: ActivationEstimate | None,
+                 capacity: tuple[int, str], name: str) -> list[tuple[str, str]]:
+    """``(kind, message)`` of a 'memory' problem when ``name()``'s arguments (parameters,
+    optimizer state, step arrays) and its activation estimate take more than ``capacity`` per
+    device, naming the largest parts; of a 'setup' problem where that cannot be known."""
+    arguments, symbolic = arguments_plan(args, mesh)
+    if symbolic:
+        return [("setup", f"hbm: the memory of {name}()'s arguments {symbolic} is not known, since some "
+                                 "of their sizes are symbolic; give every dim in dims=...")]
+    if activations is None:
+        return [("setup", f"hbm: {name}() was not traced, so its activations are not known")]
+    parts: dict[str, int] = {}
+    for row in arguments.rows:
+        group = group_of(row.path)
+        parts[group] = parts.get(group, 0) + row.bytes_per_device
+    parts["activations"] = activations.bytes_per_device
+    total = sum(parts.values())
+    limit, label = capacity
+    if total <= limit:
+        return []
+    some = "at least " if activations.lower_bound else ""
+    split = " + ".join(f"{group} {_fmt_bytes(n)}" for group, n in parts.items() if n)
+    largest = sorted(arguments.rows, key=lambda r: -r.bytes_per_device)[:3]
+    named = [f"{r.path} ({r.spec}) {_fmt_bytes(r.bytes_per_device)}" for r in largest]
+    named += [f"the activation {v}" for v in activations.largest[:2]]
+    return [("memory", f"{name}() does not fit in {label}: {some}{_fmt_bytes(total)} per device "
+                              f"({split}), {_fmt_bytes(total - limit)} over; the largest parts: {'; '.join(named)}")]

@@ -37,7 +37,9 @@ from ..layout.specs import _partition_spec, structs
 from ..model.walk import _Leaf, _walk
 from ..context.settings import forced_checks
 from ..model.errors import COLLECTED
-from .memory_checks import arguments_plan
+from .activations import ActivationEstimate, trace_step
+from .html_parts import parse_capacity
+from .memory_checks import arguments_plan, fit_problems, step_activations
 from .memory_plan import parse_fraction, replicated_problem
 from .verify_inputs import check_inputs_arg, lay_out_input, sizes_of_input
 
@@ -76,6 +78,7 @@ class VerifyReport:
     problems: tuple[Problem, ...]
     outputs: Any = None
     inputs: Any = None  # the abstract arguments verify built, by parameter name
+    activations: ActivationEstimate | None = None  # the step's peak intermediate memory, if traced
 
 
     def __post_init__(self) -> None:
@@ -88,23 +91,31 @@ class VerifyReport:
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def activation_bytes_per_device(self) -> int | None:
+        """The step's peak intermediate memory per device (bytes; a lower bound where
+        ``activations.lower_bound`` says why), or None where the step was not traced."""
+        return None if self.activations is None else self.activations.bytes_per_device
+
     def __str__(self) -> str:
         mesh = " x ".join(f"{k}={v}" for k, v in self.mesh.items())
         devices = math.prod(self.mesh.values())
         dims = ", ".join(f"{k}={v}" for k, v in self.dims.items()) or "none"
         head = f"verify {self.function} on a {mesh} mesh ({devices:,} devices), dims {dims}"
+        memory = f"\n  activations: {self.activations}" if self.activations is not None else ""
         if self.ok:
-            return f"{head}: ok, no problems"
+            return f"{head}: ok, no problems{memory}"
         lines = [f"{head}: {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''}"]
         for i, p in enumerate(self.problems, 1):
             lines.append(f"  {i}. [{p.kind}] {p.message}")
-        return "\n".join(lines)
+        return "\n".join(lines) + memory
 
     def to_json(self) -> str:
         return json.dumps({
             "function": self.function, "mesh": dict(self.mesh),
             "dims": {k: str(v) for k, v in self.dims.items()}, "ok": self.ok,
             "problems": [{"kind": p.kind, "message": p.message} for p in self.problems],
+            "activations": None if self.activations is None else self.activations.to_dict(),
         }, indent=2)
 
     def to_html(self, hbm: int | str | None = None, *, title: str | None = None) -> str:
@@ -176,6 +187,8 @@ def verify(
     inputs: Mapping[str, Any] | None = None,
     raise_on_error: bool = False,
     max_replicated: float | str | None = None,
+    hbm: int | str | None = None,
+    activations: bool = True,
 ) -> VerifyReport:
     """Checks ``fn`` abstractly on ``mesh`` (an AbstractMesh, or a mapping such as
     ``{'d': 64, 't': 64}`` for Explicit axes) and returns a report of every problem found.
@@ -192,6 +205,10 @@ def verify(
     too, for the body (``dims()``) and nested checked calls. ``max_replicated`` (``0.05`` or
     ``'5%'``): more of the memory ``fn``'s arguments take per device than that held by replicated
     copies is a 'memory' problem naming the costliest arrays (every size must then be known).
+    The report estimates the step's peak intermediate memory per device
+    (``activation_bytes_per_device``, from the traced step; ``activations=False`` skips it), and
+    ``hbm`` (``'h100'``, ``'80GiB'``, bytes) makes it a 'memory' problem when the arguments
+    (parameters, optimizer state, batch) and that estimate do not fit in a device's memory.
 
     >>> report = verify(train_step, {'d': 64, 't': 64}, dims={'embed': 8192, 'layers': 80})  # doctest: +SKIP
     >>> report.ok, report.problems                                                          # doctest: +SKIP
@@ -211,14 +228,22 @@ def verify(
     if not isinstance(raise_on_error, bool):
         raise TypeError(f"verify: raise_on_error must be True or False, got {raise_on_error!r}")
     tolerance = None if max_replicated is None else parse_fraction(max_replicated, "verify: max_replicated")
+    capacity = None if hbm is None else parse_capacity(hbm, "verify: hbm")
+    if not isinstance(activations, bool):
+        raise TypeError(f"verify: activations must be True or False, got {activations!r}")
+    if capacity is not None and not activations:
+        raise ValueError("verify: hbm needs the activation estimate; leave activations=True")
     target = inspect.unwrap(fn)
     name = getattr(target, "__qualname__", repr(fn))
     problems: list[Problem] = []
     report_dims: dict[str, Any] = dict(dims)
     args: dict[str, Any] = {}
 
+    estimated = None
+
     def finish(outputs: Any = None) -> VerifyReport:
-        report = VerifyReport(name, dict(mesh.shape), report_dims, tuple(problems), outputs, dict(args) or None)
+        report = VerifyReport(name, dict(mesh.shape), report_dims, tuple(problems), outputs, dict(args) or None,
+                              estimated)
         if raise_on_error and problems:
             raise VerificationError(report)
         return report
@@ -295,7 +320,7 @@ def verify(
     checked = typechecked(fn) if not getattr(fn, "__shardtypes_checked__", False) else fn
     collected: list = []
     token = COLLECTED.set(collected)
-    outputs = None
+    outputs = traced = None
     try:
         # The sizes given are bound while fn runs (dims() sees them; symbolic ones are bound by
         # the arguments, which say so in messages); its checks, return value included, report
@@ -304,7 +329,8 @@ def verify(
         given._origin = "verify(dims=...)"
         with jax.sharding.use_abstract_mesh(mesh), given, forced_checks():
             try:
-                outputs = jax.eval_shape(functools.partial(checked, **static), **args)
+                outputs, closed, leaves = trace_step(functools.partial(checked, **static), args)
+                traced = (closed, leaves)
             except TypeCheckError as e:
                 collected.append(e)
             except Exception as e:  # JAX's own errors: shapes, ambiguous shardings, ...
@@ -313,8 +339,13 @@ def verify(
     finally:
         COLLECTED.reset(token)
     problems[:0] = [Problem("check", str(e)) for e in collected]
+    if traced is not None and activations:
+        estimated = step_activations(*traced, mesh)
     if tolerance is not None:
         problems.extend(_replication_problems(args, dict(mesh.shape), tolerance, name))
+    if capacity is not None:
+        problems.extend(Problem(kind, text) for kind, text in fit_problems(args, dict(mesh.shape), estimated,
+                                                                            capacity, name))
     return finish(outputs)
 
 
