@@ -700,7 +700,7 @@ def main(argv: list[str] | None = None) -> dict:
     decode = scale["decode"]
     decode = dataclasses.replace(decode, rows=tuple(
         dataclasses.replace(row, path="State.weights" + row.path.removeprefix("Weights")) for row in decode.rows))
-    page = plan_html({"train": state_plan, "decode": decode}, "h100",
+    page = plan_html({"train": state_plan, "decode": decode}, "h100", activations={"train": scale["report"].activations},
                      title="The demo's training state and decode weights at 70B-class sizes on 64x64 chips")
     with open(args.html, "w", encoding="utf-8") as f:
         f.write(page)

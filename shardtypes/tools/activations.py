@@ -36,8 +36,9 @@ __all__ = ["ActivationEstimate", "LiveValue", "estimate", "trace_step", "user_fr
 _LARGEST = 5
 
 # Primitives whose results take no memory of their own: shardtypes' compile-time check (an
-# identity whose result nothing uses; XLA drops it).
-_FREE = frozenset({"shardtypes_check_sharding"})
+# identity whose result nothing uses; XLA drops it) and JAX's changes of a value's varying type
+# inside shard_map (the same buffer). Their results stand for their operands.
+_FREE = frozenset({"shardtypes_check_sharding", "pvary", "pcast", "pbroadcast"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +64,9 @@ class ActivationEstimate:
     assumed: str = ""  # what was assumed of layouts (Auto axes), '' where nothing was
 
     def __str__(self) -> str:
-        if self.lower_bound and not self.bytes_per_device:
+        if not self.bytes_per_device:
+            if not self.lower_bound:
+                return "none: every value the step makes is one of its outputs (or fused away)"
             return "not known: " + "; ".join(self.lower_bound) + (f" ({self.assumed})" if self.assumed else "")
         head = f"{'at least ' if self.lower_bound else ''}{_fmt_bytes(self.bytes_per_device)} per device at the peak"
         parts = [head]
@@ -182,7 +185,7 @@ class _Walk:
             for u in found:
                 last[u] = i
             for v in kj.outvars(eqn):
-                if v in fused:
+                if v in fused or kj.name(eqn) in _FREE:
                     deps[v] = tuple(found)
         live: dict = {}  # var -> (bytes, order, eqn, var, splits)
         current = peak = 0

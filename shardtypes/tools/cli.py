@@ -260,7 +260,9 @@ def _main(argv: Sequence[str] | None) -> int:
                         "is replicated copies, e.g. 5%% (or 0.05); for verify, of the function's arguments")
     common.add_argument("--html", metavar="FILE", help="also write the report as a self-contained HTML page")
     common.add_argument("--hbm", type=_capacity, metavar="SIZE|KIND",
-                        help="device memory for the page's bar: 80GiB, or a kind (" + ", ".join(DEVICE_KINDS) + ")")
+                        help="device memory: 80GiB, or a kind (" + ", ".join(DEVICE_KINDS) + "); the page's bar is "
+                        "drawn against it, and verify reports a problem when the arguments and the step's "
+                        "activations do not fit")
     plan_cmd = commands.add_parser("plan", parents=[common], help="per-array layout and memory per device",
                                    description="One row per array: path, annotation, dtype, shape, "
                                    "PartitionSpec, per-device shape and bytes; totals and warnings.",
@@ -306,7 +308,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 else:
                     with progress(f"shardtypes verify: tracing {args.target}"):  # shown after 1 s
                         reports[mode] = verify(target, args.mesh, args.dims, static=args.static,
-                                               max_replicated=args.max_replicated)
+                                               max_replicated=args.max_replicated, hbm=args.hbm)
     except (TypeError, ValueError) as e:
         # What plan() and verify() reject before they start (a target that is not an annotation
         # or a function, a bad size): bad usage, told in their words. Problems found in the

@@ -85,11 +85,14 @@ def render_page(
     problems: Sequence[tuple[str, str]] = (),
     notes: Sequence[str] = (),
     verify: bool = False,
+    activations: Mapping[str, Any] | None = None,
 ) -> str:
     """The page of ``reports`` (mode name -> a plan's report; one entry for a single plan, whose
     name is then not shown) with the device memory ``capacity`` (bytes, label), and
     ``problems`` ((kind, message) pairs, as verify's; ``verify=True`` says "no problems" when
-    there are none) listed first with links to their arrays."""
+    there are none) listed first with links to their arrays. ``activations`` (mode name -> an
+    ``ActivationEstimate``) adds each mode's step intermediates as a band of its own."""
+    activations = activations or {}
     modes = list(reports)
     first = reports[modes[0]]
     mesh = dict(first.mesh)
@@ -120,26 +123,34 @@ def render_page(
         out.append(_problems(problems, notes, ids))
     out.append('<div class="cards">')
     out.append(f'<div class="card mesh-card"><h2>Mesh</h2>{mesh_svg(mesh)}</div>')
-    totals = {m: r.bytes_per_device for m, r in reports.items()}
+    totals = {m: r.bytes_per_device + _bytes_of(activations.get(m)) for m, r in reports.items()}
     scale = max([capacity[0] if capacity else 0, *totals.values()])
     for m, r in reports.items():
-        out.append(_memory_card(m if len(modes) > 1 else "", r, capacity, scale, ids))
+        out.append(_memory_card(m if len(modes) > 1 else "", r, capacity, scale, ids, activations.get(m)))
     out.append("</div>")
     out.append(_table(reports, paths, ids, mesh))
     out.append("</main></body></html>")
     return "".join(out)
 
 
+def _bytes_of(estimate: Any) -> int:
+    return 0 if estimate is None else int(estimate.bytes_per_device)
+
+
 def _memory_card(mode: str, report: Any, capacity: tuple[int, str] | None, scale: int,
-                 ids: Mapping[str, str]) -> str:
+                 ids: Mapping[str, str], estimate: Any = None) -> str:
     by_group: dict[str, int] = dict.fromkeys(GROUPS, 0)
     for row in report.rows:
         by_group[group_of(row.path)] += row.bytes_per_device
+    by_group["activations"] = _bytes_of(estimate)
     head = f"Memory per device{' — ' + esc(mode) if mode else ''}"
     parts = [f'<div class="card"><h2>{head}</h2>',
              memory_bar(by_group, capacity[0] if capacity else None, scale, capacity[1] if capacity else ""),
              f'<p class="note">{fmt_bytes(report.global_bytes)} in all over the mesh; '
              f"{report.replicated_fraction:.1%} of what the devices hold are replicated copies</p>"]
+    if estimate is not None:
+        parts.append(f'<p class="note">activations: the step\'s peak intermediate memory, estimated by verify: '
+                     f"{esc(estimate)}</p>")
     largest = sorted(report.rows, key=lambda r: -r.bytes_per_device)[:5]
     if largest:
         parts.append('<h2 style="margin-top:12px">Largest per device</h2><table class="list">')

@@ -89,8 +89,10 @@ def fmt_bytes(n: float) -> str:
 
 
 # Groups of memory, in the bar's order, with their colours; an array's group comes from its path.
-GROUPS = ("parameters", "optimizer state", "step arrays")
-GROUP_COLOURS = {"parameters": "#3b6fb6", "optimizer state": "#e08a2c", "step arrays": "#4f9d69"}
+# "activations" is the step's own intermediate memory (verify's estimate), never an array's group.
+GROUPS = ("parameters", "optimizer state", "step arrays", "activations")
+GROUP_COLOURS = {"parameters": "#3b6fb6", "optimizer state": "#e08a2c", "step arrays": "#4f9d69",
+                 "activations": "#8e5bb5"}
 _OPTIMIZER = re.compile(r"^(opt|optim|optimizer|opt_state|adam\w*|mu|nu|momentum|velocity|moments?|ema\w*|"
                         r"exp_avg\w*|state_m|state_v)$", re.IGNORECASE)
 _STEP = re.compile(r"^(batch|inputs?|targets?|tokens|labels|activations?|acts|cache|kv_cache|kv|"

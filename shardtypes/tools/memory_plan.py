@@ -133,13 +133,16 @@ class PlanReport:
         }, indent=2)
 
 
-def plan_html(reports: Any, hbm: int | str | None = None, *, title: str | None = None) -> str:
+def plan_html(reports: Any, hbm: int | str | None = None, *, title: str | None = None,
+              activations: Any = None) -> str:
     """One self-contained HTML page (inline CSS and SVG; no scripts, nothing loaded) of a plan:
     the mesh, memory per device as a bar by group (parameters, optimizer state, the step's
     arrays) against ``hbm`` (a size such as ``'80GiB'``, a device kind such as ``'h100'`` or
     ``'tpu-v5p'``, or bytes), the largest and the replicated arrays, and each array's layout.
     ``reports`` is a ``PlanReport`` or a mapping of mode name to ``PlanReport`` over one mesh,
-    shown side by side (the same annotations under train and decode rules):
+    shown side by side (the same annotations under train and decode rules). ``activations``
+    adds the step's intermediates as a band of their own: verify's ``report.activations`` (an
+    ``ActivationEstimate``), or a mapping of mode name to one:
 
     >>> with axis_rules(RULES):                                        # doctest: +SKIP
     ...     train = plan(State, {'d': 64, 't': 64}, DIMS)
@@ -163,9 +166,28 @@ def plan_html(reports: Any, hbm: int | str | None = None, *, title: str | None =
     if title is not None and not isinstance(title, str):
         raise TypeError(f"plan_html: title must be a str, got {title!r:.60}")
     capacity = None if hbm is None else parse_capacity(hbm, "plan_html: hbm")
+    activations = _activations_by_mode(activations, reports)
     rows = next(iter(reports.values())).rows
     name = rows[0].path.split(".")[0].split("[")[0] if rows else ""
-    return render_page(reports, title=title or f"Plan{' of ' + name if name else ''}", capacity=capacity)
+    return render_page(reports, title=title or f"Plan{' of ' + name if name else ''}", capacity=capacity,
+                       activations=activations)
+
+
+def _activations_by_mode(activations: Any, reports: Mapping[str, Any]) -> dict:
+    if activations is None:
+        return {}
+    if not isinstance(activations, Mapping):
+        if len(reports) > 1:
+            raise TypeError("plan_html: with several modes, activations must be a mapping of mode name to "
+                            f"verify's report.activations, got {type(activations).__name__}")
+        activations = {next(iter(reports)): activations}
+    for mode, estimate in activations.items():
+        if mode not in reports:
+            raise ValueError(f"plan_html: activations[{mode!r}]: no such mode (modes: {list(reports)})")
+        if not isinstance(getattr(estimate, "bytes_per_device", None), int) or not hasattr(estimate, "largest"):
+            raise TypeError(f"plan_html: activations[{mode!r}] must be verify's report.activations (an "
+                            f"ActivationEstimate), got {type(estimate).__name__} {estimate!r:.60}")
+    return dict(activations)
 
 
 def _fmt_shape(shape: tuple) -> str:

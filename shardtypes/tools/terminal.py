@@ -26,8 +26,8 @@ __all__ = ["plan_lines", "render", "progress"]
 # A line is a list of (text, style) segments; style None is plain.
 Line = list[tuple[str, Any]]
 
-MARKS = {"parameters": "█", "optimizer state": "▓", "step arrays": "▒"}
-STYLES = {"parameters": "blue", "optimizer state": "dark_orange", "step arrays": "green"}
+MARKS = {"parameters": "█", "optimizer state": "▓", "step arrays": "▒", "activations": "░"}
+STYLES = {"parameters": "blue", "optimizer state": "dark_orange", "step arrays": "green", "activations": "magenta"}
 FREE, OVER = "·", "!"
 
 

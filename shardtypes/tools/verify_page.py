@@ -37,4 +37,5 @@ def verify_html(report: Any, hbm: int | str | None = None, *, title: str | None 
         problems=[(p.kind, p.message) for p in report.problems] or (),
         notes=notes,
         verify=True,
+        activations={"": report.activations} if report.activations is not None else None,
     )

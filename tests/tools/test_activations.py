@@ -1,0 +1,183 @@
+"""Will the step fit? (issue 29): verify's estimate of a step's peak intermediate memory per
+device (``VerifyReport.activation_bytes_per_device``), the ``hbm=`` fit check, the page's band,
+and the estimate against XLA's own figure for the compiled step."""
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import AbstractMesh, AxisType
+
+from shardtypes import f32, plan, plan_html, pytree_dataclass, typechecked, typed_shard_map, verify
+from shardtypes.__main__ import main
+from shardtypes.tools.memory_checks import step_activations
+
+ROOT = Path(__file__).resolve().parents[2]
+DIMS = {"batch": 64, "embed": 32, "hidden": 128}
+
+
+def mesh(kind: AxisType) -> AbstractMesh:
+    return AbstractMesh((8,), ("d",), axis_types=(kind,))
+
+
+@typechecked
+def two_live(x: f32[b"batch/d embed"], w: f32[b"embed hidden"]) -> f32[b"batch/d"]:
+    h = x @ w  # 8 x 128 floats per device: 4 KiB
+    t = jnp.tanh(h)  # read by a reduction, so written out: h and t are live together here
+    return jnp.sum(t, axis=1)
+
+
+@pytest.mark.parametrize("kind", [AxisType.Explicit, AxisType.Auto], ids=["explicit", "auto"])
+def test_a_step_worked_out_by_hand(kind):
+    report = verify(two_live, mesh(kind), DIMS)
+    assert report.ok, report
+    per_value = (64 // 8) * 128 * 4
+    assert report.activation_bytes_per_device == 2 * per_value
+    estimate = report.activations
+    assert not estimate.lower_bound
+    assert [v.bytes_per_device for v in estimate.largest] == [per_value, per_value]
+    assert {v.what for v in estimate.largest} == {"dot_general float32[8,128]", "tanh float32[8,128]"}
+    assert all(v.where.startswith("test_activations.py:") and "(two_live)" in v.where for v in estimate.largest)
+    if kind == AxisType.Auto:  # what was assumed is said
+        assert estimate.assumed.startswith("on Auto axes (d=8) XLA chooses layouts: each value was assumed split")
+    else:
+        assert estimate.assumed == ""
+    assert f"activations: 8.0 KiB per device at the peak, largest live then: 4.0 KiB" in str(report)
+    assert json.loads(report.to_json())["activations"]["bytes_per_device"] == 2 * per_value
+
+
+def test_elementwise_chains_are_fused_away():
+    @typechecked
+    def chain(x: f32[b"batch/d embed"]) -> f32[b"batch/d embed"]:
+        return jnp.tanh(x * 2 + 1) * 3
+
+    report = verify(chain, mesh(AxisType.Explicit), DIMS)
+    assert report.activation_bytes_per_device == 0
+    assert str(report.activations) == "none: every value the step makes is one of its outputs (or fused away)"
+
+
+def test_inside_a_kernel_the_local_blocks_count():
+    @typed_shard_map
+    def kernel(x: f32[b"batch/d embed"], w: f32[b"embed hidden"]) -> f32[b"batch/d"]:
+        return jnp.sum(jnp.tanh(x @ w), axis=1)
+
+    report = verify(kernel, mesh(AxisType.Explicit), DIMS)
+    assert report.ok, report
+    assert report.activation_bytes_per_device == 2 * (64 // 8) * 128 * 4
+
+
+def test_a_host_callback_and_symbolic_sizes_make_a_lower_bound():
+    @typechecked
+    def with_callback(x: f32[b"batch/d embed"], w: f32[b"embed hidden"]) -> f32[b"batch/d"]:
+        h = jax.pure_callback(lambda a: a, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+        return jnp.sum(jnp.tanh(h @ w), axis=1)
+
+    report = verify(with_callback, {"d": 8}, DIMS)
+    estimate = report.activations
+    assert estimate.bytes_per_device > 0
+    (why,) = estimate.lower_bound
+    assert why.startswith("the host callback pure_callback at test_activations.py:")
+    assert str(estimate).startswith("at least ")
+    symbolic = verify(two_live, {"d": 8}, {"embed": 32}).activations
+    assert symbolic.bytes_per_device == 0
+    assert str(symbolic).startswith("not known: values of symbolic size (dims verify was not given) are not "
+                                    "counted (from dot_general, tanh)")
+
+
+def test_the_estimate_never_raises_from_its_own_machinery():
+    estimate = step_activations(object(), [], mesh(AxisType.Explicit))
+    assert estimate.bytes_per_device == 0
+    assert estimate.lower_bound[0].startswith("the estimate could not follow this step (")
+    assert str(estimate).startswith("not known: the estimate could not follow this step")
+
+
+def test_a_step_that_does_not_fit_names_the_largest_parts():
+    assert verify(two_live, {"d": 8}, DIMS, hbm="h100").ok
+    report = verify(two_live, {"d": 8}, DIMS, hbm="10KiB")
+    (problem,) = report.problems
+    assert problem.kind == "memory"
+    assert problem.message.startswith("two_live() does not fit in 10.0 KiB: 25.0 KiB per device (parameters 17.0 KiB "
+                                      "+ activations 8.0 KiB), 15.0 KiB over; the largest parts: w (P(None, None)) "
+                                      "16.0 KiB; x (P('d', None)) 1.0 KiB; the activation 4.0 KiB")
+    symbolic = verify(two_live, {"d": 8}, {"embed": 32}, hbm="h100")
+    assert [p.kind for p in symbolic.problems] == ["setup"]
+    assert "hbm: the memory of two_live()'s arguments ['x', 'w'] is not known" in symbolic.problems[0].message
+
+
+@pytest.mark.parametrize("hbm, error, message", [
+    ("80 gigs", ValueError, "verify: hbm: '80 gigs' is neither a size with a unit"),
+    (0, ValueError, "verify: hbm: a device's memory must be positive, got 0"),
+    (1.5, TypeError, "verify: hbm: expected a size such as '80GiB'"),
+])
+def test_an_hbm_that_does_not_parse(hbm, error, message):
+    with pytest.raises(error) as info:
+        verify(two_live, {"d": 8}, DIMS, hbm=hbm)
+    assert message in str(info.value)
+
+
+def test_the_estimate_can_be_left_out_but_not_under_hbm():
+    report = verify(two_live, {"d": 8}, DIMS, activations=False)
+    assert report.activations is None and report.activation_bytes_per_device is None
+    assert "activations" not in str(report)
+    with pytest.raises(TypeError, match="verify: activations must be True or False, got 'yes'"):
+        verify(two_live, {"d": 8}, DIMS, activations="yes")
+    with pytest.raises(ValueError, match="verify: hbm needs the activation estimate; leave activations=True"):
+        verify(two_live, {"d": 8}, DIMS, hbm="h100", activations=False)
+
+
+def test_the_command_line_checks_the_fit(tmp_path, monkeypatch, capsys):
+    (tmp_path / "fit_model.py").write_text(
+        "import jax.numpy as jnp\nfrom shardtypes import f32, typechecked\n\n@typechecked\n"
+        "def step(x: f32[b'batch/d embed'], w: f32[b'embed hidden']) -> f32[b'batch/d']:\n"
+        "    return jnp.sum(jnp.tanh(x @ w), axis=1)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["verify", "fit_model:step", "--mesh", "d=8", "--dims", "batch=64,embed=32,hidden=128"]
+    assert main(argv + ["--hbm", "h100"]) == 0
+    assert "activations: 8.0 KiB per device at the peak" in capsys.readouterr().out
+    assert main(argv + ["--hbm", "10KiB"]) == 1
+    assert "[memory] step() does not fit in 10.0 KiB" in capsys.readouterr().out
+
+
+@pytree_dataclass
+class Weights:
+    w: f32[b"embed hidden/d"]
+
+
+def test_the_page_draws_activations_as_their_own_band():
+    report = verify(two_live, {"d": 8}, DIMS)
+    weights = plan(Weights, {"d": 8}, DIMS)
+    page = plan_html(weights, "h100", activations=report.activations)
+    assert ">activations</td>" in page and "estimated by verify: 8.0 KiB per device at the peak" in page
+    both = plan_html({"train": weights, "decode": weights}, activations={"train": report.activations})
+    assert both.count("estimated by verify") == 1
+    assert "activations" in report.to_html()  # verify's own page draws its estimate too
+    with pytest.raises(TypeError, match="with several modes, activations must be a mapping"):
+        plan_html({"train": weights, "decode": weights}, activations=report.activations)
+    with pytest.raises(ValueError, match=r"activations\['eval'\]: no such mode \(modes: \['train', 'decode'\]\)"):
+        plan_html({"train": weights, "decode": weights}, activations={"eval": report.activations})
+    with pytest.raises(TypeError, match=r"activations\[''\] must be verify's report.activations .* got int 5"):
+        plan_html(weights, activations=5)
+
+
+def _benchmark():
+    spec = importlib.util.spec_from_file_location("activation_benchmark", ROOT / "benchmarks" / "activations.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("case", ["kernel", "mlp+optax", "scan+remat"])
+def test_the_estimate_is_near_what_xla_allocates(case):
+    """The demo's training kernel within 2x of XLA's temp_size, a jitted MLP step with optax and
+    a scan over checkpointed layers (both on Auto axes) within 3x (benchmarks/activations.py)."""
+    pytest.importorskip("optax")
+    run, target = _benchmark().CASES[case]
+    estimate, temp, _ = run()
+    assert temp > 0
+    assert 1 / target <= estimate / temp <= target, (estimate, temp)
