@@ -687,7 +687,8 @@ def main(argv: list[str] | None = None) -> dict:
     print("\nAt scale: the same training step verified on a 64x64 abstract mesh (4,096 chips) with "
           "70B-class sizes, on this machine, without compiling:")
     scale = at_scale()
-    print(f"  {scale['report']}  ({scale['seconds']:.1f} s)")
+    head, *rest = str(scale["report"]).splitlines()
+    print("\n".join([f"  {head}  ({scale['seconds']:.1f} s)", *(f"  {line}" for line in rest)]))
     print("\n" + "\n".join("  " + line for line in str(scale["weights"]).splitlines()))
     state_plan = scale["state"]
     print(f"  with Adam's two moments: {state_plan.bytes_per_device / 2**30:.2f} GiB per chip "

@@ -31,7 +31,9 @@ import jax
 from ..checking import kernel_jax as kj
 from .memory_plan import _fmt_bytes
 
-__all__ = ["ActivationEstimate", "LiveValue", "estimate", "trace_step", "user_frame"]
+__all__ = ["ActivationEstimate", "LiveValue", "estimate", "trace_step", "user_frame", "SYMBOLIC"]
+
+SYMBOLIC = "values of symbolic size (dims verify was not given)"
 
 _LARGEST = 5
 
@@ -154,7 +156,7 @@ class _Walk:
         itemsize = getattr(getattr(aval, "dtype", None), "itemsize", None)
         local = _local_shape(aval, splits)
         if local is None or not isinstance(itemsize, int):
-            why = "values of symbolic size (dims verify was not given)" if local is None else \
+            why = SYMBOLIC if local is None else \
                 f"values of dtype {aval.dtype}, which has no size in bytes,"
             self.unknown.setdefault(why, set()).add(kj.name(eqn))
             return 0

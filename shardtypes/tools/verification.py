@@ -37,7 +37,7 @@ from ..layout.specs import _partition_spec, structs
 from ..model.walk import _Leaf, _walk
 from ..context.settings import forced_checks
 from ..model.errors import COLLECTED
-from .activations import ActivationEstimate, trace_step
+from .activations import SYMBOLIC, ActivationEstimate, trace_step
 from .html_parts import parse_capacity
 from .memory_checks import arguments_plan, fit_problems, step_activations
 from .memory_plan import parse_fraction, replicated_problem
@@ -102,7 +102,7 @@ class VerifyReport:
         devices = math.prod(self.mesh.values())
         dims = ", ".join(f"{k}={v}" for k, v in self.dims.items()) or "none"
         head = f"verify {self.function} on a {mesh} mesh ({devices:,} devices), dims {dims}"
-        memory = f"\n  activations: {self.activations}" if self.activations is not None else ""
+        memory = f"\n  activations: {self.activations}" if _worth_saying(self.activations) else ""
         if self.ok:
             return f"{head}: ok, no problems{memory}"
         lines = [f"{head}: {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''}"]
@@ -128,6 +128,15 @@ class VerifyReport:
 
     def _repr_html_(self) -> str:  # Jupyter and Colab show a report as its page
         return self.to_html()
+
+
+def _worth_saying(estimate: ActivationEstimate | None) -> bool:
+    """Whether the report's text shows the estimate: not where there is none, nor where every
+    size is symbolic (no dims given, so no bytes to say; ``to_json`` and the field have it)."""
+    if estimate is None:
+        return False
+    symbolic = all(why.startswith(SYMBOLIC) for why in estimate.lower_bound)
+    return estimate.bytes_per_device > 0 or not symbolic
 
 
 class VerificationError(TypeCheckError):

@@ -152,9 +152,12 @@ def test_transformer_writes_its_plan_as_a_page_and_says_where(transformer_run):
     for path in ("State.weights.embed", "State.weights.layers.w_up", "State.adam_mu.unembed", "State.adam_nu.embed"):
         assert path in page, path
     assert "train" in page and "decode" in page
-    # The page's training total is what the demo prints for weights and Adam's moments (0.22 GiB
-    # per chip at 70B-class sizes), with the moments as the optimizer's band; decode's is the weights'.
-    assert "optimizer state" in page and "223 MiB" in page and "4.65 GiB" in page
+    # The page's training bands are the weights and Adam's moments the demo prints (74.5 and 149 MiB
+    # per chip at 70B-class sizes) and the step's activations verify estimates (about 300 GiB
+    # without rematerialization: far past an H100); decode's is the weights' alone.
+    assert "optimizer state" in page and "74.5 MiB" in page and "149 MiB" in page and "4.65 GiB" in page
+    assert re.search(r">activations</td><td class=\"num\">3\d\d GiB<", page), page[:2000]
+    assert "estimated by verify" in page and " over (" in page
     assert "Weights.embed" not in page
 
 

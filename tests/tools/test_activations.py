@@ -82,8 +82,10 @@ def test_a_host_callback_and_symbolic_sizes_make_a_lower_bound():
     (why,) = estimate.lower_bound
     assert why.startswith("the host callback pure_callback at test_activations.py:")
     assert str(estimate).startswith("at least ")
-    symbolic = verify(two_live, {"d": 8}, {"embed": 32}).activations
+    report = verify(two_live, {"d": 8}, {"embed": 32})
+    symbolic = report.activations
     assert symbolic.bytes_per_device == 0
+    assert "activations" not in str(report)  # no sizes given, no bytes to say (the field has why)
     assert str(symbolic).startswith("not known: values of symbolic size (dims verify was not given) are not "
                                     "counted (from dot_general, tanh)")
 
