@@ -3,6 +3,7 @@ device (``VerifyReport.activation_bytes_per_device``), the ``hbm=`` fit check, t
 and the estimate against XLA's own figure for the compiled step."""
 
 import importlib.util
+import math
 import json
 import sys
 from pathlib import Path
@@ -183,3 +184,89 @@ def test_the_estimate_is_near_what_xla_allocates(case):
     estimate, temp, _ = run()
     assert temp > 0
     assert 1 / target <= estimate / temp <= target, (estimate, temp)
+
+
+# ---------------------------------------------------------------------------------------------
+# An oracle: random straight-line programs of matmuls, transposes and sums, whose peak is worked
+# out from the program itself (each value live from its op to its last reader; arguments and the
+# output not counted) and compared with verify's estimate of the traced step.
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from conftest import examples_from_env  # noqa: E402
+
+SIZES = (2, 4, 8, 16)
+
+
+@st.composite
+def programs(draw):
+    """(argument shapes, ops): each op is (kind, operand indices), over the values made so far."""
+    shapes = [tuple(draw(st.sampled_from(SIZES)) for _ in range(2)) for _ in range(draw(st.integers(1, 3)))]
+    n_args = len(shapes)
+    ops = []
+    for _ in range(draw(st.integers(1, 8))):
+        i = draw(st.sampled_from([j for j, s in enumerate(shapes) if s]))  # (no sum of a 0-d value)
+        kind = draw(st.sampled_from(["matmul", "transpose", "sum"] if len(shapes[i]) == 2 else ["sum"]))
+        if kind == "matmul":
+            partners = [j for j, s in enumerate(shapes) if len(s) == 2 and s[0] == shapes[i][1]]
+            if not partners:
+                kind = "transpose"
+            else:
+                j = draw(st.sampled_from(partners))
+                ops.append(("matmul", (i, j)))
+                shapes.append((shapes[i][0], shapes[j][1]))
+                continue
+        if kind == "transpose":
+            ops.append(("transpose", (i,)))
+            shapes.append(shapes[i][::-1])
+        else:
+            ops.append(("sum", (i,)))
+            shapes.append(shapes[i][1:])
+    return shapes, n_args, ops
+
+
+def run_program(ops, values):
+    values = list(values)
+    for kind, operands in ops:
+        a = values[operands[0]]
+        if kind == "matmul":
+            values.append(a @ values[operands[1]])
+        elif kind == "transpose":
+            values.append(a.T)
+        else:
+            values.append(jnp.sum(a, axis=0))
+    return values[-1]
+
+
+def oracle_peak(shapes, n_args, ops) -> int:
+    last: dict = {}
+    for k, (_, operands) in enumerate(ops):
+        for i in operands:
+            last[i] = n_args + k
+    out = len(shapes) - 1
+    size = {i: 4 * math.prod(s) for i, s in enumerate(shapes)}
+    peak = 0
+    for k in range(len(ops)):
+        made = n_args + k
+        live = sum(size[i] for i in range(n_args, made) if i != out and last.get(i, -1) >= made)
+        peak = max(peak, live + (size[made] if made != out else 0))
+    return peak
+
+
+@pytest.mark.filterwarnings("ignore:shardtypes.typechecked cannot instrument")  # (made with exec)
+@given(programs())
+@settings(max_examples=examples_from_env("SHARDTYPES_ACTIVATION_ORACLE_EXAMPLES", 40), deadline=None)
+def test_the_peak_of_random_programs_agrees_with_the_oracle(program):
+    shapes, n_args, ops = program
+    names = [f"a{i}" for i in range(n_args)]
+    dims = {}
+    params = []
+    for name, shape in zip(names, shapes):
+        dims[f"{name}r"], dims[f"{name}c"] = shape
+        params.append(f"{name}: f32[b'{name}r {name}c']")
+    source = f"def step({', '.join(params)}):\n    return run_program(OPS, [{', '.join(names)}])\n"
+    scope = {"f32": f32, "run_program": run_program, "OPS": ops}
+    exec(source, scope)
+    report = verify(scope["step"], {"d": 8}, dims)
+    assert report.ok, report
+    assert report.activation_bytes_per_device == oracle_peak(shapes, n_args, ops), (shapes, ops, report.activations)
