@@ -178,6 +178,7 @@ class _Walk:
         outs = {v for v in kj.outvars(jaxpr) if not kj.is_literal(v)}
         fused = _fused(eqns, outs)
         deps: dict = {}  # a fused value -> the materialized values it is computed from
+        aliases: set = set()  # results that are their operands (no memory of their own)
         last: dict = {}
         for i, eqn in enumerate(eqns):
             found: set = set()
@@ -186,9 +187,14 @@ class _Walk:
                     found.update(deps.get(v, (v,)))
             for u in found:
                 last[u] = i
+            passed = _passed_through(eqn)
             for v in kj.outvars(eqn):
                 if v in fused or kj.name(eqn) in _FREE:
                     deps[v] = tuple(found)
+                elif v in passed:  # a call's result that is one of its operands: the same buffer
+                    source = passed[v]
+                    deps[v] = deps.get(source, (source,)) if not kj.is_literal(source) else ()
+                    aliases.add(v)
         live: dict = {}  # var -> (bytes, order, eqn, var, splits)
         current = peak = 0
         at_peak: list = []
@@ -201,7 +207,7 @@ class _Walk:
             free = kj.name(eqn) in _FREE
             for v, s in zip(kj.outvars(eqn), out_splits):
                 splits[v] = s
-                if v in outs or free or v in fused:
+                if v in outs or free or v in fused or v in aliases:
                     continue  # an output of the step (or of the body it is in): not counted here
                 self.order += 1
                 made.append((v, (self.bytes(v, s, eqn), self.order, eqn, v, s)))
@@ -303,6 +309,27 @@ def _fused(eqns: list, outs: set) -> set:
                 producer[v] = name
     return {v for v in producer if v not in outs and readers.get(v)
             and all(r in _ELEMENTWISE for r in readers[v])}
+
+
+def _passed_through(eqn: Any) -> dict:
+    """The results of a call (jit, remat, custom rules) that are one of its operands as they are,
+    or an earlier result again: result -> the operand (or result) it is."""
+    call = kj.call_jaxpr(eqn) if kj.sub_jaxprs(eqn) else None
+    if call is None:
+        return {}
+    outer_of = dict(zip(kj.invars(call), kj.invars(eqn)))
+    first: dict = {}
+    found: dict = {}
+    for inner, outer in zip(kj.outvars(call), kj.outvars(eqn)):
+        if kj.is_literal(inner):
+            continue
+        if inner in outer_of:
+            found[outer] = outer_of[inner]
+        elif inner in first:
+            found[outer] = first[inner]
+        else:
+            first[inner] = outer
+    return found
 
 
 def _axes(entry: Any) -> tuple:
