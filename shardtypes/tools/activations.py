@@ -10,12 +10,13 @@ keeps for the backward pass) are counted whole.
 
 Each value's bytes per device come from its layout: inside ``shard_map`` kernels its local shape
 (exact); on Explicit mesh axes the sharding JAX's types give (exact); on Auto axes, where XLA
-chooses, a value is assumed split as its operands are (``_auto_splits``: a matmul keeps the splits
+chooses, a value is assumed split as its operands are (``activation_rules.auto_splits``: a matmul keeps the splits
 of the dims it keeps, a reduction drops those of the dims it reduces, an elementwise op takes its
 operands'), and the estimate says so. A value whose size is symbolic (a dim verify was not given)
 or whose dtype has no size, and a host callback, make the figure a lower bound, named.
 
-Reads JAX's equations through ``checking.kernel_jax``.
+Reads JAX's equations through ``checking.kernel_jax``; the rules of single primitives are in
+``activation_rules``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, Callable
 import jax
 
 from ..checking import kernel_jax as kj
+from .activation_rules import auto_splits, axes, fused, local_shape, ones, passed_through
 from .memory_plan import _fmt_bytes
 
 __all__ = ["ActivationEstimate", "LiveValue", "estimate", "trace_step", "user_frame", "SYMBOLIC"]
@@ -122,8 +124,8 @@ def estimate(closed: Any, leaves: list, auto_axes: dict[str, int]) -> Activation
     largest = tuple(walk.label(b, eqn, v, splits) for b, _, eqn, v, splits in sorted(top, key=lambda t: -t[0]))
     assumed = ""
     if walk.auto:
-        axes = ", ".join(f"{a}={n}" for a, n in auto_axes.items())
-        assumed = (f"on Auto axes ({axes}) XLA chooses layouts: each value was assumed split as its "
+        named = ", ".join(f"{a}={n}" for a, n in auto_axes.items())
+        assumed = (f"on Auto axes ({named}) XLA chooses layouts: each value was assumed split as its "
                    "operands are")
     lower = tuple(f"{why} are not counted (from {', '.join(sorted(names))})" if names else f"{why} is not counted"
                   for why, names in walk.unknown.items())
@@ -145,7 +147,7 @@ class _Walk:
         """Per dim, how many ways an argument is split over Auto axes (its own sharding's spec)."""
         spec = getattr(getattr(leaf, "sharding", None), "spec", None) or ()
         ndim = len(getattr(leaf, "shape", ()))
-        return tuple(math.prod(self.auto_axes.get(a, 1) for a in _axes(spec[i] if i < len(spec) else None))
+        return tuple(math.prod(self.auto_axes.get(a, 1) for a in axes(spec[i] if i < len(spec) else None))
                      for i in range(ndim))
 
     def bytes(self, v: Any, splits: tuple | None, eqn: Any) -> int:
@@ -154,7 +156,7 @@ class _Walk:
         if shape is None:
             return 0  # a token, or no array
         itemsize = getattr(getattr(aval, "dtype", None), "itemsize", None)
-        local = _local_shape(aval, splits)
+        local = local_shape(aval, splits)
         if local is None or not isinstance(itemsize, int):
             why = SYMBOLIC if local is None else \
                 f"values of dtype {aval.dtype}, which has no size in bytes,"
@@ -164,7 +166,7 @@ class _Walk:
 
     def label(self, nbytes: int, eqn: Any, v: Any, splits: tuple | None) -> LiveValue:
         aval = kj.aval(v)
-        local: tuple = _local_shape(aval, splits) or tuple(getattr(aval, "shape", ()))
+        local: tuple = local_shape(aval, splits) or tuple(getattr(aval, "shape", ()))
         dtype = getattr(getattr(aval, "dtype", None), "name", "?")
         return LiveValue(nbytes, f"{kj.name(eqn)} {dtype}[{','.join(map(str, local))}]", user_frame(kj.frames(eqn)))
 
@@ -176,7 +178,7 @@ class _Walk:
         eqns = kj.eqns(jaxpr)
         splits: dict = dict(zip(kj.invars(jaxpr), in_splits))
         outs = {v for v in kj.outvars(jaxpr) if not kj.is_literal(v)}
-        fused = _fused(eqns, outs)
+        away = fused(eqns, outs)
         deps: dict = {}  # a fused value -> the materialized values it is computed from
         aliases: set = set()  # results that are their operands (no memory of their own)
         last: dict = {}
@@ -187,9 +189,9 @@ class _Walk:
                     found.update(deps.get(v, (v,)))
             for u in found:
                 last[u] = i
-            passed = _passed_through(eqn)
+            passed = passed_through(eqn)
             for v in kj.outvars(eqn):
-                if v in fused or kj.name(eqn) in _FREE:
+                if v in away or kj.name(eqn) in _FREE:
                     deps[v] = tuple(found)
                 elif v in passed:  # a call's result that is one of its operands: the same buffer
                     source = passed[v]
@@ -207,7 +209,7 @@ class _Walk:
             free = kj.name(eqn) in _FREE
             for v, s in zip(kj.outvars(eqn), out_splits):
                 splits[v] = s
-                if v in outs or free or v in fused or v in aliases:
+                if v in outs or free or v in away or v in aliases:
                     continue  # an output of the step (or of the body it is in): not counted here
                 self.order += 1
                 made.append((v, (self.bytes(v, s, eqn), self.order, eqn, v, s)))
@@ -264,7 +266,7 @@ class _Walk:
             pass
         # Anything else (shard_map, whose body holds local blocks; a primitive of another
         # library): each jaxpr inside on its own, its operands taken as not split over Auto axes.
-        found = [self.jaxpr(j, [_ones(kj.aval(v)) if self.auto else None for v in kj.invars(j)]) for j in subs]
+        found = [self.jaxpr(j, [ones(kj.aval(v)) if self.auto else None for v in kj.invars(j)]) for j in subs]
         peak, top, _ = max(found, key=lambda f: f[0])
         return peak, top, (self.shard_map_outs(eqn) if name == "shard_map" and self.auto else None)
 
@@ -272,136 +274,13 @@ class _Walk:
         specs = kj.optional_param(eqn, "out_specs")
         if not isinstance(specs, (tuple, list)) or len(specs) != len(kj.outvars(eqn)):
             return None
-        return [tuple(math.prod(self.auto_axes.get(a, 1) for a in _axes(spec[i] if i < len(spec) else None))
+        return [tuple(math.prod(self.auto_axes.get(a, 1) for a in axes(spec[i] if i < len(spec) else None))
                       for i in range(len(getattr(kj.aval(v), "shape", ()))))
                 for spec, v in zip(specs, kj.outvars(eqn))]
 
     def rule(self, eqn: Any, ins: list) -> list:
-        """The Auto-axes splits of an equation's results (see ``_auto_splits``)."""
+        """The Auto-axes splits of an equation's results (see ``activation_rules.auto_splits``)."""
         try:
-            return _auto_splits(eqn, ins)
+            return auto_splits(eqn, ins)
         except Exception:  # a param of another shape: the results taken as not split
-            return [_ones(kj.aval(v)) for v in kj.outvars(eqn)]
-
-
-# Elementwise primitives (and broadcasts), which XLA fuses into their consumers: a value one of
-# them makes is not written to memory when every use of it is another of them, in a fusion.
-_ELEMENTWISE = frozenset("""
-    abs acos acosh add add_any and asin asinh atan atan2 atanh broadcast_in_dim cbrt ceil clamp
-    convert_element_type copy copy_p cos cosh div eq erf erf_inv erfc exp exp2 expm1 floor ge gt imag
-    integer_pow is_finite le lgamma log log1p logistic lt max min mul ne neg nextafter not or pow
-    real reduce_precision rem round rsqrt select_n sign sin sinh sqrt square sub tan tanh xor
-""".split())
-
-
-def _fused(eqns: list, outs: set) -> set:
-    """The values an elementwise primitive makes that only elementwise primitives read (and that
-    are not outputs): XLA fuses them away."""
-    producer: dict = {}
-    readers: dict = {}
-    for eqn in eqns:
-        name = kj.name(eqn)
-        for v in kj.invars(eqn):
-            if not kj.is_literal(v):
-                readers.setdefault(v, []).append(name)
-        if name in _ELEMENTWISE:
-            for v in kj.outvars(eqn):
-                producer[v] = name
-    return {v for v in producer if v not in outs and readers.get(v)
-            and all(r in _ELEMENTWISE for r in readers[v])}
-
-
-def _passed_through(eqn: Any) -> dict:
-    """The results of a call (jit, remat, custom rules) that are one of its operands as they are,
-    or an earlier result again: result -> the operand (or result) it is."""
-    call = kj.call_jaxpr(eqn) if kj.sub_jaxprs(eqn) else None
-    if call is None:
-        return {}
-    outer_of = dict(zip(kj.invars(call), kj.invars(eqn)))
-    first: dict = {}
-    found: dict = {}
-    for inner, outer in zip(kj.outvars(call), kj.outvars(eqn)):
-        if kj.is_literal(inner):
-            continue
-        if inner in outer_of:
-            found[outer] = outer_of[inner]
-        elif inner in first:
-            found[outer] = first[inner]
-        else:
-            first[inner] = outer
-    return found
-
-
-def _axes(entry: Any) -> tuple:
-    if isinstance(entry, str):
-        return (entry,)
-    if isinstance(entry, (tuple, list)):
-        return tuple(a for a in entry if isinstance(a, str))
-    return ()
-
-
-def _ones(aval: Any) -> tuple:
-    return (1,) * len(getattr(aval, "shape", ()))
-
-
-def _local_shape(aval: Any, splits: tuple | None) -> tuple | None:
-    """The per-device shape: the aval's own sharding (Explicit axes; local already under manual
-    axes), times the Auto-axes splits; None where a dim is symbolic."""
-    shape = tuple(getattr(aval, "shape", ()))
-    sharding = getattr(aval, "sharding", None)
-    spec = tuple(getattr(sharding, "spec", ()) or ())
-    try:
-        sizes = dict(sharding.mesh.shape) if sharding is not None else {}
-    except Exception:
-        sizes = {}
-    local = []
-    for i, size in enumerate(shape):
-        if not isinstance(size, int):
-            return None
-        parts = math.prod(sizes.get(a, 1) for a in _axes(spec[i] if i < len(spec) else None))
-        if splits is not None and i < len(splits):
-            parts *= splits[i]
-        local.append(-(-size // parts) if parts > 1 else size)
-    return tuple(local)
-
-
-def _auto_splits(eqn: Any, ins: list) -> list:
-    """How many ways each result dim is split over Auto axes, following the operands: a
-    ``dot_general`` keeps the splits of its batch and free dims (a contracted dim's split leaves a
-    sum, which XLA reduces), ``broadcast_in_dim`` and ``transpose`` move them, a reduction drops
-    the reduced dims', ``reshape`` keeps their product on the first dim; any other primitive gives
-    each result the splits of the operands of its shape (the most split, dim by dim), or none."""
-    name = kj.name(eqn)
-    operands = kj.invars(eqn)
-    outs = kj.outvars(eqn)
-    shapes = [kj.shape(v) for v in operands]
-    split = [s if s is not None else (1,) * len(sh) for s, sh in zip(ins, shapes)]
-    if name == "dot_general":
-        (lc, rc), (lb, rb) = kj.param(eqn, "dimension_numbers")
-        lhs, rhs = split[0], split[1]
-        lfree = [d for d in range(len(lhs)) if d not in lc and d not in lb]
-        rfree = [d for d in range(len(rhs)) if d not in rc and d not in rb]
-        return [tuple([max(lhs[a], rhs[b]) for a, b in zip(lb, rb)] + [lhs[d] for d in lfree] + [rhs[d] for d in rfree])]
-    if name == "broadcast_in_dim":
-        out = [1] * len(kj.shape(outs[0]))
-        for i, d in enumerate(kj.param(eqn, "broadcast_dimensions")):
-            if shapes[0][i] == kj.shape(outs[0])[d]:
-                out[d] = split[0][i]
-        return [tuple(out)]
-    if name == "transpose":
-        return [tuple(split[0][p] for p in kj.param(eqn, "permutation"))]
-    if name.startswith(("reduce_", "argmax", "argmin")) and kj.optional_param(eqn, "axes") is not None:
-        axes = set(kj.param(eqn, "axes"))
-        kept = tuple(s for d, s in enumerate(split[0]) if d not in axes)
-        return [kept] * len(outs)
-    if name == "reshape":
-        total, out_shape = math.prod(split[0]), kj.shape(outs[0])
-        if out_shape and out_shape[0] % total == 0:
-            return [(total,) + (1,) * (len(out_shape) - 1)]
-        return [_ones(kj.aval(outs[0]))]
-    result = []
-    for v in outs:
-        out_shape = kj.shape(v)
-        same = [s for s, sh in zip(split, shapes) if sh == out_shape]
-        result.append(tuple(max(dims) for dims in zip(*same)) if same and out_shape else (1,) * len(out_shape))
-    return result
+            return [ones(kj.aval(v)) for v in kj.outvars(eqn)]

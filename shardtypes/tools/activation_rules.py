@@ -1,0 +1,139 @@
+"""The rules of the activation estimate (``activations``), one primitive at a time: which values
+XLA fuses away (``fused``), which results are their operands (``passed_through``), a value's
+per-device shape (``local_shape``) and, on Auto axes, how its operands' splits carry over to it
+(``auto_splits``).
+
+Reads JAX's equations through ``checking.kernel_jax``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..checking import kernel_jax as kj
+
+__all__ = ["fused", "passed_through", "local_shape", "auto_splits", "axes", "ones"]
+
+
+# Elementwise primitives (and broadcasts), which XLA fuses into their consumers: a value one of
+# them makes is not written to memory when every use of it is another of them, in a fusion.
+_ELEMENTWISE = frozenset("""
+    abs acos acosh add add_any and asin asinh atan atan2 atanh broadcast_in_dim cbrt ceil clamp
+    convert_element_type copy copy_p cos cosh div eq erf erf_inv erfc exp exp2 expm1 floor ge gt imag
+    integer_pow is_finite le lgamma log log1p logistic lt max min mul ne neg nextafter not or pow
+    real reduce_precision rem round rsqrt select_n sign sin sinh sqrt square sub tan tanh xor
+""".split())
+
+
+def fused(eqns: list, outs: set) -> set:
+    """The values an elementwise primitive makes that only elementwise primitives read (and that
+    are not outputs): XLA fuses them away."""
+    producer: dict = {}
+    readers: dict = {}
+    for eqn in eqns:
+        name = kj.name(eqn)
+        for v in kj.invars(eqn):
+            if not kj.is_literal(v):
+                readers.setdefault(v, []).append(name)
+        if name in _ELEMENTWISE:
+            for v in kj.outvars(eqn):
+                producer[v] = name
+    return {v for v in producer if v not in outs and readers.get(v)
+            and all(r in _ELEMENTWISE for r in readers[v])}
+
+
+def passed_through(eqn: Any) -> dict:
+    """The results of a call (jit, remat, custom rules) that are one of its operands as they are,
+    or an earlier result again: result -> the operand (or result) it is."""
+    call = kj.call_jaxpr(eqn) if kj.sub_jaxprs(eqn) else None
+    if call is None:
+        return {}
+    outer_of = dict(zip(kj.invars(call), kj.invars(eqn)))
+    first: dict = {}
+    found: dict = {}
+    for inner, outer in zip(kj.outvars(call), kj.outvars(eqn)):
+        if kj.is_literal(inner):
+            continue
+        if inner in outer_of:
+            found[outer] = outer_of[inner]
+        elif inner in first:
+            found[outer] = first[inner]
+        else:
+            first[inner] = outer
+    return found
+
+
+def axes(entry: Any) -> tuple:
+    if isinstance(entry, str):
+        return (entry,)
+    if isinstance(entry, (tuple, list)):
+        return tuple(a for a in entry if isinstance(a, str))
+    return ()
+
+
+def ones(aval: Any) -> tuple:
+    return (1,) * len(getattr(aval, "shape", ()))
+
+
+def local_shape(aval: Any, splits: tuple | None) -> tuple | None:
+    """The per-device shape: the aval's own sharding (Explicit axes; local already under manual
+    axes), times the Auto-axes splits; None where a dim is symbolic."""
+    shape = tuple(getattr(aval, "shape", ()))
+    sharding = getattr(aval, "sharding", None)
+    spec = tuple(getattr(sharding, "spec", ()) or ())
+    try:
+        sizes = dict(sharding.mesh.shape) if sharding is not None else {}
+    except Exception:
+        sizes = {}
+    local = []
+    for i, size in enumerate(shape):
+        if not isinstance(size, int):
+            return None
+        parts = math.prod(sizes.get(a, 1) for a in axes(spec[i] if i < len(spec) else None))
+        if splits is not None and i < len(splits):
+            parts *= splits[i]
+        local.append(-(-size // parts) if parts > 1 else size)
+    return tuple(local)
+
+
+def auto_splits(eqn: Any, ins: list) -> list:
+    """How many ways each result dim is split over Auto axes, following the operands: a
+    ``dot_general`` keeps the splits of its batch and free dims (a contracted dim's split leaves a
+    sum, which XLA reduces), ``broadcast_in_dim`` and ``transpose`` move them, a reduction drops
+    the reduced dims', ``reshape`` keeps their product on the first dim; any other primitive gives
+    each result the splits of the operands of its shape (the most split, dim by dim), or none."""
+    name = kj.name(eqn)
+    operands = kj.invars(eqn)
+    outs = kj.outvars(eqn)
+    shapes = [kj.shape(v) for v in operands]
+    split = [s if s is not None else (1,) * len(sh) for s, sh in zip(ins, shapes)]
+    if name == "dot_general":
+        (lc, rc), (lb, rb) = kj.param(eqn, "dimension_numbers")
+        lhs, rhs = split[0], split[1]
+        lfree = [d for d in range(len(lhs)) if d not in lc and d not in lb]
+        rfree = [d for d in range(len(rhs)) if d not in rc and d not in rb]
+        return [tuple([max(lhs[a], rhs[b]) for a, b in zip(lb, rb)] + [lhs[d] for d in lfree] + [rhs[d] for d in rfree])]
+    if name == "broadcast_in_dim":
+        out = [1] * len(kj.shape(outs[0]))
+        for i, d in enumerate(kj.param(eqn, "broadcast_dimensions")):
+            if shapes[0][i] == kj.shape(outs[0])[d]:
+                out[d] = split[0][i]
+        return [tuple(out)]
+    if name == "transpose":
+        return [tuple(split[0][p] for p in kj.param(eqn, "permutation"))]
+    if name.startswith(("reduce_", "argmax", "argmin")) and kj.optional_param(eqn, "axes") is not None:
+        reduced = set(kj.param(eqn, "axes"))
+        kept = tuple(s for d, s in enumerate(split[0]) if d not in reduced)
+        return [kept] * len(outs)
+    if name == "reshape":
+        total, out_shape = math.prod(split[0]), kj.shape(outs[0])
+        if out_shape and out_shape[0] % total == 0:
+            return [(total,) + (1,) * (len(out_shape) - 1)]
+        return [ones(kj.aval(outs[0]))]
+    result = []
+    for v in outs:
+        out_shape = kj.shape(v)
+        same = [s for s, sh in zip(split, shapes) if sh == out_shape]
+        result.append(tuple(max(dims) for dims in zip(*same)) if same and out_shape else (1,) * len(out_shape))
+    return result
