@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import sys
 import timeit
+from types import ModuleType
 from typing import Callable
 
 
@@ -45,3 +49,14 @@ def measure(fns: dict[str, Callable[[], object]], number: int, repeat: int) -> d
             seconds = timeit.timeit(fn, number=number)
             best[name] = min(best[name], seconds / number * 1e6)
     return best
+
+
+def load_demo(name: str) -> ModuleType:
+    """examples/transformer.py imported as module ``name`` (typeguard reads its source by name)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "transformer.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -19,7 +19,6 @@ Where the estimate is high or low and why: docs/verify.md, "Activation memory".
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import time
@@ -37,20 +36,13 @@ import shardtypes  # noqa: E402
 from shardtypes import Array, axis_rules, f32, make_shape_dtype_structs, pytree_dataclass, typechecked, verify  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from _common import load_demo  # noqa: E402
 
 # The state each step updates is donated, as training loops do: its outputs then take the
 # arguments' buffers, and XLA's temp_size counts the intermediates (undonated, XLA may place
 # them in the buffers of outputs not written yet, and reports less).
 DONATE = (0, 1)
-
-
-def load_demo():
-    path = os.path.join(HERE, "..", "examples", "transformer.py")
-    spec = importlib.util.spec_from_file_location("transformer_demo_activations", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def xla_temp(fn, *args, donate=()) -> int:
@@ -67,7 +59,7 @@ def real(structs):
 
 
 def kernel_case() -> tuple[int, int, object]:
-    demo = load_demo()
+    demo = load_demo("transformer_demo_activations")
     mesh = jax.make_mesh((4, 2), ("d", "t"), axis_types=(AxisType.Explicit,) * 2)
     with axis_rules(demo.RULES):
         report = verify(demo.training_kernel, mesh.abstract_mesh, demo.DIMS)

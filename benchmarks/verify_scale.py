@@ -15,7 +15,6 @@ jax.jit(...).lower(...).compile() of the same kernel with the demo's small sizes
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import time
@@ -27,15 +26,8 @@ jax.config.update("jax_num_cpu_devices", 8)
 from shardtypes import axis_rules, make_shape_dtype_structs, verify  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def load_demo():
-    path = os.path.join(HERE, "..", "examples", "transformer.py")
-    spec = importlib.util.spec_from_file_location("transformer_demo", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, HERE)
+from _common import load_demo  # noqa: E402
 
 
 def sizes_for(d: int, t: int) -> dict:
@@ -56,7 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="verify runs per mesh (best kept)")
     args = parser.parse_args()
-    demo = load_demo()
+    demo = load_demo("transformer_demo")
 
     meshes = [(4, 2), (32, 16), (64, 64), (256, 256)]
     times = {}
