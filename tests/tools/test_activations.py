@@ -77,6 +77,12 @@ def test_a_host_callback_and_symbolic_sizes_make_a_lower_bound():
         h = jax.pure_callback(lambda a: a, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
         return jnp.sum(jnp.tanh(h @ w), axis=1)
 
+    @typechecked
+    def with_print(x: f32[b"batch/d embed"], w: f32[b"embed hidden"]) -> f32[b"batch/d"]:
+        jax.debug.print("w {}", w[0, 0])  # a debug print holds no device memory: no lower bound
+        return jnp.sum(jnp.tanh(x @ w), axis=1)
+
+    assert verify(with_print, {"d": 8}, DIMS).activations.lower_bound == ()
     report = verify(with_callback, {"d": 8}, DIMS)
     estimate = report.activations
     assert estimate.bytes_per_device > 0
