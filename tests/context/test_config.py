@@ -316,3 +316,20 @@ def test_off_nnx_check_is_off_too(checks_off):
     shardtypes.config.checks = True
     with pytest.raises(TypeCheckError, match="shardtypes.nnx.check: Model.w"):
         shardtypes.nnx.check(Model(), nnx.Param)
+
+
+def test_off_a_jitted_call_inside_an_eager_one_sees_only_its_own_sizes(checks_off):
+    # As with checks on: jit's cache does not key on the eager caller's sizes, so the outermost
+    # traced call does not see them (its own arguments' sizes it does).
+    @typechecked
+    def inner(h: f32[b"batch hidden"]) -> f32[b"batch hidden"]:
+        assert dims()["hidden"] == 5
+        return h * dims()["embed"]
+
+    @typechecked
+    def outer(x: f32[b"batch embed"], w: f32[b"embed hidden"]) -> f32[b"batch hidden"]:
+        return jax.jit(inner)(x @ w)
+
+    with pytest.raises(KeyError, match=r"dims\(\)\['embed'\]: no size is bound to 'embed' here, and shardtypes' "
+                                       r"checks are off .* bound here: \['batch', 'hidden'\]"):
+        outer(jnp.ones((2, 3)), jnp.ones((3, 5)))
