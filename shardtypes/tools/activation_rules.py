@@ -13,7 +13,7 @@ from typing import Any
 
 from ..checking import kernel_jax as kj
 
-__all__ = ["fused", "passed_through", "local_shape", "auto_splits", "axes", "ones"]
+__all__ = ["fused", "passed_through", "local_shape", "auto_splits", "backward_splits", "axes", "ones"]
 
 
 # Elementwise primitives (and broadcasts), which XLA fuses into their consumers: a value one of
@@ -101,7 +101,7 @@ def auto_splits(eqn: Any, ins: list) -> list:
     """How many ways each result dim is split over Auto axes, following the operands: a
     ``dot_general`` keeps the splits of its batch and free dims (a contracted dim's split leaves a
     sum, which XLA reduces), ``broadcast_in_dim`` and ``transpose`` move them, a reduction drops
-    the reduced dims', ``reshape`` keeps their product on the first dim; any other primitive gives
+    the reduced dims', ``reshape`` moves them with the dims they belong to; any other primitive gives
     each result the splits of the operands of its shape (the most split, dim by dim), or none."""
     name = kj.name(eqn)
     operands = kj.invars(eqn)
@@ -126,14 +126,68 @@ def auto_splits(eqn: Any, ins: list) -> list:
         reduced = set(kj.param(eqn, "axes"))
         kept = tuple(s for d, s in enumerate(split[0]) if d not in reduced)
         return [kept] * len(outs)
-    if name == "reshape":
-        total, out_shape = math.prod(split[0]), kj.shape(outs[0])
-        if out_shape and out_shape[0] % total == 0:
-            return [(total,) + (1,) * (len(out_shape) - 1)]
-        return [ones(kj.aval(outs[0]))]
+    if name in ("reshape", "squeeze"):
+        return [reshaped(shapes[0], split[0], kj.shape(outs[0]))]
     result = []
     for v in outs:
         out_shape = kj.shape(v)
         same = [s for s, sh in zip(split, shapes) if sh == out_shape]
         result.append(tuple(max(dims) for dims in zip(*same)) if same and out_shape else (1,) * len(out_shape))
     return result
+
+
+def reshaped(shape: tuple, split: tuple, out_shape: tuple) -> tuple:
+    """The splits of a reshape's result: dims of size 1 aside, each group of operand dims that
+    makes a group of result dims (one to one, merged or divided) gives its major dim's split to
+    the group's major result dim, where it divides."""
+    out = [1] * len(out_shape)
+    i = j = 0
+    while i < len(shape) and j < len(out_shape):
+        if shape[i] == 1:
+            i += 1
+            continue
+        if out_shape[j] == 1:
+            j += 1
+            continue
+        first_in, first_out, a, b = i, j, shape[i], out_shape[j]
+        while a != b:
+            if a < b:
+                i += 1
+                a *= shape[i]
+            else:
+                j += 1
+                b *= out_shape[j]
+        if out_shape[first_out] % split[first_in] == 0:
+            out[first_out] = split[first_in]
+        i += 1
+        j += 1
+    return tuple(out)
+
+
+def backward_splits(eqns: list, splits: dict) -> dict:
+    """``splits`` (value -> splits over Auto axes, from a walk forward) with each operand of an
+    elementwise op that has the result's shape split at least as the result is, walking back:
+    XLA lays out a mask, an ``iota`` or a broadcast counter like the activation it is combined
+    with, though nothing before it is split."""
+    settled = dict(splits)
+    for eqn in reversed(eqns):
+        outs = kj.outvars(eqn)
+        name = kj.name(eqn)
+        if name not in _ELEMENTWISE or len(outs) != 1:
+            continue
+        result = settled.get(outs[0])
+        shape = kj.shape(outs[0])
+        if result is None or len(result) != len(shape):
+            continue
+        for v in kj.invars(eqn):
+            own = settled.get(v) if not kj.is_literal(v) else None
+            if own is None:
+                continue
+            if kj.shape(v) == shape and len(own) == len(result):
+                settled[v] = tuple(max(a, b) for a, b in zip(own, result))
+            elif name == "broadcast_in_dim":  # an operand dim kept whole in the result
+                dims = kj.optional_param(eqn, "broadcast_dimensions") or ()
+                operand = kj.shape(v)
+                settled[v] = tuple(max(own[i], result[d]) if i < len(operand) and operand[i] == shape[d] else own[i]
+                                   for i, d in enumerate(dims))
+    return settled

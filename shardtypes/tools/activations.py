@@ -30,7 +30,7 @@ from typing import Any, Callable
 import jax
 
 from ..checking import kernel_jax as kj
-from .activation_rules import auto_splits, axes, fused, local_shape, ones, passed_through
+from .activation_rules import auto_splits, axes, backward_splits, fused, local_shape, ones, passed_through
 from .memory_plan import _fmt_bytes
 
 __all__ = ["ActivationEstimate", "LiveValue", "estimate", "trace_step", "user_frame", "SYMBOLIC"]
@@ -140,6 +140,9 @@ class _Walk:
         self.auto = bool(self.auto_axes)
         self.unknown: dict[str, set] = {}  # why the figure is a lower bound -> primitives
         self.order = 0  # a tie-breaker for the heaps
+        self.splits: dict = {}  # the splits of the last jaxpr walked
+        self.asked: list = []  # the settled splits of its inputs
+        self.demands: dict = {}  # a call's operand -> the splits its body settled it to
 
     # -- sizes -------------------------------------------------------------------------------
 
@@ -172,11 +175,17 @@ class _Walk:
 
     # -- the walk ----------------------------------------------------------------------------
 
-    def jaxpr(self, jaxpr: Any, in_splits: list) -> tuple[int, list, list]:
+    def jaxpr(self, jaxpr: Any, in_splits: list, settled: dict | None = None) -> tuple[int, list, list]:
         """(peak bytes of the intermediates, the largest values live at the peak, the splits of
-        the outputs)."""
+        the outputs). On Auto axes the splits are settled first: a walk forward, then back
+        through elementwise ops (``activation_rules.backward_splits``), as XLA propagates."""
+        if self.auto and settled is None:
+            self.jaxpr(jaxpr, in_splits, {})
+            settled = backward_splits(kj.eqns(jaxpr), {**self.splits, **self.demands})
         eqns = kj.eqns(jaxpr)
         splits: dict = dict(zip(kj.invars(jaxpr), in_splits))
+        if settled:  # (what the jaxpr's own inputs are asked to be, for a call's operands)
+            self.asked = [settled.get(v) for v in kj.invars(jaxpr)]
         outs = {v for v in kj.outvars(jaxpr) if not kj.is_literal(v)}
         away = fused(eqns, outs)
         deps: dict = {}  # a fused value -> the materialized values it is computed from
@@ -208,7 +217,7 @@ class _Walk:
             made = []
             free = kj.name(eqn) in _FREE
             for v, s in zip(kj.outvars(eqn), out_splits):
-                splits[v] = s
+                s = splits[v] = settled.get(v, s) if settled else s
                 if v in outs or free or v in away or v in aliases:
                     continue  # an output of the step (or of the body it is in): not counted here
                 self.order += 1
@@ -227,6 +236,7 @@ class _Walk:
                 for u in deps.get(v, (v,)):
                     if last.get(u) == i and u in live:
                         current -= live.pop(u)[0]
+        self.splits = splits
         return peak, at_peak, [splits.get(v) for v in kj.outvars(jaxpr)]
 
     def inner(self, eqn: Any, ins: list) -> tuple[int, list, list | None]:
@@ -243,7 +253,11 @@ class _Walk:
         try:
             call = kj.call_jaxpr(eqn)
             if call is not None and name != "shard_map":
-                return self.jaxpr(call, ins)
+                walked = self.jaxpr(call, ins)
+                for v, asked in zip(kj.invars(eqn), self.asked):  # the body lays them out so
+                    if asked is not None and not kj.is_literal(v):
+                        self.demands[v] = asked
+                return walked
             if name == "scan":
                 consts, carries = kj.scan_groups(eqn)
                 body = subs[0]
