@@ -20,7 +20,7 @@ import jax.extend.core as jex
 
 __all__ = ["KernelPassWarning", "Unreadable", "name", "shape", "param", "optional_param", "axis_names",
            "scan_groups", "while_groups", "branches", "inner_jaxpr", "call_jaxpr", "is_literal", "literal_number",
-           "unreadable", "aval", "sub_jaxprs", "frames", "eqns", "invars", "outvars"]
+           "unreadable", "aval", "sub_jaxprs", "frames", "eqns", "invars", "outvars", "has_effects"]
 
 
 class KernelPassWarning(UserWarning):
@@ -142,6 +142,11 @@ def invars(x: Any) -> list:
 
 def outvars(x: Any) -> list:
     return list(getattr(x, "outvars", ()))
+
+
+def has_effects(eqn: Any) -> bool:
+    """Whether the equation has effects JAX keeps it for (a callback, an ordered io), used or not."""
+    return bool(getattr(eqn, "effects", None))
 
 
 def sub_jaxprs(eqn: Any) -> list:

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..checking import kernel_jax as kj
 
-__all__ = ["fused", "passed_through", "local_shape", "auto_splits", "backward_splits", "axes", "ones"]
+__all__ = ["fused", "dead", "passed_through", "local_shape", "auto_splits", "backward_splits", "axes", "ones"]
 
 
 # Elementwise primitives (and broadcasts), which XLA fuses into their consumers: a value one of
@@ -26,9 +26,29 @@ _ELEMENTWISE = frozenset("""
 """.split())
 
 
+# What XLA fuses an elementwise producer into: other elementwise ops, and reductions (an input
+# fusion reads the producer's values as it reduces them).
+_FUSING = _ELEMENTWISE | frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and",
+                                    "reduce_or", "argmax", "argmin"})
+
+
+def dead(eqns: list, outs: set) -> set:
+    """The indices of the equations nothing needs: no result of theirs reaches an output or an
+    equation with effects (XLA removes them; shardtypes' own compile-time checks are such)."""
+    needed = set(outs)
+    gone: set = set()
+    for i in range(len(eqns) - 1, -1, -1):
+        eqn = eqns[i]
+        if kj.has_effects(eqn) or any(v in needed for v in kj.outvars(eqn)):
+            needed.update(v for v in kj.invars(eqn) if not kj.is_literal(v))
+        else:
+            gone.add(i)
+    return gone
+
+
 def fused(eqns: list, outs: set) -> set:
-    """The values an elementwise primitive makes that only elementwise primitives read (and that
-    are not outputs): XLA fuses them away."""
+    """The values an elementwise primitive makes that only elementwise primitives and reductions
+    read (and that are not outputs): XLA fuses them away."""
     producer: dict = {}
     readers: dict = {}
     for eqn in eqns:
@@ -40,7 +60,7 @@ def fused(eqns: list, outs: set) -> set:
             for v in kj.outvars(eqn):
                 producer[v] = name
     return {v for v in producer if v not in outs and readers.get(v)
-            and all(r in _ELEMENTWISE for r in readers[v])}
+            and all(r in _FUSING for r in readers[v])}
 
 
 def passed_through(eqn: Any) -> dict:

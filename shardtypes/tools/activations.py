@@ -30,7 +30,7 @@ from typing import Any, Callable
 import jax
 
 from ..checking import kernel_jax as kj
-from .activation_rules import auto_splits, axes, backward_splits, fused, local_shape, ones, passed_through
+from .activation_rules import auto_splits, axes, backward_splits, dead, fused, local_shape, ones, passed_through
 from .memory_plan import _fmt_bytes
 
 __all__ = ["ActivationEstimate", "LiveValue", "estimate", "trace_step", "user_frame", "SYMBOLIC"]
@@ -40,9 +40,10 @@ SYMBOLIC = "values of symbolic size (dims verify was not given)"
 _LARGEST = 5
 
 # Primitives whose results take no memory of their own: shardtypes' compile-time check (an
-# identity whose result nothing uses; XLA drops it) and JAX's changes of a value's varying type
-# inside shard_map (the same buffer). Their results stand for their operands.
-_FREE = frozenset({"shardtypes_check_sharding", "pvary", "pcast", "pbroadcast"})
+# identity whose result nothing uses; XLA drops it), JAX's changes of a value's varying type
+# inside shard_map, and identities under jit (``stop_gradient``, a ``device_put`` in a traced
+# step). Their results stand for their operands.
+_FREE = frozenset({"shardtypes_check_sharding", "pvary", "pcast", "pbroadcast", "stop_gradient", "device_put"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +188,8 @@ class _Walk:
         if settled:  # (what the jaxpr's own inputs are asked to be, for a call's operands)
             self.asked = [settled.get(v) for v in kj.invars(jaxpr)]
         outs = {v for v in kj.outvars(jaxpr) if not kj.is_literal(v)}
+        gone = dead(eqns, outs)
+        eqns = [e for i, e in enumerate(eqns) if i not in gone]
         away = fused(eqns, outs)
         deps: dict = {}  # a fused value -> the materialized values it is computed from
         aliases: set = set()  # results that are their operands (no memory of their own)
@@ -218,7 +221,7 @@ class _Walk:
             free = kj.name(eqn) in _FREE
             for v, s in zip(kj.outvars(eqn), out_splits):
                 s = splits[v] = settled.get(v, s) if settled else s
-                if v in outs or free or v in away or v in aliases:
+                if v in outs or free or v in away or v in aliases or (v not in last and kj.has_effects(eqn)):
                     continue  # an output of the step (or of the body it is in): not counted here
                 self.order += 1
                 made.append((v, (self.bytes(v, s, eqn), self.order, eqn, v, s)))
