@@ -1,0 +1,82 @@
+"""docs/verify.md stays true to the code: every python block that a text block follows at once is
+run as a script of its own (beside the page's `mymodel.py`), and what it prints must be that text.
+
+Where a message names the user's file and line (`at v2.py:12 (ambiguous: ...)`), the file and line
+are left out of the comparison: the page names the reader's file, the test its own.
+"""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "verify.md"
+FENCE = re.compile(r"^(\s*)```(\w*)\s*$")
+
+
+def blocks(text: str) -> list[tuple[int, str, str, str]]:
+    """(line, language, body, what follows the block up to the next fence) of each fenced block."""
+    found = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        opening = FENCE.match(lines[i])
+        if not opening or not opening.group(2):
+            i += 1
+            continue
+        indent, language, start = opening.group(1), opening.group(2), i
+        i += 1
+        body = []
+        while i < len(lines) and lines[i].strip() != "```":
+            body.append(lines[i][len(indent):])
+            i += 1
+        gap = []
+        j = i + 1
+        while j < len(lines) and not FENCE.match(lines[j]):
+            gap.append(lines[j])
+            j += 1
+        found.append((start + 1, language, "\n".join(body), "\n".join(gap)))
+        i += 1
+    return found
+
+
+def pairs() -> list[tuple[int, str, str]]:
+    """(line, python source, expected output) for each python block a text block follows at once."""
+    found = blocks(DOC.read_text())
+    out = []
+    for (line, language, body, gap), following in zip(found, found[1:]):
+        if language == "python" and following[1] == "text" and not gap.strip():
+            out.append((line, body, following[2]))
+    return out
+
+
+def mymodel() -> str:
+    text = DOC.read_text()
+    start = text.index("Take this module, `mymodel.py`:")
+    return text[start:].split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def normalise(text: str) -> str:
+    return re.sub(r"\b[\w.-]+\.py:\d+", "FILE:LINE", text.strip())
+
+
+PAIRS = pairs()
+
+
+def test_the_page_has_examples_to_run():
+    assert len(PAIRS) >= 10
+
+
+@pytest.mark.parametrize("line, source, expected", PAIRS, ids=[f"line-{p[0]}" for p in PAIRS])
+def test_an_example_prints_what_the_page_shows(line, source, expected, tmp_path):
+    (tmp_path / "mymodel.py").write_text(mymodel())
+    script = tmp_path / "example.py"
+    script.write_text(source + "\n")  # a file of its own: typeguard instruments it from its source
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    got = proc.stdout + (proc.stderr if proc.returncode else "")
+    missing = re.search(r"ModuleNotFoundError: No module named '(optax|flax|equinox)'", got)
+    if missing:
+        pytest.skip(f"the example needs {missing.group(1)}, which is not installed")
+    assert normalise(got) == normalise(expected), f"docs/verify.md line {line}:\n{got}"
