@@ -49,6 +49,16 @@ def sizing() -> Iterator[None]:
         _FORCED.reset(forced)
 
 
+def run_unchecked(sizer: Callable[[tuple, dict], dict], target: Callable, args: tuple, kwargs: dict) -> Any:
+    """``target(*args, **kwargs)`` called with checks off, recorded so that ``dims()`` read in it
+    can work out the sizes its arguments give (``sizer``; see ``UncheckedCall``)."""
+    token = _UNCHECKED.set(UncheckedCall(sizer, args, kwargs, _UNCHECKED.get()))
+    try:
+        return target(*args, **kwargs)
+    finally:
+        _UNCHECKED.reset(token)
+
+
 def _with_table(target: Callable, checked: Callable,
                 sizer: Callable[[tuple, dict], dict] | None = None) -> Callable:
     """Wraps ``checked`` so that a call outside any table runs with a fresh one. With checks off
@@ -102,11 +112,7 @@ def _with_table(target: Callable, checked: Callable,
         if not config._checks and not _FORCED.get():
             if sizer is None or NO_TYPE_CHECK in own:
                 return target(*args, **kwargs)
-            unchecked = _UNCHECKED.set(UncheckedCall(sizer, args, kwargs, _UNCHECKED.get()))
-            try:
-                return target(*args, **kwargs)
-            finally:
-                _UNCHECKED.reset(unchecked)
+            return run_unchecked(sizer, target, args, kwargs)
         if NO_TYPE_CHECK in own:
             return target(*args, **kwargs)
         start = _TABLE.get()

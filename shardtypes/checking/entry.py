@@ -18,7 +18,7 @@ import typeguard
 from typeguard import TypeCheckError
 
 from .value import check_value
-from ..context.settings import _FORCED, config
+from ..context.settings import _FORCED, checks_on, config
 from ..context.tracebacks import filter_traceback
 from ..model.describe import Mismatch
 from ..context.tables import _TABLE, Table
@@ -202,7 +202,7 @@ def is_instance(value: object, annotation: Any, array_type: Any = jax.Array, /) 
 def check_named(value: Any, annotation: Any, where: str, who: str) -> None:
     """Checks one value against an annotation in the current table, where the caller names the
     value (``MLP.blocks[0].w`` for ``shardtypes.nnx.check``)."""
-    if not config._checks and not _FORCED.get():
+    if not checks_on():
         return  # checks off (shardtypes.nnx.check, the Linen checks): as check() does
     plan = plan_for(annotation)
     table = _TABLE.get()

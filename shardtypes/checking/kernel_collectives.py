@@ -32,11 +32,11 @@ def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         owed = f.owed - paid if f.kind == pays else f.owed
         counted = f.counted
         split = [(i, frozenset(axes) & paid) for i, axes in enumerate(f.dims or ()) if axes and frozenset(axes) & paid]
+        folded = frozenset(a for _, axes in split for a in axes)
         if "psum" in name and f.vary is not None and not is_literal(v):
-            counted = counted | (paid - f.vary - f.owed - frozenset(a for _, axes in split for a in axes))
+            counted = counted | (paid - f.vary - f.owed - folded)
         vary = None if f.vary is None else f.vary - paid
         if split:  # the blocks of a split dim added together, elementwise
-            folded = frozenset(a for _, axes in split for a in axes)
             dims_text = ", ".join(str(i) for i, _ in split)
             by = (f"JAX's {name!r} over {axes_text(folded)}, which combines the blocks of dim {dims_text} "
                   f"split over {'them' if len(folded) > 1 else 'it'} ({f.origin})")

@@ -64,7 +64,7 @@ _KEEPS = {"max": frozenset({"max", "reduce_max", "pmax", "cummax"}),
 _FLIP = {"max": "min", "min": "max", "foldmax": "foldmin", "foldmin": "foldmax"}
 # What is owed that only linear primitives may carry (but those named: a max of blocks maxed).
 _LINEAR_ONLY = {"sum": frozenset(), "prefix": frozenset(), "foldsum": frozenset(),
-                "foldmax": frozenset({"max", "reduce_max"}), "foldmin": frozenset({"min", "reduce_min"})}
+                "foldmax": _KEEPS["foldmax"], "foldmin": _KEEPS["foldmin"]}
 _STRUCTURAL = frozenset({"transpose", "squeeze", "broadcast_in_dim", "reshape", "slice", "pad", "rev",
                          "dynamic_slice", "gather", "concatenate", "convert_element_type", "copy", "copy_p",
                          "all_gather", "all_gather_invariant", "ppermute", "optimization_barrier", "select_n",

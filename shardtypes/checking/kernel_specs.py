@@ -10,6 +10,7 @@ import jax
 from ..context.rule_resolution import layout as rules_layout
 from ..language.shape import ShapeSpec, ShapeSpecError
 from ..model.describe import Layout
+from .kernel_facts import split_text
 
 __all__ = ["Layout", "layout_of", "differences", "einsum_owed"]
 
@@ -43,14 +44,8 @@ def differences(have: Layout, want: Layout, there: str) -> str:
     return text
 
 
-def _axes(axes: tuple[str, ...]) -> str:
-    if not axes:
-        return "no mesh axis"
-    return "/".join(repr(a) for a in axes)
-
-
 def _split(axes: tuple[str, ...]) -> str:
-    return f"split over {_axes(axes)}" if axes else "not split"
+    return f"split over {split_text(axes)}" if axes else "not split"
 
 
 def einsum_owed(spec_text: str, inputs: tuple[ShapeSpec, ...], output: ShapeSpec) -> frozenset:
@@ -65,7 +60,7 @@ def einsum_owed(spec_text: str, inputs: tuple[ShapeSpec, ...], output: ShapeSpec
             if first[1] != axes:
                 raise ShapeSpecError(
                     spec_text, f"shardtypes.ops.einsum_unreduced: dim {dim.shape!r} is split over "
-                    f"{_axes(first[1])} in {first[0]} but over {_axes(axes)} in {where}; a dim is laid "
+                    f"{split_text(first[1])} in {first[0]} but over {split_text(axes)} in {where}; a dim is laid "
                     "out alike everywhere in an einsum (move mesh axes with the collectives)")
     out = {d.shape for d in output.dims}
     return frozenset(a for name, (_, axes) in seen.items() if name not in out for a in axes)

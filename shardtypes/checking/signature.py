@@ -18,12 +18,12 @@ import typeguard
 from jax.sharding import AxisType
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from .call_tables import _EMPTY, NO_TYPE_CHECK, _with_table, sizing
+from .call_tables import _EMPTY, NO_TYPE_CHECK, _with_table, run_unchecked, sizing
 from .entry import check_with_plan
 from .inside import check_inside, looks_inside
 from ..context.settings import _FORCED, config
 from ..context.tracebacks import filter_traceback
-from ..context.tables import _BASE, _IN_TRACE, _TABLE, _UNCHECKED, Table, UncheckedCall, trace_key, tracing
+from ..context.tables import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
 from ..model.errors import in_function
 from ..model.hints import resolve_hints
 from ..model.nodes import model
@@ -127,7 +127,6 @@ class _SignatureChecker:
         cfg, forced = config, _FORCED.get
         get_in_trace, set_in_trace, reset_in_trace = _IN_TRACE.get, _IN_TRACE.set, _IN_TRACE.reset
         get_base, array_types = _BASE.get, _ARRAY_TYPES
-        get_unchecked, set_unchecked, reset_unchecked = _UNCHECKED.get, _UNCHECKED.set, _UNCHECKED.reset
 
         def check_one(param: _Param, value: Any, table: Table, tried_fast: bool = False) -> Table:
             """Checks one argument or return value; returns the table with its bindings.
@@ -224,11 +223,7 @@ class _SignatureChecker:
             if not cfg._checks and not forced():  # checks off: dims() works sizes out if read
                 if NO_TYPE_CHECK in own:
                     return target(*args, **kwargs)
-                unchecked = set_unchecked(UncheckedCall(sizes_of, args, kwargs, get_unchecked()))
-                try:
-                    return target(*args, **kwargs)
-                finally:
-                    reset_unchecked(unchecked)
+                return run_unchecked(sizes_of, target, args, kwargs)
             if NO_TYPE_CHECK in own:  # (typing.no_type_check on top)
                 return target(*args, **kwargs)
             table = start = get_table()

@@ -10,6 +10,8 @@ user wrote that does not resolve is still a NameError naming whose it is.
 from __future__ import annotations
 
 import collections.abc
+import re
+import sys
 import typing
 import warnings
 from typing import Any
@@ -44,7 +46,7 @@ def _lenient(obj: Any, name: str, localns: dict | None) -> dict[str, Any]:
     raw = dict(getattr(obj, "__annotations__", {}) or {})
     globalns = getattr(obj, "__globals__", None)
     if globalns is None:
-        module = __import__("sys").modules.get(getattr(obj, "__module__", ""), None)
+        module = sys.modules.get(getattr(obj, "__module__", ""), None)
         globalns = dict(vars(module)) if module is not None else {}
     hints = {}
     for key, written in raw.items():
@@ -66,8 +68,8 @@ def _without_forward_refs(tp: Any, globalns: dict, localns: dict, where: str, wr
         try:
             return eval(ref, globalns, localns)  # noqa: S307 - a forward reference, as typing does
         except NameError:
-            if ref in written:
-                raise _Unresolved(ref) from None  # (the user's own)
+            if re.search(rf"(?<![\w.]){re.escape(ref)}(?![\w])", written):
+                raise _Unresolved(ref) from None  # (the user's own: a name the user wrote, whole)
             if (ref, where) not in _NOTED:
                 _NOTED.add((ref, where))
                 warnings.warn(

@@ -12,8 +12,9 @@ import math
 from typing import Any
 
 from ..checking import kernel_jax as kj
+from ..language.shape import entry_axes
 
-__all__ = ["fused", "dead", "passed_through", "local_shape", "auto_splits", "backward_splits", "axes", "ones"]
+__all__ = ["fused", "dead", "passed_through", "local_shape", "auto_splits", "backward_splits", "spec_parts", "ones"]
 
 
 # Elementwise primitives (and broadcasts), which XLA fuses into their consumers: a value one of
@@ -84,12 +85,12 @@ def passed_through(eqn: Any) -> dict:
     return found
 
 
-def axes(entry: Any) -> tuple:
-    if isinstance(entry, str):
-        return (entry,)
-    if isinstance(entry, (tuple, list)):
-        return tuple(a for a in entry if isinstance(a, str))
-    return ()
+def spec_parts(spec: Any, ndim: int, sizes: dict) -> tuple:
+    """Per dim, into how many parts a PartitionSpec's entry splits it over the mesh axes in
+    ``sizes`` (axes not there count as one part)."""
+    spec = tuple(spec or ())
+    return tuple(math.prod(sizes.get(a, 1) for a in entry_axes(spec[i] if i < len(spec) else None))
+                 for i in range(ndim))
 
 
 def ones(aval: Any) -> tuple:
@@ -101,16 +102,16 @@ def local_shape(aval: Any, splits: tuple | None) -> tuple | None:
     axes), times the Auto-axes splits; None where a dim is symbolic."""
     shape = tuple(getattr(aval, "shape", ()))
     sharding = getattr(aval, "sharding", None)
-    spec = tuple(getattr(sharding, "spec", ()) or ())
     try:
         sizes = dict(sharding.mesh.shape) if sharding is not None else {}
     except Exception:
         sizes = {}
+    split = spec_parts(getattr(sharding, "spec", ()), len(shape), sizes)
     local = []
     for i, size in enumerate(shape):
         if not isinstance(size, int):
             return None
-        parts = math.prod(sizes.get(a, 1) for a in axes(spec[i] if i < len(spec) else None))
+        parts = split[i]
         if splits is not None and i < len(splits):
             parts *= splits[i]
         local.append(-(-size // parts) if parts > 1 else size)

@@ -30,10 +30,10 @@ from typing import Any, Callable
 import jax
 
 from ..checking import kernel_jax as kj
-from .activation_rules import auto_splits, axes, backward_splits, dead, fused, local_shape, ones, passed_through
+from .activation_rules import auto_splits, backward_splits, dead, fused, local_shape, ones, passed_through, spec_parts
 from .memory_plan import _fmt_bytes
 
-__all__ = ["ActivationEstimate", "LiveValue", "estimate", "trace_step", "user_frame", "SYMBOLIC"]
+__all__ = ["ActivationEstimate", "LiveValue", "estimate", "trace_step", "SYMBOLIC"]
 
 SYMBOLIC = "values of symbolic size (dims verify was not given)"
 
@@ -143,16 +143,15 @@ class _Walk:
         self.order = 0  # a tie-breaker for the heaps
         self.splits: dict = {}  # the splits of the last jaxpr walked
         self.asked: list = []  # the settled splits of its inputs
+        self.walked: dict = {}  # (id of a jaxpr, its operands' splits) -> (its result, asked)
         self.demands: dict = {}  # a call's operand -> the splits its body settled it to
 
     # -- sizes -------------------------------------------------------------------------------
 
     def input_splits(self, leaf: Any) -> tuple:
         """Per dim, how many ways an argument is split over Auto axes (its own sharding's spec)."""
-        spec = getattr(getattr(leaf, "sharding", None), "spec", None) or ()
-        ndim = len(getattr(leaf, "shape", ()))
-        return tuple(math.prod(self.auto_axes.get(a, 1) for a in axes(spec[i] if i < len(spec) else None))
-                     for i in range(ndim))
+        return spec_parts(getattr(getattr(leaf, "sharding", None), "spec", None), len(getattr(leaf, "shape", ())),
+                          self.auto_axes)
 
     def bytes(self, v: Any, splits: tuple | None, eqn: Any) -> int:
         aval = kj.aval(v)
@@ -180,13 +179,15 @@ class _Walk:
         """(peak bytes of the intermediates, the largest values live at the peak, the splits of
         the outputs). On Auto axes the splits are settled first: a walk forward, then back
         through elementwise ops (``activation_rules.backward_splits``), as XLA propagates."""
+        key = (id(jaxpr), tuple(in_splits))
+        if settled is None and key in self.walked:  # (a body met again with the same operands)
+            result, self.asked = self.walked[key]
+            return result
         if self.auto and settled is None:
             self.jaxpr(jaxpr, in_splits, {})
             settled = backward_splits(kj.eqns(jaxpr), {**self.splits, **self.demands})
         eqns = kj.eqns(jaxpr)
         splits: dict = dict(zip(kj.invars(jaxpr), in_splits))
-        if settled:  # (what the jaxpr's own inputs are asked to be, for a call's operands)
-            self.asked = [settled.get(v) for v in kj.invars(jaxpr)]
         outs = {v for v in kj.outvars(jaxpr) if not kj.is_literal(v)}
         gone = dead(eqns, outs)
         eqns = [e for i, e in enumerate(eqns) if i not in gone]
@@ -239,8 +240,13 @@ class _Walk:
                 for u in deps.get(v, (v,)):
                     if last.get(u) == i and u in live:
                         current -= live.pop(u)[0]
+        # Set last, after the walks of the jaxprs inside: what a caller reads once this returns.
         self.splits = splits
-        return peak, at_peak, [splits.get(v) for v in kj.outvars(jaxpr)]
+        self.asked = [settled.get(v) for v in kj.invars(jaxpr)] if settled else []
+        result = (peak, at_peak, [splits.get(v) for v in kj.outvars(jaxpr)])
+        if settled is None or settled:  # (not the forward-only walk of the settling)
+            self.walked[key] = (result, self.asked)
+        return result
 
     def inner(self, eqn: Any, ins: list) -> tuple[int, list, list | None]:
         """What the jaxprs inside an equation add at it: (their peak, its largest values, the
@@ -291,9 +297,7 @@ class _Walk:
         specs = kj.optional_param(eqn, "out_specs")
         if not isinstance(specs, (tuple, list)) or len(specs) != len(kj.outvars(eqn)):
             return None
-        return [tuple(math.prod(self.auto_axes.get(a, 1) for a in axes(spec[i] if i < len(spec) else None))
-                      for i in range(len(getattr(kj.aval(v), "shape", ()))))
-                for spec, v in zip(specs, kj.outvars(eqn))]
+        return [spec_parts(spec, len(kj.shape(v)), self.auto_axes) for spec, v in zip(specs, kj.outvars(eqn))]
 
     def rule(self, eqn: Any, ins: list) -> list:
         """The Auto-axes splits of an equation's results (see ``activation_rules.auto_splits``)."""

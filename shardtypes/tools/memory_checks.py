@@ -12,9 +12,9 @@ import jax
 
 from .activations import ActivationEstimate, estimate
 from .html_parts import group_of
-from .memory_plan import PlanReport, _fmt_bytes, plan
+from .memory_plan import PlanReport, _fmt_bytes, plan, replicated_problem
 
-__all__ = ["arguments_plan", "step_activations", "fit_problems"]
+__all__ = ["arguments_plan", "step_activations", "memory_problems"]
 
 
 def arguments_plan(inputs: Mapping[str, Any] | None, mesh: Mapping[str, int]) -> tuple[PlanReport, list[str]]:
@@ -51,15 +51,32 @@ def step_activations(closed: Any, leaves: list, mesh: Any) -> ActivationEstimate
                                           "nothing was counted",))
 
 
-def fit_problems(args: dict, mesh: Mapping[str, int], activations: ActivationEstimate | None,
-                 capacity: tuple[int, str], name: str) -> list[tuple[str, str]]:
-    """``(kind, message)`` of a 'memory' problem when ``name()``'s arguments (parameters,
-    optimizer state, step arrays) and its activation estimate take more than ``capacity`` per
-    device, naming the largest parts; of a 'setup' problem where that cannot be known."""
+def memory_problems(args: dict, mesh: Mapping[str, int], name: str, tolerance: float | None,
+                    capacity: tuple[int, str] | None, activations: ActivationEstimate | None) -> list[tuple[str, str]]:
+    """``(kind, message)`` of verify's memory problems: more than ``tolerance`` of the memory
+    ``name()``'s arguments take per device held by replicated copies, and arguments plus
+    activations over ``capacity``; a 'setup' problem where some size is symbolic. The arguments
+    are planned once for both."""
+    asked = [option for option, given in (("max_replicated", tolerance), ("hbm", capacity)) if given is not None]
+    if not asked:
+        return []
     arguments, symbolic = arguments_plan(args, mesh)
     if symbolic:
-        return [("setup", f"hbm: the memory of {name}()'s arguments {symbolic} is not known, since some "
-                                 "of their sizes are symbolic; give every dim in dims=...")]
+        return [("setup", f"{' and '.join(asked)}: the memory of {name}()'s arguments {symbolic} is not known, "
+                          "since some of their sizes are symbolic; give every dim in dims=...")]
+    found = []
+    if tolerance is not None:
+        problem = replicated_problem(arguments, tolerance, f"{name}()'s arguments")
+        found += [] if problem is None else [("memory", problem)]
+    if capacity is not None:
+        found += _fit_problems(arguments, activations, capacity, name)
+    return found
+
+
+def _fit_problems(arguments: PlanReport, activations: ActivationEstimate | None, capacity: tuple[int, str],
+                  name: str) -> list[tuple[str, str]]:
+    """A 'memory' problem when the arguments (parameters, optimizer state, step arrays) and the
+    activation estimate take more than ``capacity`` per device, naming the largest parts."""
     if activations is None:
         return [("setup", f"hbm: {name}() was not traced, so its activations are not known")]
     parts: dict[str, int] = {}

@@ -39,8 +39,8 @@ from ..context.settings import forced_checks
 from ..model.errors import COLLECTED
 from .activations import SYMBOLIC, ActivationEstimate, trace_step
 from .html_parts import parse_capacity
-from .memory_checks import arguments_plan, fit_problems, step_activations
-from .memory_plan import parse_fraction, replicated_problem
+from .memory_checks import memory_problems, step_activations
+from .memory_plan import parse_fraction
 from .verify_inputs import check_inputs_arg, lay_out_input, sizes_of_input
 
 __all__ = ["verify", "VerifyReport", "Problem", "VerificationError"]
@@ -350,21 +350,9 @@ def verify(
     problems[:0] = [Problem("check", str(e)) for e in collected]
     if traced is not None and activations:
         estimated = step_activations(*traced, mesh)
-    if tolerance is not None:
-        problems.extend(_replication_problems(args, dict(mesh.shape), tolerance, name))
-    if capacity is not None:
-        problems.extend(Problem(kind, text) for kind, text in fit_problems(args, dict(mesh.shape), estimated,
-                                                                            capacity, name))
+    problems.extend(Problem(kind, text) for kind, text in memory_problems(
+        args, dict(mesh.shape), name, tolerance, capacity, estimated))
     return finish(outputs)
-
-
-def _replication_problems(args: dict, mesh: dict, tolerance: float, name: str) -> list[Problem]:
-    arguments, symbolic = arguments_plan(args, mesh)
-    if symbolic:
-        return [Problem("setup", f"max_replicated: the memory of {name}()'s arguments {symbolic} is not known, "
-                                 "since some of their sizes are symbolic; give every dim in dims=...")]
-    problem = replicated_problem(arguments, tolerance, f"{name}()'s arguments")
-    return [] if problem is None else [Problem("memory", problem)]
 
 
 def _user_frame(e: BaseException) -> str:

@@ -333,3 +333,54 @@ def test_off_a_jitted_call_inside_an_eager_one_sees_only_its_own_sizes(checks_of
     with pytest.raises(KeyError, match=r"dims\(\)\['embed'\]: no size is bound to 'embed' here, and shardtypes' "
                                        r"checks are off .* bound here: \['batch', 'hidden'\]"):
         outer(jnp.ones((2, 3)), jnp.ones((3, 5)))
+
+
+def test_off_the_innermost_call_wins_and_ops_alone_bind_too(checks_off):
+    seen = []
+
+    @typechecked
+    def inner(y: f32[b"n"]) -> f32[b"n"]:
+        seen.append(("inner", dims()["n"]))
+        return y
+
+    @typechecked
+    def outer(x: f32[b"n"]) -> f32[b"n"]:
+        inner(jnp.ones(5))  # another size for 'n': with checks off nothing is compared
+        seen.append(("outer", dims()["n"]))
+        return x
+
+    outer(jnp.ones(3))
+    assert seen == [("inner", 5), ("outer", 3)]
+
+    mesh = make_mesh("explicit")
+
+    @typed_shard_map
+    def kernel(q: f32[b"batch/d seq h"], k: f32[b"batch/d kseq h"]) -> f32[b"batch/d seq kseq"]:
+        # 'head' is named by the op's spec alone: only the op binds it
+        scores = shardtypes.ops.einsum_unreduced("batch/d seq head, batch/d kseq head -> batch/d seq kseq", q, k)
+        return scores * dims()["head"]
+
+    q, k = put(mesh, jnp.ones((8, 3, 2)), "d"), put(mesh, jnp.ones((8, 5, 2)), "d")
+    with jax.set_mesh(mesh):
+        np.testing.assert_array_equal(np.asarray(kernel(q, k)), np.full((8, 3, 5), 2.0 * 2))
+
+
+def test_off_dims_in_a_coroutine_is_the_clear_error_and_sizing_warns_nothing(checks_off):
+    import asyncio
+    import warnings
+
+    @typechecked
+    async def coro(x: f32[b"a"]) -> int:
+        return dims()["a"]
+
+    with pytest.raises(KeyError, match="checks are off"):
+        asyncio.run(coro(jnp.zeros(3)))
+
+    @typechecked
+    def f(x: f32[b"batch/t embed"]) -> f32[b"batch/t embed"]:  # laid out otherwise: not compared
+        return x * dims()["embed"]
+
+    mesh = make_mesh("auto")
+    with warnings.catch_warnings(), jax.set_mesh(mesh):
+        warnings.simplefilter("error")  # working the sizes out says nothing: the checks are off
+        np.testing.assert_array_equal(np.asarray(f(put(mesh, jnp.ones((8, 4)), "d"))), np.full((8, 4), 4.0))

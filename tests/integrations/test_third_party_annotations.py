@@ -58,3 +58,22 @@ def test_a_name_the_user_wrote_that_does_not_resolve_is_still_an_error():
         typechecked(user_wrote_a_name)(1)
     with pytest.raises(NameError, match="Undefined456"):
         typechecked(user_wrote_a_nested_name)([1])
+
+
+# A library's unresolved name that is part of a longer name the user wrote (the user's own class
+# NotDefinedAsWell) is still the library's: only a whole name the user wrote is the user's.
+Longer = typing.Union[int, typing.Mapping[str, "NotDefined"]]
+
+
+class NotDefinedAsWell:
+    pass
+
+
+def test_only_a_whole_name_the_user_wrote_is_the_users_and_the_note_comes_once(recwarn):
+    def h(state: Longer | NotDefinedAsWell, x: f32[b"n"]) -> int:
+        return 1
+
+    for _ in range(2):
+        assert typechecked(h)(1, jnp.ones(2)) == 1
+    notes = [w for w in recwarn if issubclass(w.category, ShardtypesWarning) and "'NotDefined'" in str(w.message)]
+    assert len(notes) == 1

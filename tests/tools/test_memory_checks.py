@@ -143,3 +143,10 @@ def test_the_command_line_flag(tmp_path, monkeypatch, capsys):
         code, _, err = run("--max-replicated", bad)
         assert code == 2
         assert f"error: argument --max-replicated: {bad!r} is not" in err
+
+
+def test_both_memory_checks_without_sizes_are_one_setup_problem():
+    report = verify(step, MESH, {"vocab": 64, "embed": 32}, max_replicated="5%", hbm="h100")
+    (problem,) = report.problems
+    assert problem.kind == "setup"
+    assert problem.message.startswith("max_replicated and hbm: the memory of step()'s arguments ['w', 'x'] is not known")
