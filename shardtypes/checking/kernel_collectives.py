@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from .kernel_algebra import drop_rel, fact_of as _one
 from .kernel_facts import Fact, UNKNOWN, axes_text, fmt, split_text
-from .kernel_jax import axis_names, is_literal, name as prim_name, param
+from .kernel_jax import ASYNC_DONES, ASYNC_STARTS, VARIANTS, axis_names, is_literal, name as prim_name, param
 
 __all__ = ["COLLECTIVES"]
 
@@ -74,7 +74,10 @@ def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     dim = param(eqn, "all_gather_dimension")
     vary = None if f.vary is None else f.vary - names
     if not param(eqn, "tiled"):  # the parts of every device side by side: nothing owed over them
-        stacked = None if f.dims is None else f.dims[:dim] + ((),) + f.dims[dim:]
+        # (a new dim of the devices' blocks: the dims are whole blocks, split over them no more)
+        kept = None if f.dims is None else tuple(
+            None if axes is None else tuple(a for a in axes if a not in names) for axes in f.dims)
+        stacked = None if kept is None else kept[:dim] + ((),) + kept[dim:]
         return _one(p, eqn, ins, stacked, f.owed - names, vary=vary, rel=drop_rel(f.rel, names))
     # Tiled along a dim not split over the axes: every device's part side by side, nothing owed
     # over them any more. (Along a dim split over them, the blocks are put back together, each
@@ -125,13 +128,37 @@ def _ppermute(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return _one(p, eqn, ins, dims)
 
 
+def _pbroadcast(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    """Every device along the axes gets the source device's value (``pbroadcast``, and
+    ``pbroadcast_dynamic`` with the source as an operand): a dim split over them holds the source's
+    block; one device's part of a sum is not the sum."""
+    names = frozenset(a for a in axis_names(eqn) if a in p.manual)
+    f = ins[0]
+    if f.owed & names:
+        p.nonlinear(f"{prim_name(eqn)} (one device's part handed to all)", f)
+    dims = None if f.dims is None else tuple(None if a is not None and names & set(a) else a for a in f.dims)
+    return _one(p, eqn, ins[:1], dims)
+
+
+def _done(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    """The end of an async collective: the value its start computed (``kernel_jax.ASYNC_DONES``)."""
+    return list(ins[:len(eqn.outvars)])
+
+
 def _axis_index(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     names = frozenset(a for a in axis_names(eqn) if a in p.manual)
     return [Fact((), origin=f"jax.lax.axis_index({', '.join(repr(a) for a in sorted(names))})", vary=names)]
 
 
+_BASE: dict[str, Callable[[Any, Any, list[Fact]], list[Fact]]] = {
+    "psum": _psum, "pmax": _psum, "pmin": _psum, "all_gather": _all_gather, "all_to_all": _all_to_all,
+    "reduce_scatter": _reduce_scatter, "ppermute": _ppermute, "pbroadcast": _pbroadcast,
+    "axis_index": _axis_index,
+}
+# Their variants and async halves, by the names kernel_jax keeps with the releases they were seen in.
 COLLECTIVES: dict[str, Callable[[Any, Any, list[Fact]], list[Fact]]] = {
-    "psum": _psum, "psum_invariant": _psum, "psum2": _psum, "pmax": _psum, "pmin": _psum,
-    "all_gather": _all_gather, "all_gather_invariant": _all_gather, "all_to_all": _all_to_all,
-    "reduce_scatter": _reduce_scatter, "ppermute": _ppermute, "axis_index": _axis_index,
+    **_BASE,
+    **{name: _BASE[base] for name, (base, _) in VARIANTS.items()},
+    **{name: _BASE[base] for name, (base, _) in ASYNC_STARTS.items()},
+    **{name: _done for name in ASYNC_DONES},
 }

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..model.describe import _fmt_layout
+from .kernel_jax import ELEMENTWISE_ADDED, is_cast
 
 __all__ = ["Dims", "Fact", "Point", "UNKNOWN", "NONLINEAR", "ELEMENTWISE", "fmt", "axes_text",
            "owed_text", "split_text", "KINDS"]
@@ -44,18 +45,16 @@ NONLINEAR = frozenset({
     "xor", "population_count", "shift_left", "shift_right_logical", "shift_right_arithmetic",
     "polygamma", "igamma", "igammac", "bessel_i0e", "bessel_i1e", "regularized_incomplete_beta",
     "random_gamma_grad", "zeta", "clz", "tan", "log2", "one_minus_square", "mulhi", "igamma_grad_a",
-    "eq_to", "le_to", "lt_to",
+    "eq_to", "le_to", "lt_to", *ELEMENTWISE_ADDED,
 })
 # Primitives applied element by element (all operands of the result's shape, or scalars).
 ELEMENTWISE = NONLINEAR - {
     "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "cummax", "cummin", "cumprod",
     "cumlogsumexp", "sort", "top_k", "pmax", "pmin", "reduce_and", "reduce_or",
 } | {"add", "sub", "mul", "div", "neg", "add_any", "convert_element_type", "copy", "copy_p", "real",
-     "imag", "conj", "complex", "select_n", "pvary", "vary_unreduced_cast_p", "reduce_precision",
+     "imag", "conj", "complex", "select_n", "reduce_precision",
      "bitcast_convert_type", "stop_gradient"}
 
-# What JAX inserts itself (check_vma's casts): not named in where a value comes from.
-_UNSEEN = frozenset({"pvary", "vary_unreduced_cast_p"})
 
 KINDS = {"sum": ("partial sum", "a sum", "shardtypes.ops.psum or shardtypes.ops.psum_scatter"),
          "max": ("partial maximum", "a max", "jax.lax.pmax"),
@@ -103,7 +102,7 @@ class Fact:
     def derived(self, dims: Dims | None, prim: str, owed: frozenset | None = None, owed_by: str = "",
                 **changes) -> Fact:
         chain = self.chain
-        if prim not in _UNSEEN and not prim.endswith("cast_p") and (not chain or chain[-1] != prim):
+        if not is_cast(prim) and (not chain or chain[-1] != prim):
             chain = chain[1 - _CHAIN:] + (prim,) if len(chain) >= _CHAIN - 1 else chain + (prim,)
         owed = self.owed if owed is None else owed
         fact = Fact(dims, owed, self.base, owed_by or self.owed_by if owed else "", chain, kind=self.kind,

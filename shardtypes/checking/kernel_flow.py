@@ -45,7 +45,7 @@ from typeguard import TypeCheckError
 
 
 from .kernel_facts import ELEMENTWISE, NONLINEAR, UNKNOWN, Fact, owed_text, pay_text
-from .kernel_jax import KernelPassWarning, Unreadable, call_jaxpr, is_literal, literal_number, shape, unreadable
+from .kernel_jax import CALLS_ADDED, KernelPassWarning, Unreadable, call_jaxpr, is_cast, is_literal, literal_number, shape, unreadable
 from .kernel_jax import name as prim_name
 from .kernel_loops import LOOPS
 from .kernel_algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_ones, rel_join, rel_mul, rel_neg, zero as _zero, zeros as _zeros
@@ -56,7 +56,7 @@ __all__ = ["Pass"]
 
 _CALL_PRIMITIVES = frozenset({"jit", "pjit", "closed_call", "core_call", "remat", "remat2", "checkpoint",
                               "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "named_call",
-                              "custom_jvp_call_jaxpr", "composite"})
+                              "custom_jvp_call_jaxpr", "composite", *CALLS_ADDED})
 # What a partial maximum (minimum) may reach and stay one: the rest use it as a per-device value.
 _KEEPS = {"max": frozenset({"max", "reduce_max", "pmax", "cummax"}),
           "min": frozenset({"min", "reduce_min", "pmin", "cummin"}),
@@ -150,7 +150,7 @@ class Pass(PointChecks):
             self.nonlinear(name, owing[0])
         rule = _RULE_OF.get(name, _MISSING)
         if rule is _MISSING:
-            rule = _RULE_OF[name] = RULES.get(name) or _variant(name)
+            rule = _RULE_OF[name] = RULES.get(name)
         if rule is not None:
             return rule(self, eqn, ins)
         loop = LOOPS.get(name)
@@ -161,7 +161,7 @@ class Pass(PointChecks):
             if inner is None:
                 raise Unreadable("no inner jaxpr of the operands' and results' count")
             return self.run(inner, ins)
-        if name in ELEMENTWISE or _is_cast(name):
+        if name in ELEMENTWISE or is_cast(name):
             return [self.elementwise(eqn, ins)] * n_out
         unreadable(name, "no rule for this primitive")
         return [UNKNOWN] * n_out
@@ -173,7 +173,7 @@ class Pass(PointChecks):
         relative to that local maximum from there on (see ``Fact.rel``)."""
         fact = ins[i]
         if not fact.owed or fact.kind not in _KEEPS or name in _KEEPS[fact.kind] or name in _STRUCTURAL \
-                or _is_cast(name):
+                or is_cast(name):
             return fact
         direction = _monotone(eqn, ins, i)
         if direction > 0:
@@ -320,17 +320,3 @@ class Pass(PointChecks):
 _RULE_OF: dict[str, Any] = {}  # a primitive's name -> its rule (or None), once looked up
 _MISSING = object()
 _DROP = getattr(jex, "DropVar", ())
-
-
-def _is_cast(name: str) -> bool:
-    """check_vma's casts between varying, unreduced and reduced types (``pvary``,
-    ``vary_unreduced_cast_p``, ``reduced_vary_cast_p``...): the value itself is unchanged."""
-    return name.startswith(("pvary", "pcast", "preduced")) or name.endswith("cast_p")
-
-
-def _variant(name: str) -> Any:
-    """The rule of a collective's variant (``unreduced_psum``, ``psum_invariant``...)."""
-    for base in ("psum_scatter", "reduce_scatter", "psum", "pmax", "pmin", "all_gather", "all_to_all", "ppermute"):
-        if base in name:
-            return RULES.get("reduce_scatter" if base == "psum_scatter" else base)
-    return None

@@ -12,13 +12,14 @@ Imports: jax and the standard library only.
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Any
 
 import jax
 import jax.extend.core as jex
 
-__all__ = ["KernelPassWarning", "Unreadable", "name", "shape", "param", "optional_param", "axis_names",
+__all__ = ["KNOWN_BUGS", "known_bug", "REFUSALS", "refused_op", "about_unreduced", "CASTS", "VARIANTS", "ASYNC_STARTS", "ASYNC_DONES", "CALLS_ADDED", "ELEMENTWISE_ADDED", "is_cast", "KernelPassWarning", "Unreadable", "name", "shape", "param", "optional_param", "axis_names",
            "scan_groups", "while_groups", "branches", "inner_jaxpr", "call_jaxpr", "is_literal", "literal_number",
            "unreadable", "aval", "sub_jaxprs", "frames", "eqns", "invars", "outvars", "has_effects"]
 
@@ -33,13 +34,139 @@ class Unreadable(Exception):
 
 
 def name(eqn: Any) -> str:
-    """The primitive's name (``jax.extend.core.Primitive.name``)."""
-    return eqn.primitive.name
+    """The primitive's name (``jax.extend.core.Primitive.name``). A primitive that stands for
+    another and binds it with the same params (JAX 0.12's ``vjp_node[scan]`` in linearized jaxprs
+    holds the one it wraps as ``.prim``) is read as the one it stands for."""
+    primitive = eqn.primitive
+    inner = getattr(primitive, "prim", None)
+    if isinstance(inner, jex.Primitive) and inner is not primitive:
+        return inner.name
+    return primitive.name
+
+
+# -- primitives named by release ----------------------------------------------------------------
+# The pass reads what a primitive does from its jaxpr where it can (a call's inner jaxpr, a
+# wrapper's ``.prim``, a collective's ``axes``). Where a rule has to name a primitive whose name
+# changed between releases, or that a release added, every name is here with the releases it was
+# seen in; tests/kernels/test_jax_primitives.py traces each public collective on every CI JAX and
+# fails on a KernelPassWarning.
+
+#: check_vma's casts between varying, unreduced and reduced types: the value is unchanged.
+CASTS: dict[str, str] = {
+    "pvary": "JAX 0.9.2 to 0.12",
+    "vary_unreduced_cast_p": "JAX 0.9.2 to 0.11.2",
+    "vary_unreduced_cast": "JAX 0.12.0 on (renamed from vary_unreduced_cast_p)",
+    "reduced_vary_cast_p": "JAX 0.10.2 to 0.11.2",
+    "reduced_vary_cast": "JAX 0.12.0 on (renamed from reduced_vary_cast_p)",
+    "pcast": "JAX 0.10 on, where jax.lax.pcast binds one of its own",
+    "preduced": "JAX 0.10.2 on",
+}
+
+#: Collectives that do what another does, under another name: name -> (the one whose rule
+#: applies, the releases seen in).
+VARIANTS: dict[str, tuple[str, str]] = {
+    "psum_invariant": ("psum", "JAX 0.10.2 on"),
+    "psum2": ("psum", "JAX 0.9.2"),
+    "unreduced_psum": ("psum", "JAX 0.9.2 on"),
+    "unreduced_pmax": ("pmax", "JAX 0.12.0 on"),
+    "unreduced_pmin": ("pmin", "JAX 0.12.0 on"),
+    "all_gather_invariant": ("all_gather", "JAX 0.10.2 on"),
+    "all_gather_reduced": ("all_gather", "JAX 0.10.2 on"),
+    "unreduced_reduce_scatter": ("reduce_scatter", "JAX 0.9.2 on"),
+    "pbroadcast_dynamic": ("pbroadcast", "JAX 0.12.0 on (the source given as an array)"),
+}
+
+#: The two halves of an async collective: the start does what the collective does (its result a
+#: future that holds it); the done hands the future's value on. name -> (collective, releases).
+ASYNC_STARTS: dict[str, tuple[str, str]] = {
+    "reduce_scatter_start": ("reduce_scatter", "JAX 0.10.2 on; jax.lax.psum_scatter_start from 0.12.0"),
+    "unreduced_reduce_scatter_start": ("reduce_scatter", "JAX 0.10.2 to 0.11.2"),
+    "all_gather_start": ("all_gather", "JAX 0.10.2 on"),
+    "all_gather_reduced_start": ("all_gather", "JAX 0.10.2 on"),
+    "all_to_all_start": ("all_to_all", "JAX 0.10.2 on"),
+    "ppermute_start": ("ppermute", "JAX 0.10.2 on"),
+    "psum_start": ("psum", "JAX 0.10.2 to 0.11.2"),
+    "unreduced_psum_start": ("psum", "JAX 0.10.2 to 0.11.2"),
+    "psum_invariant_start": ("psum", "JAX 0.10.2 on"),
+    "pbroadcast_start": ("pbroadcast", "JAX 0.10.2 to 0.11.2"),
+}
+ASYNC_DONES: dict[str, str] = {
+    "reduce_scatter_done": "JAX 0.10.2 on", "all_gather_done": "JAX 0.10.2 on",
+    "all_to_all_done": "JAX 0.10.2 on", "ppermute_done": "JAX 0.10.2 on", "psum_done": "JAX 0.10.2 on",
+    "pbroadcast_done": "JAX 0.10.2 to 0.11.2",
+}
+
+#: Calls (their jaxpr runs on the operands as they are) that a release added.
+CALLS_ADDED: dict[str, str] = {"xla_metadata_call": "JAX 0.12.0 on"}
+
+#: Elementwise primitives a release added.
+ELEMENTWISE_ADDED: dict[str, str] = {
+    "polynomial": "JAX 0.12.0 on (erf's derivative, through exp_neg_sq)",
+    "log2": "JAX 0.12.0 on",
+    "one_minus_square": "JAX 0.12.0 on",
+}
+
+
+#: JAX's words when it refuses an operation on a value it types unreduced, each with the releases
+#: that say it; the operation's name is the pattern's group. (JAX raises NotImplementedError up
+#: to 0.11 and its ShardingTypeError, not public, from 0.12: neither type says what was refused.)
+REFUSALS: tuple[tuple[re.Pattern, str], ...] = (
+    (re.compile(r"unreduced(?:/reduced)? rule for ([\w.\-]+) is not implemented"), "JAX 0.9.2 to 0.11.2"),
+    (re.compile(r"passed to ([\w.\-]+) cannot be unreduced"), "JAX 0.10.2 to 0.11.2"),
+    (re.compile(r"([\w.\-]+) is a non-linear operation and cannot accept input"),
+     "JAX 0.12.0 on"),
+)
+
+
+#: Bugs of JAX's own that a correct kernel meets, each told by JAX's words, with the releases seen
+#: in and what works instead (said by ``known_bug``).
+KNOWN_BUGS: tuple[tuple[re.Pattern, str, str], ...] = (
+    (re.compile(r"Primitive polynomial requires varying manual axes to match"), "JAX 0.12.0 (0.11.2 runs it)",
+     "JAX {version} cannot differentiate an exact GELU or erf (jax.nn.gelu(approximate=False), "
+     "jax.scipy.special.erf) of a value that varies over manual mesh axes inside shard_map with "
+     "check_vma=True: the derivative's 'polynomial' is given constant coefficients that JAX does not "
+     "make varying, which its own check then refuses. This is JAX's bug, not the kernel's. What works: "
+     "jax.nn.gelu(x, approximate=True) (the tanh form), or typed_shard_map(..., check_vma=False) for "
+     "this kernel (shardtypes' own pass still follows layouts and partial sums there)"),
+)
+
+
+def known_bug(error: BaseException) -> str | None:
+    """What a known bug of JAX's (``KNOWN_BUGS``) that ``error`` is means and what works, or None."""
+    text = str(error)
+    for pattern, _, explanation in KNOWN_BUGS:
+        if pattern.search(text):
+            return explanation.format(version=jax.__version__)
+    return None
+
+
+def refused_op(text: str) -> str | None:
+    """The operation JAX's error ``text`` says it refuses on an unreduced value, or None."""
+    for pattern, _ in REFUSALS:
+        found = pattern.search(text)
+        if found:
+            return found.group(1)
+    return None
+
+
+def about_unreduced(text: str) -> bool:
+    """Whether an error of JAX's speaks of an unreduced value at all, in words no release has
+    changed: the type's name, or how JAX prints one (``f32[4,8]{U:t}``)."""
+    return "unreduced" in text.lower() or "{U:" in text
+
+
+def is_cast(prim: str) -> bool:
+    """Whether ``prim`` is one of check_vma's casts (the value unchanged; see ``CASTS``)."""
+    return prim in CASTS
 
 
 def shape(v: Any) -> tuple:
-    """The shape of a jaxpr value (a Var or a Literal); () for one without (a token)."""
-    return tuple(getattr(getattr(v, "aval", None), "shape", ()))
+    """The shape of a jaxpr value (a Var or a Literal); () for one without (a token). A value
+    that will hold another (JAX 0.12's ``AbstractFuture`` of an async collective's start, which
+    keeps the result's aval as ``inner_aval``) has that one's shape."""
+    found = getattr(v, "aval", None)
+    found = getattr(found, "inner_aval", found)
+    return tuple(getattr(found, "shape", ()))
 
 
 def optional_param(eqn: Any, key: str) -> Any:

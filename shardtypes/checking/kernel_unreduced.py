@@ -7,7 +7,6 @@ Imports: jax and typeguard only.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import jax
@@ -15,6 +14,7 @@ from jax.core import Tracer
 from typeguard import TypeCheckError
 
 from ..context.settings import checks_on
+from .kernel_jax import about_unreduced, refused_op
 
 __all__ = ["is_staged", "jax_refusal"]
 
@@ -33,10 +33,6 @@ def is_staged(values: Any) -> bool:
 
 
 
-# JAX's words for an op it refuses on an unreduced value: a missing rule (NotImplementedError, both
-# versions) or a sharding type error (JAX's ShardingTypeError, not public: told by its text).
-_RULE = re.compile(r"unreduced(?:/reduced)? rule for ([\w.\-]+) is not implemented")
-_PASSED = re.compile(r"passed to ([\w.\-]+) cannot be unreduced")
 
 
 def jax_refusal(trace: Any, error: Exception) -> TypeCheckError | None:
@@ -46,10 +42,10 @@ def jax_refusal(trace: Any, error: Exception) -> TypeCheckError | None:
     if not trace.marked or isinstance(error, TypeCheckError):
         return None  # (shardtypes' own errors say what they mean)
     text = str(error)
-    found = _RULE.search(text) or _PASSED.search(text)
-    if found is None and ("{U:" not in text and "unreduced={" not in text):
-        return None  # not about an unreduced value (JAX prints one as f32[4,8]{U:t})
-    reached = f"JAX's {found.group(1)!r}" if found else f"a JAX operation ({text.splitlines()[0]})"
+    op = refused_op(text)
+    if op is None and not about_unreduced(text):
+        return None
+    reached = f"JAX's {op!r}" if op else f"a JAX operation ({text.splitlines()[0] if text else type(error).__name__})"
     sums = list({(e.owed_by, e.owed): e for e in trace.marked}.values())
     what = "; ".join(f"{e.owed_by} made a partial sum owing a sum over mesh "
                      f"{'axes' if len(e.owed) > 1 else 'axis'} {', '.join(repr(a) for a in sorted(e.owed))}"

@@ -108,8 +108,12 @@ def _abstract_eval(aval, **_):
     return aval  # identity, and no effects
 
 
-def _dce(used_outputs, eqn):
-    return [True] * len(eqn.invars), eqn  # never dropped, though nothing uses the result
+def _dce(used_outputs: Any, *rest: Any) -> tuple[list[bool], Any]:
+    """Never dropped, though nothing uses the result. JAX calls a DCE rule with the equation last:
+    ``rule(used_outputs, eqn)`` up to 0.11, ``rule(used_outputs, live_inputs, eqn)`` from 0.12; the
+    rule takes whatever comes before the equation, so it is one rule for both."""
+    eqn = rest[-1]
+    return [True] * len(eqn.invars), eqn
 
 
 def _partial_eval(trace, *tracers, **params):

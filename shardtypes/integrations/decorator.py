@@ -176,11 +176,16 @@ def _needs_instrumentation(target: Callable) -> tuple[bool, str | None]:
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError, IndentationError) as e:
         return False, f"its source is not available: {e}"
+    if not source.strip():
+        # (Python 3.13 finds lines for "<string>" that other code cached; they may be empty.)
+        return False, "its source is not available: could not get source code"
     func = next(
         (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None
     )
-    if func is None:  # a lambda: it has no statements, so no annotated locals
-        return False, None
+    if func is None:
+        if getattr(target, "__name__", "") == "<lambda>":
+            return False, None  # a lambda has no statements, so no annotated locals
+        return False, "its source is not available: the lines found hold no definition of it"
     return _annotates_locals(func.body), None
 
 

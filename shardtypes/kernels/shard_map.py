@@ -35,6 +35,7 @@ from ..context.rules import axis_rules, current_rules
 from ..language.shape import axes_entry, entry_axes
 from ..layout.specs import partition_specs as derive_specs
 from ..model.pytrees import holds_pytree
+from ..checking.kernel_jax import known_bug
 from ..checking.kernel_run import in_facts, traced
 from ..checking.kernel_layouts import flows, is_staged, tracking
 from ..checking.kernel_returns import returned
@@ -303,6 +304,11 @@ class _TypedShardMap:
             token = COMPILE_TIME_CHECKS.set(True)  # the body's checks are the ordinary kind
             try:
                 out = jax.shard_map(mapped, **options)(*(values[n] for n in array_names))
+            except (ValueError, TypeError, NotImplementedError) as e:
+                bug = known_bug(e)
+                if bug is None:
+                    raise
+                raise TypeCheckError(f"in kernel {state.name}(), {bug}") from e
             finally:
                 COMPILE_TIME_CHECKS.reset(token)
             if restore and restore[-1] is not None:

@@ -24,7 +24,7 @@ _ELEMENTWISE = frozenset("""
     convert_element_type copy copy_p cos cosh div eq erf erf_inv erfc exp exp2 expm1 floor ge gt imag
     integer_pow is_finite le lgamma log log1p logistic lt max min mul ne neg nextafter not or pow
     real reduce_precision rem round rsqrt select_n sign sin sinh sqrt square sub tan tanh xor
-""".split())
+""".split()) | frozenset(kj.ELEMENTWISE_ADDED)
 
 
 # What XLA fuses an elementwise producer into: other elementwise ops, and reductions (an input

@@ -43,7 +43,7 @@ _LARGEST = 5
 # identity whose result nothing uses; XLA drops it), JAX's changes of a value's varying type
 # inside shard_map, and identities under jit (``stop_gradient``, a ``device_put`` in a traced
 # step). Their results stand for their operands.
-_FREE = frozenset({"shardtypes_check_sharding", "pvary", "pcast", "pbroadcast", "stop_gradient", "device_put"})
+_FREE = frozenset({"shardtypes_check_sharding", "pbroadcast", "stop_gradient", "device_put", *kj.CASTS})
 
 
 @dataclasses.dataclass(frozen=True)
