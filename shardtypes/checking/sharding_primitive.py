@@ -247,7 +247,7 @@ def primitive_available() -> bool:
                 if not ok:
                     warnings.warn(
                         "shardtypes: the compile-time sharding check on Auto mesh axes cannot use "
-                        f"its effect-free primitive with this JAX ({why}); it falls back to "
+                        f"its effect-free primitive with JAX {jax.__version__} ({why}); it falls back to "
                         "jax.debug.inspect_array_sharding, which checks the same but takes every "
                         "call of a checked jitted function off jit's C++ fast path",
                         ShardtypesWarning, stacklevel=2)

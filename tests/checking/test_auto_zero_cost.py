@@ -311,7 +311,7 @@ def test_fallback_warns_and_still_catches(mesh, broken_self_test):
         return x * 3.0
 
     with jax.set_mesh(mesh):
-        with pytest.warns(ShardtypesWarning, match="falls back to jax.debug.inspect_array_sharding"):
+        with pytest.warns(ShardtypesWarning, match=rf"with JAX {re.escape(jax.__version__)} \(forced by the test\); it falls back to jax.debug.inspect_array_sharding"):
             with pytest.raises(TypeCheckError) as info:
                 jax.jit(fallback_scale)(put(mesh, ones(8, 16), None, "d"))
         assert "annotation says P('d', None)" in first_line(info)
