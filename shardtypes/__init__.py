@@ -125,7 +125,7 @@ from .layout.explanations import explain as explain
 from .language.shape import DimSpec as DimSpec, ShapeSpec as ShapeSpec, ShapeSpecError as ShapeSpecError
 from .layout.placement import shard as shard
 from .kernels.shard_map import typed_shard_map as typed_shard_map
-from .checking.kernel_jax import KernelPassWarning as KernelPassWarning
+from .checking.kernel_pass import KernelPassWarning as KernelPassWarning
 from .layout.specs import (
     is_fully_sharded as is_fully_sharded,
     make_partition_specs as make_partition_specs,

@@ -14,7 +14,7 @@ Each op compares its operands' known layouts with its spec string dim by dim and
 (``operand``), so two mesh axes of the same size swapped are caught whatever the mesh; an
 annotation check compares the same way; a value still owing a sum may only go to ``ops.psum`` or
 ``ops.psum_scatter``. A value the table does not know (the result of a ``jnp`` op) is followed by the pass
-over the body's jaxpr (``kernel_flow``): the checks of such values made in the body itself are
+over the body's jaxpr (``kernel_pass``): the checks of such values made in the body itself are
 deferred to it (``trace.deferred``), and it compares them with the layout it infers from the
 primitives, in program order. Inside a nested ``grad``/``vmap``/``scan`` body neither sees a
 value: the size checks are all there is for it.
@@ -44,7 +44,7 @@ from ..context.compat import trace_state, varying_axes
 from ..context.settings import checks_on
 from ..model.describe import Mismatch, _fmt_layout
 from ..language.shape import ShapeSpec, entry_axes
-from .kernel_facts import Fact, Point
+from .kernel_pass.facts import Fact, Point
 from .kernel_specs import Layout, differences, einsum_owed, layout_of
 from .kernel_unreduced import is_staged as is_staged, jax_refusal
 
@@ -91,7 +91,7 @@ class _Trace:
         # (see checking/value.py), and a kernel may not return them replicated (``returned``).
         self.gathered: dict[str, str] = {}
         self.check_vma = check_vma  # the kernel's shard_map option (None: not known)
-        # The body is traced into a jaxpr for kernel_flow's pass: values the table met there
+        # The body is traced into a jaxpr for the kernel pass: values the table met there
         # unknown are compared with the layout the pass infers for them (``deferred``).
         self.flow = False
         self.flow_state: Any = None  # the pass's own trace (values made there are in its jaxpr)
@@ -187,7 +187,7 @@ def flows() -> bool:
 
 
 def flow_start(inputs: Any) -> None:
-    """The body is being traced into a jaxpr for the pass (``kernel_flow``) from here on, with
+    """The body is being traced into a jaxpr for the pass (``kernel_pass``) from here on, with
     ``inputs`` (its arguments' leaves)."""
     trace = _active()
     if trace is not None:

@@ -14,7 +14,7 @@ from jax.core import Tracer
 from typeguard import TypeCheckError
 
 from ..context.settings import checks_on
-from .kernel_jax import about_unreduced, refused_op
+from .kernel_pass.jaxpr import about_unreduced, refused_op
 
 __all__ = ["is_staged", "jax_refusal"]
 

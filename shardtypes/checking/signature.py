@@ -43,6 +43,19 @@ def _config() -> Any:
     )
 
 
+def literal_container(annotation: Any, where: str) -> None:
+    """A list or dict written as an annotation (``[f32[b'n'], f32[b'n']]``) is no type Python's
+    typing (nor typeguard) can check: refused where the function is first called, saying what to
+    write instead."""
+    if isinstance(annotation, (list, dict)):
+        kind = "list" if isinstance(annotation, list) else "dict"
+        instead = ("tuple[...] with one annotation per item (fixed length), or list[X] for any length"
+                   if kind == "list" else "dict[str, X] (any keys, one annotation for every value), or a "
+                   "pytree dataclass or NamedTuple for fixed keys")
+        raise TypeError(f"shardtypes.typechecked: {where} is annotated with a {kind} literal "
+                        f"({annotation!r}), which is not a type Python's typing can check; write {instead}")
+
+
 class _Param:
     __slots__ = ("name", "kind", "annotation", "plan", "role", "origin", "first", "node", "leaf_origins", "inside")
 
@@ -95,8 +108,9 @@ class _SignatureChecker:
                 ann = types.GenericAlias(tuple, (ann, ...))
             elif ann is not None and p.kind is inspect.Parameter.VAR_KEYWORD:
                 ann = types.GenericAlias(dict, (str, ann))
-            plan = plan_for(ann)
             role = f'argument "{p.name}"'
+            literal_container(ann, f"{role} of {fn}()")
+            plan = plan_for(ann)
             params.append(_Param(p.name, p.kind, ann, plan, role, f"{role} of {fn}()"))
         simple = all(
             p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -106,6 +120,7 @@ class _SignatureChecker:
         # that sees them resolved also sees the return annotation.
         if "return" in hints:
             ann = hints["return"]
+            literal_container(ann, f"the return value of {fn}()")
             self.returns = _Param("return", None, ann, plan_for(ann), "the return value",
                                   f"the return value of {fn}()")
         self.by_name = {p.name: p for p in params}

@@ -15,14 +15,16 @@ Imports: JAX and the annotation model only.
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
+import typing
 from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
-__all__ = ["check_kernel", "bare_array_annotation", "check_static", "conform_specs", "conform_result"]
+__all__ = ["Each", "homogeneous_item", "check_kernel", "bare_array_annotation", "check_static", "conform_specs", "conform_result"]
 
 _BARE = (jax.Array, np.ndarray)
 _NAMES = {jax.Array: "jax.Array", np.ndarray: "numpy.ndarray"}
@@ -74,6 +76,50 @@ def _is_spec(x: Any) -> bool:
     return isinstance(x, PartitionSpec)
 
 
+class Each:
+    """The specs of a parameter annotated as a container of any length whose items share one
+    annotation (``list[X]``, ``tuple[X, ...]``, ``Sequence[X]``, ``dict[str, X]``,
+    ``Mapping[str, X]``): ``item`` is X's spec tree, laid out per value by ``conform_specs``."""
+
+    __slots__ = ("item", "container")
+
+    def __init__(self, item: Any, container: str) -> None:
+        self.item, self.container = item, container
+
+    def __repr__(self) -> str:
+        return f"Each({self.item!r}, {self.container})"
+
+
+_SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
+_MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+
+
+def homogeneous_item(annotation: Any) -> tuple[Any, str] | None:
+    """``(X, 'sequence' | 'mapping')`` for ``list[X]``, ``tuple[X, ...]``, ``Sequence[X]``,
+    ``dict[K, X]``, ``Mapping[K, X]``; None for anything else."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is tuple:
+        return (args[0], "sequence") if len(args) == 2 and args[1] is Ellipsis else None
+    if origin in _SEQUENCES and len(args) == 1:
+        return args[0], "sequence"
+    if origin in _MAPPINGS and len(args) == 2:
+        return args[1], "mapping"
+    return None
+
+
+def _expand(spec: Each, value: Any, pname: str, kernel: str) -> Any:
+    """An ``Each`` laid out as ``value`` is: one item spec per element (per value of a mapping)."""
+    if spec.container == "mapping":
+        if not isinstance(value, collections.abc.Mapping):
+            raise TypeError(f"typed_shard_map: argument {pname!r} of {kernel} is annotated as a mapping, "
+                            f"but was given a {type(value).__name__}")
+        return {k: spec.item for k in value}
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"typed_shard_map: argument {pname!r} of {kernel} is annotated as a sequence, "
+                        f"but was given a {type(value).__name__}")
+    return type(value)(spec.item for _ in value) if type(value) in (list, tuple) else [spec.item for _ in value]
+
+
 _CONFORMED: dict = {}  # (id(spec), value treedef) -> (spec, spec in the value's structure)
 
 
@@ -83,6 +129,8 @@ def conform_specs(specs: tuple, values: list, names: list, kernel: str) -> tuple
     treedefs compare equal, but shard_map's prefix check compares node types)."""
     out = []
     for spec, value, pname in zip(specs, values, names):
+        if isinstance(spec, Each):
+            spec = _expand(spec, value, pname, kernel)
         if _is_spec(spec):
             out.append(spec)
             continue

@@ -17,6 +17,8 @@ import collections.abc
 import functools
 import inspect
 import sys
+import warnings
+import weakref
 from typing import Any, Callable, Iterable, ParamSpec, TypeVar, overload
 
 import jax
@@ -35,11 +37,10 @@ from ..context.rules import axis_rules, current_rules
 from ..language.shape import axes_entry, entry_axes
 from ..layout.specs import partition_specs as derive_specs
 from ..model.pytrees import holds_pytree
-from ..checking.kernel_jax import known_bug
-from ..checking.kernel_run import in_facts, traced
+from ..checking.kernel_pass import KernelPassWarning, in_facts, known_bug, traced
 from ..checking.kernel_layouts import flows, is_staged, tracking
 from ..checking.kernel_returns import returned
-from .params import bare_array_annotation, check_kernel, check_static, conform_result, conform_specs
+from .params import Each, homogeneous_item, bare_array_annotation, check_kernel, check_static, conform_result, conform_specs
 
 __all__ = ["typed_shard_map"]
 
@@ -228,6 +229,18 @@ class _TypedShardMap:
                 "structure, so it has no in_specs/out_specs; annotate the structure (a pytree_dataclass, "
                 "tuple[...]) or use jax.shard_map with make_partition_specs(value, like=...)"
             )
+        each = homogeneous_item(annotation)
+        if each is not None:  # list[X], dict[str, X]...: X's specs, laid out per value at each call
+            item = self._specs_of(each[0], f"{what} (each item)", static_ok=False)
+            if what == "the return value":
+                if not isinstance(item, PartitionSpec):
+                    raise TypeError(
+                        f"typed_shard_map: the return value of {self.name} is annotated {annotation!r}: a "
+                        "container of any length whose items are trees has no out_specs before the body "
+                        "runs; return a tuple[...] of fixed length, a pytree dataclass, or a container "
+                        "of arrays (list[f32[b'...']])")
+                return item  # (one spec: shard_map applies it to every item, as a prefix)
+            return Each(item, each[1])
         try:
             specs = derive_specs(annotation)
         except (TypeError, ValueError) as e:
@@ -288,7 +301,18 @@ class _TypedShardMap:
                         return run(*arrays)
                     manual = jax.sharding.get_abstract_mesh().manual_axes
                     facts = in_facts(in_specs, arrays, array_names)
-                    return traced(state.name, run, arrays, facts, frozenset(manual), state.f)
+                    try:
+                        return traced(state.name, run, arrays, facts, frozenset(manual), state.f)
+                    except _CONCRETE as e:
+                        if staged:
+                            raise  # (under jit JAX cannot run it either: its own error says why)
+                        branching = e
+                # An eager call whose body reads values in Python (`if x.sum() > 0:`): JAX runs an
+                # eager shard_map's body op by op, so it runs here too, checked at its boundary and
+                # by the side table, not by the pass (which needs the body staged).
+                stepped_aside(state.name, state.f, branching)
+                with tracking(state.name, state.check_vma is not False, staged):
+                    return run(*arrays)
 
             in_specs, out_specs = state.specs()
             in_specs = conform_specs(in_specs, [values[n] for n in array_names], array_names, state.name)
@@ -323,6 +347,31 @@ class _TypedShardMap:
 
         setattr(wrapper, "__shardtypes_shard_map__", state)
         return wrapper
+
+
+_CONCRETE = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+             jax.errors.TracerIntegerConversionError)
+
+
+_STEPPED_ASIDE: weakref.WeakSet = weakref.WeakSet()  # the kernels (functions) already warned of
+
+
+def stepped_aside(kernel: str, f: Any, error: BaseException) -> None:
+    """Says once per kernel that its eager body reads values in Python, so the pass cannot stage it."""
+    try:
+        if f in _STEPPED_ASIDE:
+            return
+        _STEPPED_ASIDE.add(f)
+    except TypeError:  # (a callable that takes no weak reference: said each time)
+        pass
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    warnings.warn(
+        f"typed_shard_map: the body of kernel {kernel}() reads the values of arrays in Python "
+        f"({type(error).__name__}: {first[:160]}), which an eager call allows: it runs as jax.shard_map "
+        "runs it, op by op, with its arguments and result checked against their annotations, but shardtypes' "
+        "kernel pass, which needs the body staged, does not follow it (layouts and partial sums inside are "
+        f"not checked; JAX {jax.__version__}). Under jax.jit, write the branch with jax.lax.cond or jnp.where.",
+        KernelPassWarning, stacklevel=4)
 
 
 def _has_arrays(annotation: Any) -> bool:

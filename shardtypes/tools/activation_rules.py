@@ -3,7 +3,7 @@ XLA fuses away (``fused``), which results are their operands (``passed_through``
 per-device shape (``local_shape``) and, on Auto axes, how its operands' splits carry over to it
 (``auto_splits``).
 
-Reads JAX's equations through ``checking.kernel_jax``.
+Reads JAX's equations through ``checking.kernel_pass.jaxpr``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..checking import kernel_jax as kj
+from ..checking.kernel_pass import catalogue, jaxpr as kj
 from ..language.shape import entry_axes
 
 __all__ = ["fused", "dead", "passed_through", "local_shape", "auto_splits", "backward_splits", "spec_parts", "ones"]
@@ -24,7 +24,7 @@ _ELEMENTWISE = frozenset("""
     convert_element_type copy copy_p cos cosh div eq erf erf_inv erfc exp exp2 expm1 floor ge gt imag
     integer_pow is_finite le lgamma log log1p logistic lt max min mul ne neg nextafter not or pow
     real reduce_precision rem round rsqrt select_n sign sin sinh sqrt square sub tan tanh xor
-""".split()) | frozenset(kj.ELEMENTWISE_ADDED)
+""".split()) | frozenset(catalogue.ELEMENTWISE_ADDED)
 
 
 # What XLA fuses an elementwise producer into: other elementwise ops, and reductions (an input

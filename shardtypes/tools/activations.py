@@ -15,7 +15,7 @@ of the dims it keeps, a reduction drops those of the dims it reduces, an element
 operands'), and the estimate says so. A value whose size is symbolic (a dim verify was not given)
 or whose dtype has no size, and a host callback, make the figure a lower bound, named.
 
-Reads JAX's equations through ``checking.kernel_jax``; the rules of single primitives are in
+Reads JAX's equations through ``checking.kernel_pass.jaxpr``; the rules of single primitives are in
 ``activation_rules``.
 """
 
@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import jax
 
-from ..checking import kernel_jax as kj
+from ..checking.kernel_pass import catalogue, jaxpr as kj
 from .activation_rules import auto_splits, backward_splits, dead, fused, local_shape, ones, passed_through, spec_parts
 from .memory_plan import _fmt_bytes
 
@@ -43,7 +43,7 @@ _LARGEST = 5
 # identity whose result nothing uses; XLA drops it), JAX's changes of a value's varying type
 # inside shard_map, and identities under jit (``stop_gradient``, a ``device_put`` in a traced
 # step). Their results stand for their operands.
-_FREE = frozenset({"shardtypes_check_sharding", "pbroadcast", "stop_gradient", "device_put", *kj.CASTS})
+_FREE = frozenset({"shardtypes_check_sharding", "pbroadcast", "stop_gradient", "device_put", *catalogue.CASTS})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,10 +1,12 @@
-"""The kernel pass never breaks a correct program (checking/kernel_jax.py): a primitive it has no
+"""The kernel pass never breaks a correct program (checking/kernel_pass/jaxpr.py): a primitive it has no
 rule for, or params in a shape it does not know (as a future JAX release may give), make what
 that equation computes unknown, with one KernelPassWarning naming the primitive and the JAX
 version, and the kernel runs with the right numbers. Also ``ops.per_device``'s input checks."""
 
 import warnings
 from functools import partial
+
+import re
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +17,7 @@ from jax.interpreters import mlir
 
 import shardtypes
 from shardtypes import KernelPassWarning, TypeCheckError, f32, ops, typed_shard_map
-from shardtypes.checking import kernel_jax
+from shardtypes.checking.kernel_pass import jaxpr as kernel_jax
 
 from conftest import make_mesh, put
 
@@ -176,20 +178,39 @@ def test_per_device_returns_its_argument_and_a_tree():
     np.testing.assert_allclose(np.asarray(out), X * np.mean(per_block, axis=0), rtol=1e-6)
 
 
-def test_only_the_adapter_reads_jax_equations():
-    """DESIGN.md: every read of JAX's primitives, their params and their values' avals goes
-    through checking/kernel_jax.py (which knows each release's shape of them); the pass's other
-    modules ask it."""
-    import pathlib
-    import re
+# An attribute read of JAX's equations or jaxprs (not a call of the adapter, ``kj.invars(...)``),
+# or an import of JAX's core modules.
+READS = re.compile(r"(?<!kj)\.(params|aval|primitive|val|invars|outvars|eqns|constvars)\b"
+                   r"|jax\.extend\.core|jax\.core\b|\bjex\b")
 
-    folder = pathlib.Path(shardtypes.__file__).parent / "checking"
-    reads = re.compile(r"\.params\b|\.aval\b|\.primitive\b|\.val\b")
+
+def test_only_the_adapter_reads_jax_equations():
+    """DESIGN.md: every read of JAX's primitives, their params, their values' avals and a jaxpr's
+    equations, inputs and outputs goes through checking/kernel_pass/jaxpr.py (which knows each
+    release's shape of them), the only module of the pass (and of the activation estimate) that
+    imports jax.extend.core or jax.core; the others ask it."""
+    import pathlib
+
+    package = pathlib.Path(shardtypes.__file__).parent
+    reads = READS
+    files = [*sorted((package / "checking" / "kernel_pass").glob("*.py")),
+             package / "tools" / "activations.py", package / "tools" / "activation_rules.py"]
     found = [f"{path.name}:{n}: {line.strip()}"
-             for path in sorted(folder.glob("kernel_*.py")) if path.name != "kernel_jax.py"
+             for path in files if path.name not in ("jaxpr.py", "__init__.py")
              for n, line in enumerate(path.read_text().splitlines(), 1)
-             if reads.search(line.split("#")[0]) and not line.lstrip().startswith(("\"", "'", "*"))]
+             if reads.search(line.split("#")[0]) and not line.lstrip().startswith(("\"", "'", "*", "``"))]
     assert found == [], "\n".join(found)
+
+
+def test_the_door_check_sees_each_kind_of_read(tmp_path):
+    """The check above finds each kind of read it names (so that it cannot pass by missing them),
+    and not the adapter's own calls."""
+    reads = READS
+    for line in ("x = eqn.params['axes']", "v.aval.shape", "eqn.primitive.name", "lit.val", "eqn.invars[0]",
+                 "eqn.outvars", "for e in jaxpr.eqns:", "jaxpr.constvars", "import jax.extend.core as jex",
+                 "from jax.core import Tracer", "isinstance(v, jex.Var)"):
+        assert reads.search(line), line
+    assert not reads.search("ins = kj.invars(jaxpr)") and not reads.search("kj.aval(v)")
 
 
 @pytest.mark.parametrize("kind", ["explicit", "auto"])

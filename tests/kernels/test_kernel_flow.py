@@ -1,4 +1,4 @@
-"""The pass over a kernel body's jaxpr (checking/kernel_flow.py): layouts follow values through
+"""The pass over a kernel body's jaxpr (checking/kernel_pass/): layouts follow values through
 the user's own ``jnp`` code, and partial sums are followed with ``check_vma`` on or off, eagerly
 or under ``jax.jit`` (issue 17, items 1 and 2).
 

@@ -1,4 +1,4 @@
-"""No false errors from the kernel pass (checking/kernel_flow.py): kernels written the way
+"""No false errors from the kernel pass (checking/kernel_pass/): kernels written the way
 people write them (vocab-parallel cross entropy, layer norm, a tensor-parallel MLP and attention,
 RMSNorm over a split embedding, a scan over stacked layers, remat, a gradient step inside the
 kernel) run with check_vma on and off, eager and jitted, and give the numbers of the same

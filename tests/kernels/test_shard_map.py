@@ -937,12 +937,15 @@ def test_is_fully_sharded_outside_a_kernel(mesh):
 
 
 def test_a_list_of_arrays_is_not_taken_for_a_static_parameter(mesh):
+    """A list[X] parameter is mapped, each item laid out as X says (not closed over as static)."""
     def kernel(xs: list[f32[b"B/d M"]]) -> f32[b"B/d M"]:
-        return xs[0]
+        return xs[0] + xs[1]
 
     with jax.set_mesh(mesh):
-        with pytest.raises(TypeError, match=r"typed_shard_map: argument \"xs\" of .*kernel: the annotation is list\[.*\], which has no layout"):
-            typed_shard_map(kernel)([put(mesh, X, "d")])
+        out = typed_shard_map(kernel)([put(mesh, X, "d"), put(mesh, X, "d")])
+        np.testing.assert_allclose(np.asarray(out), 2 * X)
+        with pytest.raises(TypeCheckError, match=r'argument "xs"'):
+            typed_shard_map(kernel)([put(mesh, X, "d"), put(mesh, X)])
 
 
 def test_annotations_may_name_locals_of_the_defining_scope(tmp_path, mesh):

@@ -17,7 +17,7 @@ pending now.
 from __future__ import annotations
 
 from shardtypes.context import compat as _compat
-from shardtypes.checking import kernel_jax as _kernel_jax
+from shardtypes.checking.kernel_pass import Unreadable as _Unreadable
 from shardtypes.model import hints as _hints
 import contextlib
 import copy
@@ -1051,7 +1051,7 @@ EXCEPTIONS: dict[str, Callable[[], BaseException]] = {
     "ShardtypesWarning": lambda: ShardtypesWarning("unchecked locals"),
     "KernelPassWarning": lambda: shardtypes.KernelPassWarning("cannot follow JAX's 'scan' here"),
     "JaxFeatureWarning": lambda: _compat.JaxFeatureWarning("the probe could not decide"),
-    "Unreadable": lambda: _kernel_jax.Unreadable("no param 'axes'"),
+    "Unreadable": lambda: _Unreadable("no param 'axes'"),
     "_Unresolved": lambda: _hints._Unresolved("x"),
     # Internal ones, which a user meets only by accident (or in a traceback's chain).
     "Mismatch": lambda: Mismatch("has 2 dims (8, 4) but the annotation has 1"),

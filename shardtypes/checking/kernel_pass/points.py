@@ -1,7 +1,7 @@
 """Where the kernel pass meets the side table (``kernel_layouts``): a value the library declared
 (an op's result, laid out as its spec string says), checked (an annotation, an op's operand:
 compared with what the pass inferred, in program order) or marked (``ops.per_device``).
-``PointChecks`` is the part of ``kernel_flow.Pass`` that does it.
+``PointChecks`` is the part of ``interpreter.Pass`` that does it.
 
 Imports: the facts and the spec comparisons.
 """
@@ -12,8 +12,8 @@ from typing import Sequence
 
 from typeguard import TypeCheckError
 
-from .kernel_facts import Fact, Point, axes_text, fmt, owed_text, pay_text
-from .kernel_specs import differences
+from .facts import Fact, Point, axes_text, fmt, owed_text, pay_text
+from ..kernel_specs import differences
 
 __all__ = ["PointChecks", "PER_DEVICE"]
 

@@ -1,5 +1,5 @@
-"""How facts combine, for the pass's rules (``kernel_prims``, ``kernel_collectives``,
-``kernel_loops``): the varying axes of several operands, the offsets of values relative to local
+"""How facts combine, for the pass's rules (``structural``, ``collectives``,
+``loops``): the varying axes of several operands, the offsets of values relative to local
 maxima (``Fact.rel``) under products, quotients and sums, and a rule's result derived from its
 first operand.
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .kernel_facts import Dims, Fact, UNKNOWN
-from .kernel_jax import literal_number, name, optional_param, shape
+from .facts import Dims, Fact, UNKNOWN
+from .jaxpr import literal_number, name, optional_param, shape, invars
 
 __all__ = ["ndim", "union", "rel_mul", "rel_neg", "rel_join", "drop_rel", "fact_of", "monotone", "over_ones",
            "zero", "zeros", "ZERO"]
@@ -76,7 +76,7 @@ def over_ones(eqn: Any) -> bool:
     """A reduction over dims of one element (``jnp.max(v, axis=1)`` of a column): the value."""
     if not name(eqn).startswith("reduce_"):
         return False
-    axes, dims = optional_param(eqn, "axes"), shape(eqn.invars[0])
+    axes, dims = optional_param(eqn, "axes"), shape(invars(eqn)[0])
     return isinstance(axes, tuple) and all(isinstance(i, int) and i < len(dims) and dims[i] == 1 for i in axes)
 
 
@@ -95,7 +95,7 @@ def monotone(eqn: Any, ins: list[Fact], i: int) -> int:
     if len(ins) != 2:
         return 0
     j = 1 - i
-    other, var = ins[j], eqn.invars[j]
+    other, var = ins[j], invars(eqn)[j]
     same_everywhere = other.vary is not None and not other.vary and not other.owed
     if prim == "add" and same_everywhere:
         return 1

@@ -3,7 +3,7 @@
 JAX changes the params of its primitives between releases (0.11 describes ``scan``'s operand
 groups with ``ft_in``/``ft_out`` where 0.9 and 0.10 had ``num_consts``/``num_carry``). Each
 reader here tries the shapes of the supported releases by what the params hold, never by the
-version string, and raises ``Unreadable`` when none fits. The pass (``kernel_flow``) then takes
+version string, and raises ``Unreadable`` when none fits. The pass (``interpreter``) then takes
 what that equation computes as unknown and warns once (``unreadable``): the checker steps aside
 where it cannot follow JAX, and never breaks the user's program.
 
@@ -19,9 +19,9 @@ from typing import Any
 import jax
 import jax.extend.core as jex
 
-__all__ = ["KNOWN_BUGS", "known_bug", "REFUSALS", "refused_op", "about_unreduced", "CASTS", "VARIANTS", "ASYNC_STARTS", "ASYNC_DONES", "CALLS_ADDED", "ELEMENTWISE_ADDED", "is_cast", "KernelPassWarning", "Unreadable", "name", "shape", "param", "optional_param", "axis_names",
+__all__ = ["KNOWN_BUGS", "known_bug", "REFUSALS", "refused_op", "about_unreduced", "KernelPassWarning", "Unreadable", "name", "shape", "param", "optional_param", "axis_names",
            "scan_groups", "while_groups", "branches", "inner_jaxpr", "call_jaxpr", "is_literal", "literal_number",
-           "unreadable", "aval", "sub_jaxprs", "frames", "eqns", "invars", "outvars", "has_effects"]
+           "unreadable", "aval", "sub_jaxprs", "frames", "eqns", "invars", "outvars", "constvars", "is_var", "has_effects"]
 
 
 class KernelPassWarning(UserWarning):
@@ -42,69 +42,6 @@ def name(eqn: Any) -> str:
     if isinstance(inner, jex.Primitive) and inner is not primitive:
         return inner.name
     return primitive.name
-
-
-# -- primitives named by release ----------------------------------------------------------------
-# The pass reads what a primitive does from its jaxpr where it can (a call's inner jaxpr, a
-# wrapper's ``.prim``, a collective's ``axes``). Where a rule has to name a primitive whose name
-# changed between releases, or that a release added, every name is here with the releases it was
-# seen in; tests/kernels/test_jax_primitives.py traces each public collective on every CI JAX and
-# fails on a KernelPassWarning.
-
-#: check_vma's casts between varying, unreduced and reduced types: the value is unchanged.
-CASTS: dict[str, str] = {
-    "pvary": "JAX 0.9.2 to 0.12",
-    "vary_unreduced_cast_p": "JAX 0.9.2 to 0.11.2",
-    "vary_unreduced_cast": "JAX 0.12.0 on (renamed from vary_unreduced_cast_p)",
-    "reduced_vary_cast_p": "JAX 0.10.2 to 0.11.2",
-    "reduced_vary_cast": "JAX 0.12.0 on (renamed from reduced_vary_cast_p)",
-    "pcast": "JAX 0.10 on, where jax.lax.pcast binds one of its own",
-    "preduced": "JAX 0.10.2 on",
-}
-
-#: Collectives that do what another does, under another name: name -> (the one whose rule
-#: applies, the releases seen in).
-VARIANTS: dict[str, tuple[str, str]] = {
-    "psum_invariant": ("psum", "JAX 0.10.2 on"),
-    "psum2": ("psum", "JAX 0.9.2"),
-    "unreduced_psum": ("psum", "JAX 0.9.2 on"),
-    "unreduced_pmax": ("pmax", "JAX 0.12.0 on"),
-    "unreduced_pmin": ("pmin", "JAX 0.12.0 on"),
-    "all_gather_invariant": ("all_gather", "JAX 0.10.2 on"),
-    "all_gather_reduced": ("all_gather", "JAX 0.10.2 on"),
-    "unreduced_reduce_scatter": ("reduce_scatter", "JAX 0.9.2 on"),
-    "pbroadcast_dynamic": ("pbroadcast", "JAX 0.12.0 on (the source given as an array)"),
-}
-
-#: The two halves of an async collective: the start does what the collective does (its result a
-#: future that holds it); the done hands the future's value on. name -> (collective, releases).
-ASYNC_STARTS: dict[str, tuple[str, str]] = {
-    "reduce_scatter_start": ("reduce_scatter", "JAX 0.10.2 on; jax.lax.psum_scatter_start from 0.12.0"),
-    "unreduced_reduce_scatter_start": ("reduce_scatter", "JAX 0.10.2 to 0.11.2"),
-    "all_gather_start": ("all_gather", "JAX 0.10.2 on"),
-    "all_gather_reduced_start": ("all_gather", "JAX 0.10.2 on"),
-    "all_to_all_start": ("all_to_all", "JAX 0.10.2 on"),
-    "ppermute_start": ("ppermute", "JAX 0.10.2 on"),
-    "psum_start": ("psum", "JAX 0.10.2 to 0.11.2"),
-    "unreduced_psum_start": ("psum", "JAX 0.10.2 to 0.11.2"),
-    "psum_invariant_start": ("psum", "JAX 0.10.2 on"),
-    "pbroadcast_start": ("pbroadcast", "JAX 0.10.2 to 0.11.2"),
-}
-ASYNC_DONES: dict[str, str] = {
-    "reduce_scatter_done": "JAX 0.10.2 on", "all_gather_done": "JAX 0.10.2 on",
-    "all_to_all_done": "JAX 0.10.2 on", "ppermute_done": "JAX 0.10.2 on", "psum_done": "JAX 0.10.2 on",
-    "pbroadcast_done": "JAX 0.10.2 to 0.11.2",
-}
-
-#: Calls (their jaxpr runs on the operands as they are) that a release added.
-CALLS_ADDED: dict[str, str] = {"xla_metadata_call": "JAX 0.12.0 on"}
-
-#: Elementwise primitives a release added.
-ELEMENTWISE_ADDED: dict[str, str] = {
-    "polynomial": "JAX 0.12.0 on (erf's derivative, through exp_neg_sq)",
-    "log2": "JAX 0.12.0 on",
-    "one_minus_square": "JAX 0.12.0 on",
-}
 
 
 #: JAX's words when it refuses an operation on a value it types unreduced, each with the releases
@@ -153,11 +90,6 @@ def about_unreduced(text: str) -> bool:
     """Whether an error of JAX's speaks of an unreduced value at all, in words no release has
     changed: the type's name, or how JAX prints one (``f32[4,8]{U:t}``)."""
     return "unreduced" in text.lower() or "{U:" in text
-
-
-def is_cast(prim: str) -> bool:
-    """Whether ``prim`` is one of check_vma's casts (the value unchanged; see ``CASTS``)."""
-    return prim in CASTS
 
 
 def shape(v: Any) -> tuple:
@@ -269,6 +201,18 @@ def invars(x: Any) -> list:
 
 def outvars(x: Any) -> list:
     return list(getattr(x, "outvars", ()))
+
+
+def constvars(jaxpr: Any) -> list:
+    return list(getattr(jaxpr, "constvars", ()))
+
+
+_DROP = getattr(jex, "DropVar", ())
+
+
+def is_var(v: Any) -> bool:
+    """Whether a jaxpr value is a variable that holds a result (not a literal, not a dropped one)."""
+    return isinstance(v, jex.Var) and not isinstance(v, _DROP)
 
 
 def has_effects(eqn: Any) -> bool:

@@ -1,4 +1,4 @@
-"""What the jaxpr pass over a kernel body (``kernel_flow``) knows of a value (``Fact``), what the
+"""What the jaxpr pass over a kernel body (``interpreter``) knows of a value (``Fact``), what the
 side table asks it to compare (``Point``), and which primitives are elementwise or nonlinear.
 
 Per manual mesh axis of more than one device, a value is, as in PyTorch DTensor's placements and
@@ -26,35 +26,13 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..model.describe import _fmt_layout
-from .kernel_jax import ELEMENTWISE_ADDED, is_cast
+from ...model.describe import _fmt_layout
+from .catalogue import is_cast
 
-__all__ = ["Dims", "Fact", "Point", "UNKNOWN", "NONLINEAR", "ELEMENTWISE", "fmt", "axes_text",
+__all__ = ["Dims", "Fact", "Point", "UNKNOWN", "fmt", "axes_text",
            "owed_text", "split_text", "KINDS"]
 
 Dims = tuple  # per dim: a tuple of mesh axes, or None (unknown)
-
-# Primitives that are not linear in any operand: a partial sum may not reach them.
-NONLINEAR = frozenset({
-    "exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "tan", "asin", "acos",
-    "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "sqrt", "rsqrt", "cbrt", "pow", "integer_pow",
-    "square", "abs", "sign", "floor", "ceil", "round", "max", "min", "erf", "erfc", "erf_inv", "lgamma",
-    "digamma", "atan2", "rem", "lt", "le", "gt", "ge", "eq", "ne", "is_finite", "clamp", "nextafter",
-    "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "cummax", "cummin", "cumprod",
-    "cumlogsumexp", "sort", "top_k", "pmax", "pmin", "reduce_and", "reduce_or", "and", "or", "not",
-    "xor", "population_count", "shift_left", "shift_right_logical", "shift_right_arithmetic",
-    "polygamma", "igamma", "igammac", "bessel_i0e", "bessel_i1e", "regularized_incomplete_beta",
-    "random_gamma_grad", "zeta", "clz", "tan", "log2", "one_minus_square", "mulhi", "igamma_grad_a",
-    "eq_to", "le_to", "lt_to", *ELEMENTWISE_ADDED,
-})
-# Primitives applied element by element (all operands of the result's shape, or scalars).
-ELEMENTWISE = NONLINEAR - {
-    "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "cummax", "cummin", "cumprod",
-    "cumlogsumexp", "sort", "top_k", "pmax", "pmin", "reduce_and", "reduce_or",
-} | {"add", "sub", "mul", "div", "neg", "add_any", "convert_element_type", "copy", "copy_p", "real",
-     "imag", "conj", "complex", "select_n", "reduce_precision",
-     "bitcast_convert_type", "stop_gradient"}
-
 
 KINDS = {"sum": ("partial sum", "a sum", "shardtypes.ops.psum or shardtypes.ops.psum_scatter"),
          "max": ("partial maximum", "a max", "jax.lax.pmax"),

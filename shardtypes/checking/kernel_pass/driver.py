@@ -1,4 +1,4 @@
-"""The kernel pass's driver: a body traced once, its jaxpr followed by ``kernel_flow.Pass``
+"""The kernel pass's driver: a body traced once, its jaxpr followed by ``interpreter.Pass``
 from the layouts of its in_specs, then bound in the shard_map's trace (``traced``).
 
 Imports: jax, the shape language, the side table and the pass.
@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import jax
-import jax.extend.core as jex
 from jax.sharding import PartitionSpec
 
-from ..language.shape import entry_axes
-from .kernel_facts import Fact
-from .kernel_flow import Pass
-from .kernel_layouts import flow_points, flow_start
+from ...language.shape import entry_axes
+from . import jaxpr as kj
+from .facts import UNKNOWN, Fact
+from .interpreter import Pass
+from .. import kernel_layouts  # (the side table; it imports facts from here: read at call time)
 
 __all__ = ["infer", "traced", "in_facts"]
 
@@ -49,6 +49,30 @@ def in_facts(in_specs: Sequence[Any], arrays: Sequence[Any], names: Sequence[str
     return facts
 
 
+def with_closure(jaxpr: Any, leaves: list, facts: list[Fact]) -> list[Fact]:
+    """The facts of every input of a body's ``jaxpr``: values the body closes over that are traced
+    outside the kernel (a jit argument, anything under ``grad``) are inputs too, staged before the
+    arguments; each is the same on every device, as ``shard_map`` hands a closed-over value to
+    every device whole. Matched by shape, so an argument's layout never goes to a closed-over value."""
+    ins = kj.invars(jaxpr)
+    extra = len(ins) - len(facts)
+    if extra <= 0:
+        return facts
+    shapes = [tuple(getattr(leaf, "shape", ())) for leaf in leaves]
+    if [kj.shape(v) for v in ins[extra:]] == shapes:
+        closure, args = ins[:extra], facts
+        return [_closed_over(v) for v in closure] + list(args)
+    if [kj.shape(v) for v in ins[:len(facts)]] == shapes:
+        return list(facts) + [_closed_over(v) for v in ins[len(facts):]]
+    kj.unreadable("the kernel's inputs", f"{len(ins)} inputs for {len(facts)} arguments, in no order this "
+                  "pass knows")
+    return [UNKNOWN] * len(ins)
+
+
+def _closed_over(v: Any) -> Fact:
+    return Fact(((),) * len(kj.shape(v)), origin="a value the kernel closes over", vary=frozenset())
+
+
 def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact], manual: frozenset,
            source: Callable[..., Any] | None = None) -> Any:
     """``run(*arrays)``, a kernel's body, traced once into a jaxpr, checked by the pass (inputs
@@ -59,9 +83,9 @@ def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact
     met: list = []
 
     def staged(*flat: Any) -> Any:
-        flow_start(flat)
+        kernel_layouts.flow_start(flat)
         result = run(*jax.tree.unflatten(tree, flat))
-        values, points = flow_points()
+        values, points = kernel_layouts.flow_points()
         met.append(points)
         return result, values
 
@@ -78,10 +102,10 @@ def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact
     results = jax.tree_util.tree_flatten_with_path(shapes[0])
     n = len(results[0])
     points: dict = {}
-    for var, point in zip(closed.jaxpr.outvars[n:], met[-1]):
-        if isinstance(var, jex.Var):
+    for var, point in zip(kj.outvars(closed.jaxpr)[n:], met[-1]):
+        if kj.is_var(var):
             points.setdefault(var, []).append(point)
     # (A result still owing a sum fails the return annotation's check, deferred here if unknown.)
-    infer(closed.jaxpr, facts, points, kernel, manual)
+    infer(closed.jaxpr, with_closure(closed.jaxpr, leaves, facts), points, kernel, manual)
     values = jitted(*leaves)
     return jax.tree.unflatten(results[1], jax.tree.leaves(values[0]))

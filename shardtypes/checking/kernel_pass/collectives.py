@@ -1,4 +1,4 @@
-"""How the collectives move layouts, varying axes and what is owed (``kernel_flow``'s rules for
+"""How the collectives move layouts, varying axes and what is owed (the interpreter's rules for
 ``psum``/``pmax``/``pmin``, ``all_gather``, ``all_to_all``, ``reduce_scatter``, ``ppermute`` and
 ``axis_index``; ``p`` is the running pass).
 
@@ -7,21 +7,24 @@ Imports: the facts, their algebra and the JAX adapter.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-from .kernel_algebra import drop_rel, fact_of as _one
-from .kernel_facts import Fact, UNKNOWN, axes_text, fmt, split_text
-from .kernel_jax import ASYNC_DONES, ASYNC_STARTS, VARIANTS, axis_names, is_literal, name as prim_name, param
+from .registry import rule
+from .algebra import drop_rel, fact_of as _one
+from .facts import Fact, UNKNOWN, axes_text, fmt, split_text
+from .catalogue import ASYNC_DONES, standing_for
+from .jaxpr import axis_names, is_literal, name as prim_name, param, invars, outvars
 
-__all__ = ["COLLECTIVES"]
+__all__: list[str] = []  # (its rules register themselves: registry.RULES)
 
 
+@rule("psum", "pmax", "pmin", *standing_for("psum", "pmax", "pmin"))
 def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     paid = frozenset(a for a in axis_names(eqn) if a in p.manual)
     name = prim_name(eqn)
     pays = "sum" if "psum" in name else "max" if "pmax" in name else "min"
     out = []
-    for v, f in zip(eqn.invars, ins):
+    for v, f in zip(invars(eqn), ins):
         if "psum" in name and f.rel:
             p.fail(p.relative_text(f, f"JAX's {name!r} adds it up over {axes_text(paid)}") +
                    "; rescale each device's part to the global maximum (exp(m_local - jax.lax.pmax(m_local, "
@@ -68,6 +71,7 @@ def _gathered(p: Any, eqn: Any, fact: Fact, dim: int) -> tuple | None:
     return tuple(axes[:len(axes) - len(names)])
 
 
+@rule("all_gather", *standing_for("all_gather"))
 def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
     names = frozenset(a for a in axis_names(eqn) if a in p.manual)
@@ -92,6 +96,7 @@ def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return _one(p, eqn, ins, tuple(tiled), owed, vary=vary, rel=rel)
 
 
+@rule("all_to_all", *standing_for("all_to_all"))
 def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
     names = tuple(a for a in axis_names(eqn) if a in p.manual)
@@ -106,6 +111,7 @@ def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return _one(p, eqn, ins, tuple(dims), vary=vary)
 
 
+@rule("reduce_scatter", *standing_for("reduce_scatter"))
 def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
     names = tuple(a for a in axis_names(eqn) if a in p.manual)
@@ -119,6 +125,7 @@ def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return _one(p, eqn, ins, tuple(dims), owed, vary=vary)
 
 
+@rule("ppermute", *standing_for("ppermute"))
 def _ppermute(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """Each device gets another's block: a dim split over the permuted axes holds another part
     of the dim from here on (unknown which); an invariant value stays invariant."""
@@ -128,6 +135,7 @@ def _ppermute(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return _one(p, eqn, ins, dims)
 
 
+@rule("pbroadcast", *standing_for("pbroadcast"))
 def _pbroadcast(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """Every device along the axes gets the source device's value (``pbroadcast``, and
     ``pbroadcast_dynamic`` with the source as an operand): a dim split over them holds the source's
@@ -140,25 +148,13 @@ def _pbroadcast(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return _one(p, eqn, ins[:1], dims)
 
 
+@rule(*ASYNC_DONES)
 def _done(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    """The end of an async collective: the value its start computed (``kernel_jax.ASYNC_DONES``)."""
-    return list(ins[:len(eqn.outvars)])
+    """The end of an async collective: the value its start computed (``catalogue.ASYNC_DONES``)."""
+    return list(ins[:len(outvars(eqn))])
 
 
+@rule("axis_index")
 def _axis_index(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     names = frozenset(a for a in axis_names(eqn) if a in p.manual)
     return [Fact((), origin=f"jax.lax.axis_index({', '.join(repr(a) for a in sorted(names))})", vary=names)]
-
-
-_BASE: dict[str, Callable[[Any, Any, list[Fact]], list[Fact]]] = {
-    "psum": _psum, "pmax": _psum, "pmin": _psum, "all_gather": _all_gather, "all_to_all": _all_to_all,
-    "reduce_scatter": _reduce_scatter, "ppermute": _ppermute, "pbroadcast": _pbroadcast,
-    "axis_index": _axis_index,
-}
-# Their variants and async halves, by the names kernel_jax keeps with the releases they were seen in.
-COLLECTIVES: dict[str, Callable[[Any, Any, list[Fact]], list[Fact]]] = {
-    **_BASE,
-    **{name: _BASE[base] for name, (base, _) in VARIANTS.items()},
-    **{name: _BASE[base] for name, (base, _) in ASYNC_STARTS.items()},
-    **{name: _done for name in ASYNC_DONES},
-}

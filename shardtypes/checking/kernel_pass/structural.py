@@ -1,17 +1,18 @@
 """How each structural and collective primitive moves layouts, varying axes and what is owed
-(``kernel_flow``'s rules, one function per primitive kind; ``p`` is the running pass). Params are
-read through ``kernel_jax``, which raises ``Unreadable`` for a shape it does not know."""
+(the interpreter's rules, one function per primitive kind; ``p`` is the running pass). Params are
+read through ``jaxpr``, which raises ``Unreadable`` for a shape it does not know."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
-from .kernel_facts import Dims, Fact, UNKNOWN, axes_text, fmt, split_text
-from .kernel_algebra import fact_of as _one, ndim as _ndim, rel_mul, union as _union
-from .kernel_collectives import COLLECTIVES
-from .kernel_jax import name as prim_name, optional_param, param, shape
+from .facts import Fact, UNKNOWN, axes_text, fmt, split_text
+from .algebra import fact_of as _one, ndim as _ndim, rel_mul, union as _union
+from .catalogue import EFFECTS, IDENTITY, OPAQUE
+from .registry import rule
+from .jaxpr import name as prim_name, optional_param, param, shape, invars, outvars
 
-__all__ = ["RULES"]
+__all__: list[str] = []  # (its rules register themselves: registry.RULES)
 
 
 def _rank_dropped(fact: Fact, out: list[Fact]) -> list[Fact]:
@@ -24,35 +25,39 @@ def _rank_dropped(fact: Fact, out: list[Fact]) -> list[Fact]:
     return out
 
 
+@rule("transpose")
 def _transpose(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     return _one(p, eqn, ins, None if d is None else tuple(d[i] for i in param(eqn, "permutation")))
 
 
+@rule("squeeze")
 def _squeeze(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
-    drop = {i % max(_ndim(eqn.invars[0]), 1) for i in param(eqn, "dimensions")}
+    drop = {i % max(_ndim(invars(eqn)[0]), 1) for i in param(eqn, "dimensions")}
     out = _one(p, eqn, ins, None if d is None else tuple(a for i, a in enumerate(d) if i not in drop))
     return _rank_dropped(ins[0], out)
 
 
+@rule("broadcast_in_dim")
 def _broadcast(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     to = param(eqn, "shape")
     if d is None:
         return _one(p, eqn, ins, None)
     out: list = [None] * len(to)
-    in_shape = shape(eqn.invars[0])
+    in_shape = shape(invars(eqn)[0])
     for i, o in enumerate(param(eqn, "broadcast_dimensions")):
         out[o] = d[i] if in_shape[i] == to[o] else None
     return _one(p, eqn, ins, tuple(out))
 
 
+@rule("reshape")
 def _reshape(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     if d is None or optional_param(eqn, "dimensions") is not None:
         return _one(p, eqn, ins, None)
-    old, new = tuple(shape(eqn.invars[0])), tuple(param(eqn, "new_sizes"))
+    old, new = tuple(shape(invars(eqn)[0])), tuple(param(eqn, "new_sizes"))
     out: list = [None] * len(new)
     i = j = 0
     while i < len(old) and j < len(new):  # groups of dims whose sizes multiply to the same
@@ -78,6 +83,7 @@ def _reshape(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return _one(p, eqn, ins, tuple(out))
 
 
+@rule("slice", "pad", "rev", "dynamic_slice", "dynamic_update_slice", "gather")
 def _same_size(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """slice, pad, rev, dynamic_slice, dynamic_update_slice, gather...: dims keeping their size
     keep their axes; indices may not owe a sum; indices that vary make the result vary."""
@@ -86,8 +92,8 @@ def _same_size(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         if f.owed and name != "dynamic_update_slice":
             p.nonlinear(f"{name} (indexing with a partial sum)", f)
     d = ins[0].dims
-    out_shape = shape(eqn.outvars[0])
-    in_shape = shape(eqn.invars[0])
+    out_shape = shape(outvars(eqn)[0])
+    in_shape = shape(invars(eqn)[0])
     vary = _union(*ins)
     if d is None or len(out_shape) != len(in_shape):
         return _rank_dropped(ins[0], _one(p, eqn, ins, None, vary=vary))
@@ -100,6 +106,7 @@ def _same_size(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return out
 
 
+@rule("concatenate")
 def _concatenate(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     fact = p.elementwise(eqn, ins)
     if fact.dims is not None:
@@ -111,7 +118,7 @@ def _concatenate(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 def _split_axes(p: Any, eqn: Any, fact: Fact, dims: Any, blocks_of_one: bool = True) -> frozenset:
     """The manual axes (of more than one device) of ``dims`` of ``fact`` (``blocks_of_one``:
     also of dims with one element per device)."""
-    have, sizes = fact.dims or (), shape(eqn.invars[0])
+    have, sizes = fact.dims or (), shape(invars(eqn)[0])
     return frozenset(a for i in dims if i < len(have) and (blocks_of_one or sizes[i] != 1)
                      for a in (have[i] or ()) if a in p.manual)
 
@@ -119,12 +126,13 @@ def _split_axes(p: Any, eqn: Any, fact: Fact, dims: Any, blocks_of_one: bool = T
 _REDUCE_KIND = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}
 
 
+@rule("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "reduce_and", "reduce_or")
 def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     axes = set(param(eqn, "axes"))
     kept = None if d is None else tuple(a for i, a in enumerate(d) if i not in axes)
     kind = _REDUCE_KIND.get(prim_name(eqn))
-    if all(shape(eqn.invars[0])[i] == 1 for i in axes):  # over dims of one element: the value
+    if all(shape(invars(eqn)[0])[i] == 1 for i in axes):  # over dims of one element: the value
         return _one(p, eqn, ins, kept)
     if kind is None or d is None:
         return _rank_dropped(ins[0], _one(p, eqn, ins, kept))
@@ -152,6 +160,7 @@ def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return _one(p, eqn, ins, kept, summed, by, kind=kind, vary=vary)
 
 
+@rule("cumsum", "cummax", "cummin", "cumprod", "cumlogsumexp")
 def _cumulative(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """cumsum, cummax...: along a split dim, each block's prefix still needs the blocks before."""
     d = ins[0].dims
@@ -167,6 +176,7 @@ def _cumulative(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return _one(p, eqn, ins, d, split, by, kind="prefix")
 
 
+@rule("dot_general")
 def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     (lc, rc), (lb, rb) = param(eqn, "dimension_numbers")
     lhs, rhs = ins[0], ins[1]
@@ -198,8 +208,8 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     owed = owed | frozenset(contracted)
     dims = None
     if lhs.dims is not None or rhs.dims is not None:
-        ld = lhs.dims or (None,) * _ndim(eqn.invars[0])
-        rd = rhs.dims or (None,) * _ndim(eqn.invars[1])
+        ld = lhs.dims or (None,) * _ndim(invars(eqn)[0])
+        rd = rhs.dims or (None,) * _ndim(invars(eqn)[1])
         batch = tuple(ld[i] if ld[i] == rd[j] or rd[j] is None else (rd[j] if ld[i] is None else None)
                       for i, j in zip(lb, rb))
         free_l = tuple(a for i, a in enumerate(ld) if i not in lc and i not in lb)
@@ -214,6 +224,7 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
                          counted=lhs.counted | rhs.counted, mark=lhs.mark or rhs.mark)]
 
 
+@rule("iota")
 def _iota(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """The same on every device; but which global array it is a block of depends on what it is
     combined with (compared with ``ids - axis_index('t') * n`` it indexes a split dim's block):
@@ -221,76 +232,43 @@ def _iota(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return [Fact(None, origin="jax.lax.iota", vary=frozenset())]
 
 
+@rule("split")
 def _cut(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """jnp.split: each piece keeps the layout, but along the dim it is cut."""
     d = ins[0].dims
     axis = param(eqn, "axis")
     if d is None:
-        return _one(p, eqn, ins, None) * len(eqn.outvars)
+        return _one(p, eqn, ins, None) * len(outvars(eqn))
     dims = tuple(None if i == axis else a for i, a in enumerate(d))
-    return _one(p, eqn, ins, dims) * len(eqn.outvars)
+    return _one(p, eqn, ins, dims) * len(outvars(eqn))
 
 
+@rule("sharding_constraint", "mesh_cast", "reshard", "copy_p", "copy", *IDENTITY)
 def _keep(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return _one(p, eqn, ins, ins[0].dims)
 
 
+@rule("optimization_barrier", "device_put")
 def _each(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """optimization_barrier and the like: each operand's fact goes to its result."""
     return list(ins)
 
 
+@rule("sort", "scatter-add", "scatter_add", "scatter", "top_k", "select_and_scatter_add", "reduce_window_sum",
+      "reduce_window_max", "reduce_window", "conv_general_dilated", "random_bits", "random_seed", "random_wrap",
+      "random_unwrap", "random_fold_in", "random_split", "threefry2x32", "rng_bit_generator", "rng_uniform",
+      "argsort", *OPAQUE)
 def _unknown_linear(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """Each result: layout unknown, varying where the operands do (what they owe carried); with
     no operands (``dim_as_value``, random seeds from constants), the same on every device."""
     if not ins:
-        return [Fact(None, origin=f"JAX's {prim_name(eqn)!r}", vary=frozenset())] * len(eqn.outvars)
-    return _one(p, eqn, ins, None, vary=_union(*ins)) * len(eqn.outvars)
+        return [Fact(None, origin=f"JAX's {prim_name(eqn)!r}", vary=frozenset())] * len(outvars(eqn))
+    return _one(p, eqn, ins, None, vary=_union(*ins)) * len(outvars(eqn))
 
 
+@rule("debug_callback", *EFFECTS)
 def _no_value(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    return [UNKNOWN] * len(eqn.outvars)
+    """Effects (and a debug callback): no value the pass follows."""
+    return [UNKNOWN] * len(outvars(eqn))
 
 
-# Primitives whose results the pass does not follow (linear algebra, FFT, scatters other than
-# add, random bits, callbacks...): their layout is unknown, they vary where their operands do.
-_OPAQUE = frozenset({
-    "approx_top_k", "broadcast_to", "cholesky", "cholesky_update", "eig", "eigh", "fft", "lu",
-    "lu_pivots_to_permutation", "qr", "svd", "triangular_solve", "tridiagonal", "tridiagonal_solve",
-    "householder_product", "hessenberg", "schur", "geqrf", "geqp3", "ormqr", "symmetric_product",
-    "ragged_dot_general", "reduce", "reduce_window_min", "reduce_xor", "scatter-max", "scatter-min",
-    "scatter-mul", "scatter-sub", "select_and_gather_add", "select_and_scatter", "random_gamma",
-    "random_clone", "philox2x32", "philox4x32", "threefry4x32", "iota_2x32_shape", "tile", "stack",
-    "unstack", "zeros_like", "dim_as_value", "dimension_size", "pure_callback", "io_callback", "ffi_call",
-    "scaled_dot", "scaled_matmul", "scaled_matmul_wrapper", "dot_product_attention_fwd",
-    "dot_product_attention_fwd_wrapper", "dot_product_attention_bwd", "dot_product_attention_bwd_wrapper",
-    "custom_partitioning", "custom_linear_solve", "linear_call", "custom_lin", "platform_index",
-})
-# Primitives that hand their operand on unchanged (layout hints, names).
-_IDENTITY = frozenset({"layout_constraint", "relayout", "with_memory_space_constraint", "name", "pin", "unpin",
-                       "program_order"})
-# Effects with no value of their own.
-_EFFECTS = frozenset({"debug_print", "check", "shape_assertion", "dce_sink", "after_all", "create_token"})
-
-
-RULES: dict[str, Callable[[Any, Any, list[Fact]], list[Fact]]] = {**COLLECTIVES,
-    "transpose": _transpose, "squeeze": _squeeze, "broadcast_in_dim": _broadcast, "reshape": _reshape,
-    "slice": _same_size, "pad": _same_size, "rev": _same_size, "dynamic_slice": _same_size,
-    "dynamic_update_slice": _same_size, "gather": _same_size, "concatenate": _concatenate,
-    "reduce_sum": _reduce, "reduce_max": _reduce, "reduce_min": _reduce, "reduce_prod": _reduce,
-    "argmax": _reduce, "argmin": _reduce, "reduce_and": _reduce, "reduce_or": _reduce,
-    "dot_general": _dot_general,
-    "cumsum": _cumulative, "cummax": _cumulative, "cummin": _cumulative, "cumprod": _cumulative,
-    "cumlogsumexp": _cumulative, "iota": _iota,
-    "sort": _unknown_linear, "optimization_barrier": _each, "scatter-add": _unknown_linear,
-    "scatter_add": _unknown_linear, "scatter": _unknown_linear, "top_k": _unknown_linear,
-    "split": _cut, "select_and_scatter_add": _unknown_linear, "reduce_window_sum": _unknown_linear,
-    "reduce_window_max": _unknown_linear, "reduce_window": _unknown_linear, "conv_general_dilated": _unknown_linear,
-    "random_bits": _unknown_linear, "random_seed": _unknown_linear, "random_wrap": _unknown_linear,
-    "random_unwrap": _unknown_linear, "random_fold_in": _unknown_linear, "random_split": _unknown_linear,
-    "threefry2x32": _unknown_linear, "rng_bit_generator": _unknown_linear, "rng_uniform": _unknown_linear,
-    "argsort": _unknown_linear, "sharding_constraint": _keep, "mesh_cast": _keep,
-    **{name: _unknown_linear for name in _OPAQUE}, **{name: _keep for name in _IDENTITY},
-    **{name: _no_value for name in _EFFECTS},
-    "reshard": _keep, "device_put": _each, "debug_callback": lambda p, eqn, ins: [UNKNOWN] * len(eqn.outvars), "copy_p": _keep, "copy": _keep,
-}

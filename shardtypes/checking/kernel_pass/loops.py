@@ -1,4 +1,4 @@
-"""``kernel_flow``'s rules for JAX's control flow: ``lax.scan``, ``lax.while_loop`` (and
+"""the interpreter's rules for JAX's control flow: ``lax.scan``, ``lax.while_loop`` (and
 ``fori_loop``) and ``lax.cond``/``switch``, followed inside.
 
 A loop body runs on the loop's carries, its constants and (``scan``) one slice of each scanned
@@ -15,13 +15,14 @@ Imports: the facts and the JAX adapter (the pass is handed in as ``p``).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from .kernel_facts import Fact, UNKNOWN, owed_text
-from .kernel_jax import branches, inner_jaxpr, param, scan_groups, while_groups
-from .kernel_algebra import rel_join
+from .facts import Fact, UNKNOWN, owed_text
+from .jaxpr import branches, inner_jaxpr, param, scan_groups, while_groups, outvars
+from .algebra import rel_join
+from .registry import rule
 
-__all__ = ["LOOPS"]
+__all__: list[str] = []  # (its rules register themselves: registry.RULES)
 
 _ROUNDS = 4  # carries settle in a round or two; past this they are taken as unknown
 
@@ -92,6 +93,7 @@ def _stack(fact: Fact) -> Fact:
     return fact.same_origin(((),) + tuple(fact.dims), fact.owed, fact.owed_by)
 
 
+@rule("scan")
 def _scan(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     consts, carry = scan_groups(eqn)
     body = inner_jaxpr(param(eqn, "jaxpr"))
@@ -100,6 +102,7 @@ def _scan(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return carries + [_stack(f) for f in ys]
 
 
+@rule("while")
 def _while(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     cond_n, body_n = while_groups(eqn)
     body = inner_jaxpr(param(eqn, "body_jaxpr"))
@@ -109,6 +112,7 @@ def _while(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return carries
 
 
+@rule("cond")
 def _cond(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     if ins[0].owed:
         p.nonlinear("cond (choosing a branch by a partial sum)", ins[0])
@@ -126,9 +130,4 @@ def _cond(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     if results is not None and ins[0].vary:  # a branch chosen per device: the results vary too
         results = [f.same_origin(f.dims, f.owed, f.owed_by, vary=None if f.vary is None else f.vary | ins[0].vary)
                    for f in results]
-    return results if results is not None else [UNKNOWN] * len(eqn.outvars)
-
-
-LOOPS: dict[str, Callable[[Any, Any, list[Fact]], Sequence[Fact]]] = {
-    "scan": _scan, "while": _while, "cond": _cond,
-}
+    return results if results is not None else [UNKNOWN] * len(outvars(eqn))

@@ -15,10 +15,10 @@ them with ``jnp`` is staged into a jaxpr, and this pass follows it, whatever the
 * ``dot_general`` contracting, and ``reduce_sum`` over, a dim split over mesh axes leave a sum
   owed over them (each device holds a partial sum);
 * call-like primitives (``jit``, ``remat``, ``custom_jvp_call``, ``custom_vjp_call``) and
-  control flow (``scan``, ``while``, ``cond``: ``kernel_loops``) are followed inside; primitives
-  ``kernel_prims`` knows as opaque (linear algebra, sorts, random bits) have results of unknown
+  control flow (``scan``, ``while``, ``cond``: ``loops``) are followed inside; primitives
+  the catalogue knows as opaque (linear algebra, sorts, random bits) have results of unknown
   layout that vary where their operands do; a primitive with no rule, or whose params
-  ``kernel_jax`` (the one reader of JAX's equations) cannot read, gives unknown results and one
+  ``jaxpr`` (the one reader of JAX's equations) cannot read, gives unknown results and one
   ``KernelPassWarning``.
 
 The body is traced once (``traced``): staged with ``jax.jit(body, inline=True).trace``, whose
@@ -40,23 +40,21 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import jax.extend.core as jex
 from typeguard import TypeCheckError
 
 
-from .kernel_facts import ELEMENTWISE, NONLINEAR, UNKNOWN, Fact, owed_text, pay_text
-from .kernel_jax import CALLS_ADDED, KernelPassWarning, Unreadable, call_jaxpr, is_cast, is_literal, literal_number, shape, unreadable
-from .kernel_jax import name as prim_name
-from .kernel_loops import LOOPS
-from .kernel_algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_ones, rel_join, rel_mul, rel_neg, zero as _zero, zeros as _zeros
-from .kernel_prims import RULES
-from .kernel_points import PER_DEVICE as _PER_DEVICE, PointChecks
+from . import collectives, loops, structural  # noqa: F401 - their rules register themselves
+from .algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_ones, rel_join, rel_mul, rel_neg
+from .algebra import zero as _zero, zeros as _zeros
+from .catalogue import CALLS, CASTS, ELEMENTWISE, LOOPS, NONLINEAR, STRUCTURAL, is_cast
+from .facts import UNKNOWN, Fact, owed_text, pay_text
+from .jaxpr import KernelPassWarning, is_var, Unreadable, call_jaxpr, is_literal, literal_number, shape, unreadable, invars, outvars, eqns, constvars
+from .jaxpr import name as prim_name
+from .points import PER_DEVICE as _PER_DEVICE, PointChecks
+from .registry import lookup, rule
 
 __all__ = ["Pass"]
 
-_CALL_PRIMITIVES = frozenset({"jit", "pjit", "closed_call", "core_call", "remat", "remat2", "checkpoint",
-                              "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "named_call",
-                              "custom_jvp_call_jaxpr", "composite", *CALLS_ADDED})
 # What a partial maximum (minimum) may reach and stay one: the rest use it as a per-device value.
 _KEEPS = {"max": frozenset({"max", "reduce_max", "pmax", "cummax"}),
           "min": frozenset({"min", "reduce_min", "pmin", "cummin"}),
@@ -65,10 +63,6 @@ _FLIP = {"max": "min", "min": "max", "foldmax": "foldmin", "foldmin": "foldmax"}
 # What is owed that only linear primitives may carry (but those named: a max of blocks maxed).
 _LINEAR_ONLY = {"sum": frozenset(), "prefix": frozenset(), "foldsum": frozenset(),
                 "foldmax": _KEEPS["foldmax"], "foldmin": _KEEPS["foldmin"]}
-_STRUCTURAL = frozenset({"transpose", "squeeze", "broadcast_in_dim", "reshape", "slice", "pad", "rev",
-                         "dynamic_slice", "gather", "concatenate", "convert_element_type", "copy", "copy_p",
-                         "all_gather", "all_gather_invariant", "ppermute", "optimization_barrier", "select_n",
-                         "sharding_constraint", "mesh_cast", "reshard", "reduce_precision"})
 
 
 class Pass(PointChecks):
@@ -98,7 +92,7 @@ class Pass(PointChecks):
         return fact
 
     def write(self, env: dict, v: Any, fact: Fact) -> None:
-        if not isinstance(v, jex.Var) or isinstance(v, _DROP):
+        if not is_var(v):
             return
         points = self.points.get(v)
         if points:
@@ -109,22 +103,22 @@ class Pass(PointChecks):
 
     def run(self, jaxpr: Any, facts: Sequence[Fact]) -> list[Fact]:
         env: dict = {}
-        for v in jaxpr.constvars:  # (the same on every device; a block of what, unknown: see _iota)
+        for v in constvars(jaxpr):  # (the same on every device; a block of what, unknown: see _iota)
             self.write(env, v, Fact(None if shape(v) else (), origin="a constant",
                                     vary=frozenset()))
-        for v, fact in zip(jaxpr.invars, facts):
+        for v, fact in zip(invars(jaxpr), facts):
             self.write(env, v, fact)
-        for eqn in jaxpr.eqns:
-            ins = [self.read(env, v) for v in eqn.invars]
+        for eqn in eqns(jaxpr):
+            ins = [self.read(env, v) for v in invars(eqn)]
             outs = self.safe_eqn(eqn, ins)
-            for v, fact in zip(eqn.outvars, outs):
+            for v, fact in zip(outvars(eqn), outs):
                 self.write(env, v, fact)
-        return [self.read(env, v) for v in jaxpr.outvars]
+        return [self.read(env, v) for v in outvars(jaxpr)]
 
     def safe_eqn(self, eqn: Any, ins: list[Fact]) -> list[Fact]:
         """``eqn``'s facts; where the pass cannot read the equation (params in a shape it does not
         know, or any failure of its own), unknown, with a warning: it never breaks the kernel."""
-        n_out = len(eqn.outvars)
+        n_out = len(outvars(eqn))
         try:
             outs = self.eqn(eqn, ins)
             if len(outs) != n_out:
@@ -140,31 +134,19 @@ class Pass(PointChecks):
 
     def eqn(self, eqn: Any, ins: list[Fact]) -> list[Fact]:
         name = prim_name(eqn)
-        n_out = len(eqn.outvars)
-        called = name in _CALL_PRIMITIVES or name in LOOPS
+        n_out = len(outvars(eqn))
+        called = name in CALLS or name in LOOPS
         if not called:
             ins = [self.used(name, eqn, ins, i) for i in range(len(ins))]
         owing = [f for i, f in enumerate(ins) if f.owed and f.kind in _LINEAR_ONLY and name not in _LINEAR_ONLY[f.kind]
                  and not (f.kind in _KEEPS and _monotone(eqn, ins, i))]  # (a monotone map of a max)
         if owing and name in NONLINEAR and not _over_ones(eqn):
             self.nonlinear(name, owing[0])
-        rule = _RULE_OF.get(name, _MISSING)
-        if rule is _MISSING:
-            rule = _RULE_OF[name] = RULES.get(name)
-        if rule is not None:
-            return rule(self, eqn, ins)
-        loop = LOOPS.get(name)
-        if loop is not None:
-            return list(loop(self, eqn, ins))
-        if name in _CALL_PRIMITIVES:
-            inner = call_jaxpr(eqn)
-            if inner is None:
-                raise Unreadable("no inner jaxpr of the operands' and results' count")
-            return self.run(inner, ins)
-        if name in ELEMENTWISE or is_cast(name):
-            return [self.elementwise(eqn, ins)] * n_out
-        unreadable(name, "no rule for this primitive")
-        return [UNKNOWN] * n_out
+        found = lookup(name)
+        if found is None:
+            unreadable(name, "no rule for this primitive")
+            return [UNKNOWN] * n_out
+        return list(found(self, eqn, ins))
 
     def used(self, name: str, eqn: Any, ins: list[Fact], i: int) -> Fact:
         """Operand ``i`` as ``eqn`` uses it. A partial maximum (minimum) through a monotone map
@@ -172,7 +154,7 @@ class Pass(PointChecks):
         other kind if the map decreases); reaching anything else it is a per-device value
         relative to that local maximum from there on (see ``Fact.rel``)."""
         fact = ins[i]
-        if not fact.owed or fact.kind not in _KEEPS or name in _KEEPS[fact.kind] or name in _STRUCTURAL \
+        if not fact.owed or fact.kind not in _KEEPS or name in _KEEPS[fact.kind] or name in STRUCTURAL \
                 or is_cast(name):
             return fact
         direction = _monotone(eqn, ins, i)
@@ -193,13 +175,13 @@ class Pass(PointChecks):
             f"(see \"Sums still owed\" in docs/shard-map.md; {_PER_DEVICE})")
 
     def elementwise(self, eqn: Any, ins: list[Fact]) -> Fact:
-        ndim = len(shape(eqn.outvars[0]))
+        ndim = len(shape(outvars(eqn)[0]))
         name = prim_name(eqn)
-        shaped = [(v, f) for v, f in zip(eqn.invars, ins) if len(shape(v)) == ndim]
+        shaped = [(v, f) for v, f in zip(invars(eqn), ins) if len(shape(v)) == ndim]
         dims: list = [None] * ndim
         seen = [False] * ndim
         first = None
-        out_shape = shape(eqn.outvars[0])
+        out_shape = shape(outvars(eqn)[0])
         for v, f in shaped:
             if f.dims is None or len(f.dims) != ndim:
                 continue
@@ -234,9 +216,9 @@ class Pass(PointChecks):
     def averages(self, name: str, eqn: Any, counted: frozenset) -> bool:
         """Whether ``eqn`` divides by a multiple of the counted axes' size (``pmean``: a psum
         divided by its axes' size, or multiplied by the inverse)."""
-        if len(eqn.invars) != 2 or name not in ("div", "mul"):
+        if len(invars(eqn)) != 2 or name not in ("div", "mul"):
             return False
-        value = literal_number(eqn.invars[1]) or 0.0
+        value = literal_number(invars(eqn)[1]) or 0.0
         by = value if name == "div" else (1 / value if value else 0.0)
         others = sorted(self.manual - counted)
         for mask in range(1 << len(others)):  # the psum's axes: the counted ones and any others
@@ -317,6 +299,18 @@ class Pass(PointChecks):
         return False
 
 
-_RULE_OF: dict[str, Any] = {}  # a primitive's name -> its rule (or None), once looked up
-_MISSING = object()
-_DROP = getattr(jex, "DropVar", ())
+
+
+@rule(*CALLS)
+def _call(p: Pass, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    """A call: its jaxpr runs on the operands as they are."""
+    inner = call_jaxpr(eqn)
+    if inner is None:
+        raise Unreadable("no inner jaxpr of the operands' and results' count")
+    return p.run(inner, ins)
+
+
+@rule(*ELEMENTWISE, *CASTS, general=True)
+def _elementwise(p: Pass, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    """Element by element (and check_vma's casts, which change no value)."""
+    return [p.elementwise(eqn, ins)] * len(outvars(eqn))

@@ -1,0 +1,17 @@
+"""The kernel pass: what a ``typed_shard_map`` kernel's body does to layouts, varying values and
+sums still owed, followed over its jaxpr from the layouts of its in_specs.
+
+One entry point, ``traced`` (the body traced once, followed, then bound in the shard_map's trace);
+one interpreter (``interpreter.Pass``) over one registry of rules (``registry.RULES``), each rule
+registered beside its definition (``structural``, ``collectives``, ``loops``); one module that
+reads JAX's jaxprs (``jaxpr``: equations, params, avals, invars and outvars; the only importer of
+``jax.extend.core`` and ``jax.core`` in the pass, read by the activation estimate too); one
+catalogue of the primitives it names, by kind and by the releases they were seen in
+(``catalogue``); what it knows of a value (``facts``) and how facts combine (``algebra``); where it
+meets the side table the checker writes (``points``, ``checking/kernel_layouts.py``).
+"""
+
+from .driver import in_facts, infer, traced
+from .jaxpr import KernelPassWarning, Unreadable, known_bug
+
+__all__ = ["traced", "in_facts", "infer", "KernelPassWarning", "Unreadable", "known_bug"]

@@ -1,0 +1,141 @@
+"""Defects that running other people's kernels through typed_shard_map showed (the kernel-pass
+issue's item 3), each with the kernel that showed it: the wrong verdict first, then the right one."""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from typeguard import TypeCheckError
+
+from shardtypes import f32, typed_shard_map
+
+from conftest import AXIS_TYPES, make_mesh, put
+
+KINDS = sorted(AXIS_TYPES)
+X = np.arange(8, dtype=np.float32)
+
+
+def closing_over(w_of, returns_psum: bool, check_vma: bool):
+    """A jitted function whose typed kernel closes over ``w`` (a jit argument: a tracer)."""
+
+    def f(x, w):
+        @partial(typed_shard_map, check_vma=check_vma)
+        def scaled_total(x: f32[b"n/i"]) -> f32[b""]:
+            local = jnp.sum(x * w_of(w))
+            return jax.lax.psum(local, "i") if returns_psum else local
+
+        return scaled_total(x)
+
+    return f
+
+
+@pytest.mark.parametrize("check_vma", [False, True])
+def test_a_closed_over_traced_value_does_not_take_an_arguments_layout(check_vma):
+    """Closing over a jit argument (Auto axes: JAX refuses closures on Explicit ones) used to give
+    the closed-over value the first argument's layout: a missing psum passed with check_vma=False
+    and the kernel returned device 0's partial sum."""
+    mesh = make_mesh("auto", (8,), ("i",))
+    with jax.set_mesh(mesh):
+        x = put(mesh, X, "i")
+        with pytest.raises(TypeCheckError, match=r"the return value of .*scaled_total\(\), annotated f32\[b''\]: it "
+                                                 r"varies over mesh axis 'i'"):
+            jax.jit(closing_over(lambda w: w, False, check_vma))(x, jnp.float32(1.0))
+        assert float(jax.jit(closing_over(lambda w: w, True, check_vma))(x, jnp.float32(2.0))) == 56.0
+        # Under grad, the closed-over value is a JVP tracer.
+        grad = jax.grad(lambda w: closing_over(lambda w: w * w, True, check_vma)(x, w))(jnp.float32(3.0))
+        assert float(grad) == pytest.approx(2 * 3.0 * 28.0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_eager_body_that_branches_on_values_runs_as_jax_runs_it(kind):
+    """JAX runs an eager shard_map's body op by op, so Python may read values there; the typed
+    kernel used to die with TracerBoolConversionError 'while tracing for jit'. It runs now, its
+    boundary checked, and one KernelPassWarning says the pass could not follow it."""
+    from shardtypes import KernelPassWarning
+
+    mesh = make_mesh(kind, (8,), ("i",))
+
+    def clip_positive_blocks(x: f32[b"n/i"]) -> f32[b"n/i"]:
+        if jax.lax.psum(x.sum(), "i") > 200:  # a Python branch on a value (the same on every device)
+            return x * 0
+        return x
+
+    with jax.set_mesh(mesh):
+        x = put(mesh, X * 10, "i")
+        plain = jax.shard_map(clip_positive_blocks, mesh=mesh, in_specs=jax.P("i"), out_specs=jax.P("i"))(x)
+        with pytest.warns(KernelPassWarning, match=r"the body of kernel .*clip_positive_blocks\(\) reads the values "
+                                                   r"of arrays in Python \(TracerBoolConversionError"):
+            out = typed_shard_map(clip_positive_blocks)(x)
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(plain))
+        # Under jit JAX cannot run it either, and says why.
+        with pytest.raises(jax.errors.TracerBoolConversionError):
+            jax.jit(typed_shard_map(clip_positive_blocks))(x)
+        # Its boundary is still checked.
+        with pytest.raises(TypeCheckError, match="clip_positive_blocks"):
+            typed_shard_map(clip_positive_blocks)(put(mesh, X.astype(np.int32), "i"))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_lists_and_dicts_of_arrays_are_kernel_parameters_and_results(kind):
+    """The tutorial's MLP takes its params as a list of (W, b) pairs: list[...] and dict[str, ...]
+    of annotated arrays (or of tuples of them) are parameters; a list of arrays is a result."""
+    mesh = make_mesh(kind, (4, 2), ("b", "m"))
+    rng = np.random.default_rng(7)
+    ws = [rng.standard_normal((8, 8)).astype(np.float32) for _ in range(2)]
+    bs = [rng.standard_normal((8,)).astype(np.float32) for _ in range(2)]
+    x = rng.standard_normal((8, 8)).astype(np.float32)
+
+    def mlp(params: list[tuple[f32[b"i o/m"], f32[b"o/m"]]], x: f32[b"n/b i"]) -> f32[b"n/b o"]:
+        for w, b in params:
+            x = jax.lax.all_gather(jnp.tanh(x @ w + b), "m", axis=1, tiled=True)
+        return x
+
+    def named(xs: dict[str, f32[b"n/b i"]]) -> list[f32[b"n/b i"]]:
+        return [xs["a"] + xs["b"], xs["a"] - xs["b"]]
+
+    expected = x
+    for w, b in zip(ws, bs):
+        expected = np.tanh(expected @ w + b)
+    with jax.set_mesh(mesh):
+        params = [(put(mesh, w, None, "m"), put(mesh, b, "m")) for w, b in zip(ws, bs)]
+        for f in (typed_shard_map(mlp, check_vma=False), jax.jit(typed_shard_map(mlp, check_vma=False))):
+            np.testing.assert_allclose(np.asarray(f(params, put(mesh, x, "b"))), expected, rtol=1e-5, atol=1e-5)
+        total, diff = jax.jit(typed_shard_map(named))({"a": put(mesh, x, "b"), "b": put(mesh, x * 2, "b")})
+        np.testing.assert_allclose(np.asarray(total), x * 3, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(diff), -x, rtol=1e-6)
+        # Each item is checked against the one annotation: a wrong layout names its place.
+        with pytest.raises(TypeCheckError, match=r'argument "params"'):
+            typed_shard_map(mlp, check_vma=False)([params[0], (params[1][0], put(mesh, bs[1]))], put(mesh, x, "b"))
+
+
+def test_list_and_dict_literals_as_annotations_say_what_to_write():
+    mesh = make_mesh("explicit", (8,), ("i",))
+
+    def literal(xs: [f32[b"n/i"], f32[b"n/i"]]) -> f32[b"n/i"]:  # type: ignore[valid-type]
+        return xs[0]
+
+    def literal_dict(xs: {"a": f32[b"n/i"]}) -> f32[b"n/i"]:  # type: ignore[valid-type]  # noqa: F821
+        return xs["a"]
+
+    with jax.set_mesh(mesh):
+        x = put(mesh, X, "i")
+        with pytest.raises(TypeError, match=(
+                r'argument "xs" of .*literal\(\) is annotated with a list literal \(\[.*\]\), which is not a type '
+                r"Python's typing can check; write tuple\[...\] with one annotation per item \(fixed length\), "
+                r"or list\[X\] for any length")):
+            typed_shard_map(literal)([x, x])
+        with pytest.raises(TypeError, match=r"annotated with a dict literal .*write dict\[str, X\]"):
+            typed_shard_map(literal_dict)({"a": x})
+
+
+def test_a_list_of_trees_as_a_result_says_what_to_write():
+    def pairs(x: f32[b"n/i"]) -> list[tuple[f32[b"n/i"], f32[b"n/i"]]]:
+        return [(x, x)]
+
+    mesh = make_mesh("explicit", (8,), ("i",))
+    with jax.set_mesh(mesh), pytest.raises(TypeError, match=(
+            r"the return value of .*pairs is annotated list\[tuple\[.*\]\]: a container of any length whose "
+            r"items are trees has no out_specs before the body runs; return a tuple\[...\] of fixed length")):
+        typed_shard_map(pairs)(put(mesh, X, "i"))
