@@ -314,6 +314,10 @@ class _TypedShardMap:
                 with tracking(state.name, state.check_vma is not False, staged):
                     return run(*arrays)
 
+            # JAX's own errors name the function it maps ("shard_map applied to the function ..."):
+            # the user's kernel, not this wrapper.
+            mapped.__name__ = getattr(state.f, "__name__", state.name)
+            mapped.__qualname__ = getattr(state.f, "__qualname__", state.name)
             in_specs, out_specs = state.specs()
             in_specs = conform_specs(in_specs, [values[n] for n in array_names], array_names, state.name)
             options: dict = {"in_specs": in_specs, "out_specs": out_specs}

@@ -139,3 +139,101 @@ def test_a_list_of_trees_as_a_result_says_what_to_write():
             r"the return value of .*pairs is annotated list\[tuple\[.*\]\]: a container of any length whose "
             r"items are trees has no out_specs before the body runs; return a tuple\[...\] of fixed length")):
         typed_shard_map(pairs)(put(mesh, X, "i"))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("check_vma", [True, False])
+def test_a_value_the_same_on_every_device_returned_under_a_split_annotation(kind, check_vma):
+    """JAX's all_gather then out_specs=P('i'): each device's block is the gathered value, side by
+    side. A result dim named otherwise declares that; named like the gathered dim it claims that
+    dim's global value, and its size says it is not."""
+    mesh = make_mesh(kind, (8,), ("i",))
+
+    def gathered(x: f32[b"n/i"]) -> f32[b"copies/i"]:
+        return jax.lax.all_gather(x, "i", tiled=True)
+
+    def claims_n(x: f32[b"n/i"]) -> f32[b"n/i"]:
+        return jax.lax.all_gather(x, "i", tiled=True)
+
+    def varies(x: f32[b"n/i"]) -> f32[b"copies/i"]:
+        return jnp.tile(x, 8) * jax.lax.axis_index("i")
+
+    with jax.set_mesh(mesh):
+        x = put(mesh, X, "i")
+        np.testing.assert_array_equal(np.asarray(typed_shard_map(gathered, check_vma=check_vma)(x)), np.tile(X, 8))
+        with pytest.raises(TypeCheckError, match=r"dimension 'n' is 64 here \(dim 0\) but was bound to 8"):
+            typed_shard_map(claims_n, check_vma=check_vma)(x)
+        # A value that differs per device is its block, as declared: the pass does not object.
+        out = typed_shard_map(varies, check_vma=check_vma)(x)
+        np.testing.assert_array_equal(np.asarray(out), np.concatenate([np.tile(X[i:i + 1], 8) * i for i in range(8)]))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_psum_scatter_of_a_value_split_over_the_scattered_axis(kind):
+    """It adds the blocks of the split dim together (as a psum would) and scatters the sum: a valid
+    layout (not P(('i', 'i'))), a sum of different blocks that a dim named like the original may
+    not hold, and the numbers JAX gives where the dim is summed over afterwards."""
+    mesh = make_mesh(kind, (8,), ("i",))
+    data = np.arange(64, dtype=np.float32)
+
+    def scatter_back(x: f32[b"n/i"]) -> f32[b"n/i"]:
+        return jax.lax.psum_scatter(x, "i", tiled=True)
+
+    def total(x: f32[b"n/i"]) -> f32[b""]:
+        return jax.lax.psum(jnp.sum(jax.lax.psum_scatter(x, "i", tiled=True)), "i")
+
+    with jax.set_mesh(mesh):
+        x = put(mesh, data, "i")
+        with pytest.raises(TypeCheckError, match=r"dimension 'n' is 8 here") as caught:
+            typed_shard_map(scatter_back, check_vma=False)(x)
+        assert "('i', 'i')" not in str(caught.value)
+        assert float(typed_shard_map(total, check_vma=False)(x)) == float(data.sum())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_all_to_all_within_one_dim_permutes_it(kind):
+    """all_to_all with split_axis == concat_axis permutes a dim (no layout to claim): it runs as
+    JAX runs it, under a dim of its own name."""
+    mesh = make_mesh(kind, (8,), ("i",))
+    data = np.arange(64, dtype=np.float32)
+
+    def in_place(x: f32[b"n/i"]) -> f32[b"k/i"]:
+        return jax.lax.all_to_all(x, "i", 0, 0, tiled=True)
+
+    with jax.set_mesh(mesh):
+        x = put(mesh, data, "i")
+        plain = jax.shard_map(lambda x: jax.lax.all_to_all(x, "i", 0, 0, tiled=True), mesh=mesh,
+                              in_specs=jax.P("i"), out_specs=jax.P("i"))(x)
+        np.testing.assert_array_equal(np.asarray(typed_shard_map(in_place)(x)), np.asarray(plain))
+
+
+def test_a_collective_over_axis_index_groups_is_not_followed_and_says_so():
+    """Each group is a collective of its own: the pass does not follow it (one KernelPassWarning
+    naming axis_index_groups), and the kernel runs as JAX runs it."""
+    from shardtypes import KernelPassWarning
+
+    mesh = make_mesh("auto", (8,), ("i",))
+    data = np.arange(64, dtype=np.float32)
+    groups = [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+    def grouped(x: f32[b"n/i"]) -> f32[b"k/i"]:
+        return jax.lax.psum(x, "i", axis_index_groups=groups)
+
+    with jax.set_mesh(mesh):
+        x = put(mesh, data, "i")
+        expected = jax.shard_map(lambda x: jax.lax.psum(x, "i", axis_index_groups=groups), mesh=mesh,
+                                 in_specs=jax.P("i"), out_specs=jax.P("i"), check_vma=False)(x)
+        with pytest.warns(KernelPassWarning, match="axis_index_groups"):
+            out = typed_shard_map(grouped, check_vma=False)(x)
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(expected))
+
+
+def test_jax_errors_name_the_users_kernel():
+    mesh = make_mesh("explicit", (8,), ("i",))
+
+    def my_kernel(x: f32[b"n/i"]) -> f32[b"n"]:
+        return x * 2
+
+    with jax.set_mesh(mesh), pytest.raises(Exception) as caught:
+        typed_shard_map(my_kernel)(put(mesh, X, "i"))
+    assert "mapped" not in str(caught.value)

@@ -122,8 +122,9 @@ OPAQUE = frozenset({
     "custom_partitioning", "custom_linear_solve", "linear_call", "custom_lin", "platform_index",
 })
 # Primitives that hand their operand on unchanged (layout hints, names).
-IDENTITY = frozenset({"layout_constraint", "relayout", "with_memory_space_constraint", "name", "pin", "unpin",
-                       "program_order"})
+IDENTITY = frozenset({"shardtypes_check_sharding",  # (shardtypes' own compile-time check)
+                      "layout_constraint", "relayout", "with_memory_space_constraint", "name", "pin", "unpin",
+                      "program_order"})
 # Effects with no value of their own.
 EFFECTS = frozenset({"debug_print", "check", "shape_assertion", "dce_sink", "after_all", "create_token"})
 # Control flow: followed inside (loops.py).

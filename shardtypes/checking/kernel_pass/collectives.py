@@ -105,6 +105,9 @@ def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         return _one(p, eqn, ins, None, vary=vary)
     split, concat = param(eqn, "split_axis"), param(eqn, "concat_axis")
     dims = list(f.dims)
+    if split == concat:  # chunks of one dim exchanged in place: a permutation of it, no layout
+        dims[split] = None
+        return _one(p, eqn, ins, tuple(dims), vary=vary)
     dims[concat] = _gathered(p, eqn, f, concat)
     if dims[split] is not None:
         dims[split] = dims[split] + names
@@ -121,6 +124,12 @@ def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         return _one(p, eqn, ins, None, owed, vary=vary)
     dims = list(f.dims)
     k = param(eqn, "scatter_dimension")
+    if any(axes and set(axes) & set(names) for axes in dims):
+        # Already split over the scattered axes: the devices' blocks are added together and the
+        # sum scattered. Along the scattered dim the result is a chunk of that sum (split over
+        # them once); another dim split over them holds summed blocks (no layout the pass claims).
+        dims = [None if axes is None or (i != k and set(axes) & set(names)) else
+                tuple(a for a in axes if a not in names) for i, axes in enumerate(dims)]
     dims[k] = None if dims[k] is None else dims[k] + names
     return _one(p, eqn, ins, tuple(dims), owed, vary=vary)
 

@@ -117,6 +117,8 @@ def param(eqn: Any, key: str) -> Any:
 def axis_names(eqn: Any) -> tuple:
     """The mesh axes of a collective: ``axes`` (psum, pmax, pmin) or ``axis_name``."""
     params = getattr(eqn, "params", {})
+    if params.get("axis_index_groups") is not None:  # (each group its own collective: not followed)
+        raise Unreadable("axis_index_groups: a collective within groups of devices")
     names = params.get("axes", params.get("axis_name"))
     if names is None:
         raise Unreadable("no param 'axes' or 'axis_name'")
