@@ -121,9 +121,9 @@ def test_a_raw_lax_gather_over_the_wrong_axis_is_caught(kind, jitted, check_vma)
     mesh = square(kind)
     with jax.set_mesh(mesh):
         # With check_vma on or off alike: the pass says why (JAX's varying check waits for it).
-        message = (r"in kernel gathers_with_lax\(\), JAX's 'all_gather' gathers dim 0 over mesh axis 'mlp', but "
-                   r"that dim of its operand is laid out P\('embed', 'mlp'\) \(p.w2 \(argument \"p\" of .*\): that dim is split over 'embed'; a tiled gather undoes "
-                   r"the mesh axes a dim is split over from the last")
+        message = (r"in kernel gathers_with_lax\(\), JAX's 'all_gather' gathers dim 0 over mesh axes \('mlp',\), in that "
+                   r"order, but that dim of its operand is laid out P\('embed', 'mlp'\) \(p.w2 \(argument \"p\" of .*\): split "
+                   r"over 'embed'; a tiled gather undoes the mesh axes a dim is split over from the last")
         with pytest.raises(TypeCheckError, match=message):
             run(gathers_with_lax, mesh, params(mesh), jitted=jitted, check_vma=check_vma)
         if not check_vma:  # (JAX types the plain gather varying over 'embed')

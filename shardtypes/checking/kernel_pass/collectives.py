@@ -63,10 +63,18 @@ def _gathered(p: Any, eqn: Any, fact: Fact, dim: int) -> tuple | None:
     if not names:
         return axes
     if tuple(axes[len(axes) - len(names):]) != names:
+        written = "(" + ", ".join(repr(a) for a in names) + ("," if len(names) == 1 else "") + ")"
+        if set(names) == set(axes) and len(names) == len(axes):
+            fix = (f"the gather puts the blocks back in the order {written}, so the result is the dim with its "
+                   f"blocks permuted; gather over {tuple(axes)!r}, the order the dim is split in (or annotate "
+                   f"the dim split {'/'.join(('',) + names)}, if that order is the layout meant)")
+        else:
+            fix = ("a tiled gather undoes the mesh axes a dim is split over from the last: all of them, or the "
+                   f"last ones, in order (here {tuple(axes)!r} or a suffix of it)")
         p.fail(
-            f"{p.head}, JAX's {prim_name(eqn)!r} gathers dim {dim} over {axes_text(names)}, but that dim of "
-            f"its operand is laid out {fmt(dims)} ({fact.origin}): that dim is split over {split_text(axes)}; "
-            f"a tiled gather undoes the mesh axes a dim is split over from the last: all of them, or the last ones, in order")
+            f"{p.head}, JAX's {prim_name(eqn)!r} gathers dim {dim} over mesh axes {written}, in that order, but "
+            f"that dim of its operand is laid out {fmt(dims)} ({fact.origin}): split over {split_text(axes)}; "
+            + fix)
         return None
     return tuple(axes[:len(axes) - len(names)])
 
