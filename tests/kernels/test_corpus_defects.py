@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from typeguard import TypeCheckError
 
-from shardtypes import f32, typed_shard_map
+from shardtypes import f32, i32, typed_shard_map
 
 from conftest import AXIS_TYPES, make_mesh, put
 
@@ -237,3 +237,30 @@ def test_jax_errors_name_the_users_kernel():
     with jax.set_mesh(mesh), pytest.raises(Exception) as caught:
         typed_shard_map(my_kernel)(put(mesh, X, "i"))
     assert "mapped" not in str(caught.value)
+
+
+def vocab_parallel_argmax(logits: f32[b"b/d v/t"]) -> i32[b"b/d"]:
+    """The argmax over a vocabulary split over 't' (jax-ml/jax issue 28334): the local max, the
+    global one, and the index on the device whose max is the global one."""
+    local_max = logits.max(-1)
+    global_max = jax.lax.pmax(local_max, "t")
+    local_idx = jnp.argmax(logits, -1).astype(jnp.int32) + jax.lax.axis_index("t") * logits.shape[-1]
+    return jax.lax.pmin(jnp.where(local_max == global_max, local_idx, jnp.int32(2 ** 30)), "t")
+
+
+def argmax_without_the_agreement(logits: f32[b"b/d v/t"]) -> i32[b"b/d"]:
+    local_idx = jnp.argmax(logits, -1).astype(jnp.int32) + jax.lax.axis_index("t") * logits.shape[-1]
+    return jnp.where(logits.max(-1) > 0, local_idx, 0)  # each device's own index, returned as the answer
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("check_vma", [True, False])
+def test_the_vocab_parallel_argmax_runs_and_its_mistake_is_caught(kind, check_vma):
+    mesh = make_mesh(kind, (2, 4), ("d", "t"))
+    logits = np.random.default_rng(28334).standard_normal((8, 32)).astype(np.float32)
+    with jax.set_mesh(mesh):
+        x = put(mesh, logits, "d", "t")
+        out = jax.jit(typed_shard_map(vocab_parallel_argmax, check_vma=check_vma))(x)
+        np.testing.assert_array_equal(np.asarray(out), logits.argmax(-1))
+        with pytest.raises(TypeCheckError, match=r"argmax_without_the_agreement\(\).*varies over mesh axis 't'"):
+            jax.jit(typed_shard_map(argmax_without_the_agreement, check_vma=False))(x)

@@ -8,7 +8,7 @@ every CI JAX and fails on a ``KernelPassWarning``.
 from __future__ import annotations
 
 __all__ = ["CASTS", "VARIANTS", "ASYNC_STARTS", "ASYNC_DONES", "CALLS", "ELEMENTWISE_ADDED", "NONLINEAR",
-           "ELEMENTWISE", "STRUCTURAL", "OPAQUE", "IDENTITY", "EFFECTS", "LOOPS", "is_cast", "standing_for"]
+           "ELEMENTWISE", "COMPARISONS", "STRUCTURAL", "OPAQUE", "IDENTITY", "EFFECTS", "LOOPS", "is_cast", "standing_for"]
 
 #: check_vma's casts between varying, unreduced and reduced types: the value is unchanged.
 CASTS: dict[str, str] = {
@@ -98,6 +98,8 @@ ELEMENTWISE = NONLINEAR - {
      "bitcast_convert_type", "stop_gradient"}
 
 
+# Comparisons: a partial maximum compared is a per-device predicate (vocab-parallel argmax).
+COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "eq_to", "le_to", "lt_to"})
 # Calls: their jaxpr runs on the operands as they are.
 CALLS = frozenset({"jit", "pjit", "closed_call", "core_call", "remat", "remat2", "checkpoint",
                    "custom_jvp_call", "custom_vjp_call", "custom_vjp_call_jaxpr", "named_call",

@@ -46,7 +46,7 @@ from typeguard import TypeCheckError
 from . import collectives, loops, structural  # noqa: F401 - their rules register themselves
 from .algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_ones, rel_join, rel_mul, rel_neg
 from .algebra import zero as _zero, zeros as _zeros
-from .catalogue import CALLS, CASTS, ELEMENTWISE, LOOPS, NONLINEAR, STRUCTURAL, is_cast
+from .catalogue import CALLS, CASTS, COMPARISONS, ELEMENTWISE, LOOPS, NONLINEAR, STRUCTURAL, is_cast
 from .facts import UNKNOWN, Fact, owed_text, pay_text
 from .jaxpr import KernelPassWarning, is_var, Unreadable, call_jaxpr, is_literal, literal_number, shape, unreadable, invars, outvars, eqns, constvars
 from .jaxpr import name as prim_name
@@ -164,6 +164,9 @@ class Pass(PointChecks):
             return fact.same_origin(fact.dims, fact.owed, fact.owed_by, kind=_FLIP[fact.kind])
         if fact.kind.startswith("fold"):
             return fact  # (a nonlinear primitive is an error; a linear one carries it)
+        if name in COMPARISONS:  # (is this device's max the global one?): a per-device predicate
+            vary = None if fact.vary is None else fact.vary | fact.owed
+            return fact.same_origin(fact.dims, frozenset(), "", kind="sum", vary=vary)
         entry = ((fact.owed_by, tuple(sorted(fact.owed)), 1),)
         return fact.same_origin(fact.dims, frozenset(), "", kind="sum", rel=rel_mul(fact.rel, entry))
 
