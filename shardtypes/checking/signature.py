@@ -25,6 +25,7 @@ from ..context.settings import _FORCED, config
 from ..context.tracebacks import filter_traceback
 from ..context.tables import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
 from ..model.errors import in_function
+from ..model.forms import literal_container
 from ..model.hints import resolve_hints
 from ..model.nodes import model
 from ..model.plans import plan_for
@@ -41,19 +42,6 @@ def _config() -> Any:
     return dataclasses.replace(
         typeguard.config, collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS
     )
-
-
-def literal_container(annotation: Any, where: str) -> None:
-    """A list or dict written as an annotation (``[f32[b'n'], f32[b'n']]``) is no type Python's
-    typing (nor typeguard) can check: refused where the function is first called, saying what to
-    write instead."""
-    if isinstance(annotation, (list, dict)):
-        kind = "list" if isinstance(annotation, list) else "dict"
-        instead = ("tuple[...] with one annotation per item (fixed length), or list[X] for any length"
-                   if kind == "list" else "dict[str, X] (any keys, one annotation for every value), or a "
-                   "pytree dataclass or NamedTuple for fixed keys")
-        raise TypeError(f"shardtypes.typechecked: {where} is annotated with a {kind} literal "
-                        f"({annotation!r}), which is not a type Python's typing can check; write {instead}")
 
 
 class _Param:

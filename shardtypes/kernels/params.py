@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
-import typing
 from typing import Any
 
 import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
-__all__ = ["Each", "homogeneous_item", "check_kernel", "bare_array_annotation", "check_static", "conform_specs", "conform_result"]
+__all__ = ["Each", "check_kernel", "bare_array_annotation", "check_static", "conform_specs", "conform_result"]
 
 _BARE = (jax.Array, np.ndarray)
 _NAMES = {jax.Array: "jax.Array", np.ndarray: "numpy.ndarray"}
@@ -88,23 +87,6 @@ class Each:
 
     def __repr__(self) -> str:
         return f"Each({self.item!r}, {self.container})"
-
-
-_SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
-_MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
-
-
-def homogeneous_item(annotation: Any) -> tuple[Any, str] | None:
-    """``(X, 'sequence' | 'mapping')`` for ``list[X]``, ``tuple[X, ...]``, ``Sequence[X]``,
-    ``dict[K, X]``, ``Mapping[K, X]``; None for anything else."""
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is tuple:
-        return (args[0], "sequence") if len(args) == 2 and args[1] is Ellipsis else None
-    if origin in _SEQUENCES and len(args) == 1:
-        return args[0], "sequence"
-    if origin in _MAPPINGS and len(args) == 2:
-        return args[1], "mapping"
-    return None
 
 
 def _expand(spec: Each, value: Any, pname: str, kernel: str) -> Any:

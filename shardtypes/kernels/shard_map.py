@@ -40,7 +40,8 @@ from ..model.pytrees import holds_pytree
 from ..checking.kernel_pass import KernelPassWarning, in_facts, known_bug, traced
 from ..checking.kernel_layouts import flows, is_staged, tracking
 from ..checking.kernel_returns import returned
-from .params import Each, homogeneous_item, bare_array_annotation, check_kernel, check_static, conform_result, conform_specs
+from ..model.forms import homogeneous_item
+from .params import Each, bare_array_annotation, check_kernel, check_static, conform_result, conform_specs
 
 __all__ = ["typed_shard_map"]
 

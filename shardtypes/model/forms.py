@@ -18,7 +18,7 @@ from .trees import _INFO as _TREE_CLASSES
 from .nodes import PYTREES
 
 __all__ = ["generator_types", "holds_shardtypes", "is_checked_class", "safe_is_checked_class", "type_text",
-           "variable_annotation", "item_annotation"]
+           "variable_annotation", "item_annotation", "homogeneous_item", "literal_container"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -105,3 +105,33 @@ def generator_types(annotation: Any) -> tuple[Any, Any, Any]:
         return None, None, annotation
     args = list(typing.get_args(annotation)[:count]) + [None] * 3
     return args[0], args[1], args[2]
+
+
+_SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
+_MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+
+
+def homogeneous_item(annotation: Any) -> tuple[Any, str] | None:
+    """``(X, 'sequence' | 'mapping')`` for ``list[X]``, ``tuple[X, ...]``, ``Sequence[X]``,
+    ``dict[K, X]``, ``Mapping[K, X]``; None for anything else."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is tuple:
+        return (args[0], "sequence") if len(args) == 2 and args[1] is Ellipsis else None
+    if origin in _SEQUENCES and len(args) == 1:
+        return args[0], "sequence"
+    if origin in _MAPPINGS and len(args) == 2:
+        return args[1], "mapping"
+    return None
+
+
+def literal_container(annotation: Any, where: str) -> None:
+    """A list or dict written as an annotation (``[f32[b'n'], f32[b'n']]``) is no type Python's
+    typing (nor typeguard) can check: refused where the function is first called, saying what to
+    write instead."""
+    if isinstance(annotation, (list, dict)):
+        kind = "list" if isinstance(annotation, list) else "dict"
+        instead = ("tuple[...] with one annotation per item (fixed length), or list[X] for any length"
+                   if kind == "list" else "dict[str, X] (any keys, one annotation for every value), or a "
+                   "pytree dataclass or NamedTuple for fixed keys")
+        raise TypeError(f"shardtypes.typechecked: {where} is annotated with a {kind} literal "
+                        f"({annotation!r}), which is not a type Python's typing can check; write {instead}")
