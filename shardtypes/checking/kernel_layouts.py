@@ -78,7 +78,7 @@ class Known:
 
 class _Trace:
     __slots__ = ("kernel", "entries", "gathered", "check_vma", "staged", "marked", "flow", "flow_state", "deferred",
-                 "inputs")
+                 "inputs", "names")
 
     def __init__(self, kernel: str, check_vma: bool | None = None, staged: bool = False):
         self.kernel = kernel
@@ -97,6 +97,9 @@ class _Trace:
         self.flow_state: Any = None  # the pass's own trace (values made there are in its jaxpr)
         self.inputs: dict[int, Any] = {}  # the body's inputs there (known at once when checked)
         self.deferred: list[tuple[Any, Point, Any]] = []
+        # The dim names of the annotations checked in the body before its return (its arguments',
+        # its helpers'): a result dim named otherwise is the result's own (``own_dims``).
+        self.names: set[str] = set()
 
 
 _TRACE: contextvars.ContextVar[_Trace | None] = contextvars.ContextVar("shardtypes.kernel_layouts", default=None)
@@ -238,15 +241,50 @@ def record(value: Any, layout: Layout, origin: str, owed: frozenset = frozenset(
 # Annotation checks (the checker calls this for each value it checks inside a shard_map body).
 
 
-def record_checked(value: Any, expected: Layout, context: Callable[[], str]) -> Known | None:
-    """A value checked against an annotation whose layout is ``expected``: a known value must be
-    laid out so and owe no sum (else ``Mismatch``); an unknown one is known from now on.
-    Returns the value's entry from before the check (None if it was unknown)."""
+def own_dims(trace: _Trace, names: tuple | None) -> tuple[bool, ...] | None:
+    """Per dim of a kernel's return annotation whose dim names are ``names`` (None: a variadic
+    annotation), whether the dim is the result's own: named like no dim annotated in the body
+    before (or one of a fixed size). Such a dim is what the annotation declares it to be: out_specs put the
+    devices' blocks side by side along it, whatever each holds (a copy, a per-device sum). A dim
+    named like an argument's claims that dim's global value, and is held to it."""
+    if names is None:
+        return None
+    return tuple(not n & trace.names for n in names)
+
+
+def _returned_ok(entry: Known, expected: Layout, own: tuple) -> bool:
+    """A returned value the table knows, laid out or owing otherwise than ``expected`` only along
+    the result's own dims (``own_dims``), with every mesh axis it is split over or owes named by
+    the annotation (else it is the same value returned replicated over an axis it differs on)."""
+    named = {a for axes in expected for a in axes}
+    for have, want, mine in zip(entry.layout, expected, own):
+        if have != want and not mine:
+            return False
+        if not set(have) <= named:
+            return False
+    return all(any(a in want for want, mine in zip(expected, own) if mine) for a in entry.owed)
+
+
+def record_checked(value: Any, expected: Layout, context: Callable[[], str], names: tuple | None = None
+                   ) -> Known | None:
+    """A value checked against an annotation whose layout is ``expected`` (and per dim
+    the names it reads, ``names``, None where variadic): a known value must be laid out so and owe no sum (else
+    ``Mismatch``), but along the kernel result's own dims (``own_dims``); an unknown one is
+    known from now on. Returns the value's entry from before the check (None if it was unknown)."""
     trace = _active()
     if trace is None or not isinstance(value, jax.Array):
         return None
+    what = context()
+    own = None
+    if what.startswith(f"the return value of {trace.kernel}()"):
+        own = own_dims(trace, names)
+    elif names is not None:
+        trace.names.update(*names)
     entry = trace.entries.get(id(value))
     if entry is not None and entry.value is value:
+        if own is not None and len(own) == len(entry.layout) == len(expected) and \
+                _returned_ok(entry, tuple(expected), own):
+            return entry
         if entry.owed:
             raise Mismatch(f"it {owed_message(entry)}; reduce it with shardtypes.ops.psum or "
                            "shardtypes.ops.psum_scatter first")
@@ -257,9 +295,9 @@ def record_checked(value: Any, expected: Layout, context: Callable[[], str]) -> 
     if trace.flow and id(value) not in trace.inputs and trace.flow_state == trace_state():
         # The jaxpr pass compares it with the layout it infers, and takes the annotation's
         # layout from there on, in program order (so a later check does not blame this one).
-        trace.deferred.append((value, Point(tuple(expected), context()), trace.flow_state))
+        trace.deferred.append((value, Point(tuple(expected), what, own=own), trace.flow_state))
         return None
-    trace.entries[id(value)] = Known(value, tuple(expected), context())
+    trace.entries[id(value)] = Known(value, tuple(expected), what)
     return None
 
 

@@ -267,6 +267,14 @@ def _check_rank(shape: tuple, spec: ShapeSpec) -> None:
         raise Mismatch(f"has {ndim} dims {_fmt_shape(shape)} but the annotation needs at least {n - 1}")
 
 
+def _dim_names(spec: ShapeSpec, ndim: int) -> tuple | None:
+    """Per dim, the names the annotation's dim reads or binds (none for a fixed or anonymous
+    size); None where a variadic dim stands for several."""
+    if spec.variadic_index is not None or len(spec.dims) != ndim:
+        return None
+    return tuple(d.names for d in spec.dims)
+
+
 def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
     shape = tuple(aval.shape)
     _check_rank(shape, spec)  # before anything zips the shape with the annotation's dims
@@ -301,7 +309,7 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
             "XLA, decides the split; write the mesh axes the block is split over (or none)"
         )
     # Inside a shard_map: a value whose layout the kernel knows is compared first (_kernel_layouts).
-    unknown = manual and not in_op() and record_checked(value, expected, context) is None
+    unknown = manual and not in_op() and record_checked(value, expected, context, _dim_names(spec, ndim)) is None
     if manual:
         # A local shard: scale each dim by the Manual axes it is annotated with.
         shape = tuple(

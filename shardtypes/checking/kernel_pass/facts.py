@@ -112,18 +112,22 @@ _CHAIN = 6  # primitives named in an origin at most (the last ones)
 class Point:
     """A value the side table met: ``declared`` (its layout and owed sum, known there) and/or
     ``check`` (compared with ``expected``: ``what`` says what was checked, ``sums_ok`` whether a
-    partial sum may go there); ``mark``: ``(axes, call)`` of an ``ops.per_device`` call."""
+    partial sum may go there); ``mark``: ``(axes, call)`` of an ``ops.per_device`` call.
+    ``own``: for the kernel's return value, per dim of its annotation whether the dim is the
+    result's own (named like no dim annotated before it: ``kernel_layouts.own_dims``); None for
+    any other check."""
 
-    __slots__ = ("expected", "what", "sums_ok", "declared", "mark", "fallback")
+    __slots__ = ("expected", "what", "sums_ok", "declared", "mark", "fallback", "own")
 
     def __init__(self, expected: Dims, what: str, sums_ok: bool = False, declared: Fact | None = None,
-                 mark: tuple | None = None):
+                 mark: tuple | None = None, own: tuple | None = None):
         self.fallback = ""  # JAX's varying check's finding, said where the pass does not know better
         self.expected = expected
         self.what = what
         self.sums_ok = sums_ok
         self.declared = declared
         self.mark = mark
+        self.own = own
 
 
 UNKNOWN = Fact(None, rel=None)

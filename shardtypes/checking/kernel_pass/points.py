@@ -77,15 +77,33 @@ class PointChecks:
         return fact.same_origin(tuple(w if h is None else h for h, w in zip(fact.dims, want)), fact.owed,
                                 fact.owed_by, vary=vary)
 
-    def copies(self, fact: Fact, point: Point, have: tuple, want: tuple) -> bool:
-        """A returned value that is the same on every device along the axes its annotation splits
-        a dim over, where it is not split: out_specs put the devices' copies side by side, and the
-        annotation, whose dim sizes the boundary check compares, declares that result (JAX's
-        ``all_gather`` then ``out_specs=P('i')``)."""
-        if not point.what.startswith("the return value") or fact.vary is None or fact.owed:
+    def owned(self, fact: Fact, point: Point, axes: frozenset) -> bool:
+        """Whether the kernel's return annotation takes what ``fact`` owes (or is relative to)
+        over ``axes`` as each device's own: out_specs put the devices' values side by side along
+        a dim of the result's own (``Point.own``) split over each of them (per-device sums,
+        prefixes, maxima). Blocks a psum added together (``fold``) are the result's own where
+        the dims they were split along are."""
+        own = point.own
+        if own is None or len(own) != len(point.expected) or not axes:
             return False
-        for h, w in zip(have, want):
-            if h != w and (h != () or set(w) & fact.vary):
+        if fact.kind.startswith("fold") and axes == fact.owed:
+            return fact.dims is not None and len(fact.dims) == len(own) and all(
+                mine for dim, mine in zip(fact.dims, own) if set(dim or ()) & axes)
+        return all(any(a in want for want, mine in zip(point.expected, own) if mine) for a in axes)
+
+    def laid_out_ok(self, fact: Fact, point: Point, have: tuple, want: tuple) -> bool:
+        """A returned value laid out otherwise than its annotation only along the result's own
+        dims, split over no mesh axis the annotation does not name (blocks a psum added
+        together aside): the devices' blocks put side by side are what the annotation declares."""
+        own = point.own
+        if own is None or len(own) != len(want):
+            return False
+        named = {a for axes in want for a in axes}
+        folded = fact.owed if fact.kind.startswith("fold") else frozenset()
+        for h, w, mine in zip(have, want, own):
+            if h != w and not mine:
+                return False
+            if set(h) - named - folded:
                 return False
         return True
 
@@ -96,10 +114,10 @@ class PointChecks:
 
     def compare(self, fact: Fact, point: Point) -> None:
         spec = "ops." in point.what
-        if fact.owed and not (point.sums_ok and fact.kind == "sum"):
+        if fact.owed and not (point.sums_ok and fact.kind == "sum") and not self.owned(fact, point, fact.owed):
             self.fail(f"{self.head}, {point.what}: it {owed_text(fact)}; {pay_text(fact)} "
                       f"({PER_DEVICE})")
-        if fact.rel and not spec:
+        if fact.rel and not spec and not self.owned(fact, point, frozenset(a for e in fact.rel for a in e[1])):
             self.fail(self.relative_text(fact, point.what) + "; take the global one with jax.lax.pmax (or pmin) "
                       f"first, or rescale by exp(m_local - jax.lax.pmax(m_local, axes)) ({PER_DEVICE})")
         if fact.counted and not spec:
@@ -111,7 +129,7 @@ class PointChecks:
         else:
             want = tuple(tuple(a for a in axes if a in self.manual) for axes in point.expected)
             have = tuple(w if h is None else h for h, w in zip(fact.dims, want))
-            if have != want and not self.copies(fact, point, have, want):
+            if have != want and not self.laid_out_ok(fact, point, have, want):
                 self.fail(
                     f"{self.head}, {point.what}: it is laid out {fmt(fact.dims)} ({fact.origin}), but "
                     f"{'the spec string' if spec else 'the annotation'} says {fmt(want)}: "

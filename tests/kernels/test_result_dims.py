@@ -1,0 +1,143 @@
+"""A kernel's result dims: named like a dim of its arguments, a dim claims that dim's global value
+and is held to it; named otherwise (a name of its own, or a fixed size), it is what the
+annotation declares: out_specs put the devices' blocks side by side along it, whatever each block
+holds (a copy, a per-device sum, a sum of blocks). What contradicts an annotation is refused either
+way: a partial sum returned as replicated over the axis it owes, a value differing along an axis the
+annotation does not name."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from typeguard import TypeCheckError
+
+from shardtypes import f32, typed_shard_map
+
+from conftest import AXIS_TYPES, make_mesh, put
+
+KINDS = sorted(AXIS_TYPES)
+X = np.arange(16, dtype=np.float32).reshape(8, 2)
+
+
+def run(kind, kernel, *, check_vma=True):
+    mesh = make_mesh(kind, (4, 2), ("i", "j"))
+    with jax.set_mesh(mesh):
+        x = put(mesh, X, "i", None)
+        return np.asarray(jax.jit(typed_shard_map(kernel, check_vma=check_vma))(x))
+
+
+def reference(body, in_spec, out_spec, kind="auto", check_vma=True):
+    mesh = make_mesh(kind, (4, 2), ("i", "j"))
+    with jax.set_mesh(mesh):
+        x = put(mesh, X, *in_spec)
+        return np.asarray(jax.jit(jax.shard_map(body, in_specs=jax.P(*in_spec), out_specs=jax.P(*out_spec),
+                                                check_vma=check_vma))(x))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_psum_of_a_split_dims_blocks_into_a_dim_of_its_own_runs(kind):
+    """The tutorial's first psum: each device's block of rows added to the others'."""
+
+    def block_sum(x: f32[b"rows/i cols"]) -> f32[b"block cols"]:
+        return jax.lax.psum(x, "i")
+
+    got = run(kind, block_sum)
+    np.testing.assert_allclose(got, reference(lambda x: jax.lax.psum(x, "i"), ("i", None), (None, None)))
+    np.testing.assert_allclose(got, X.reshape(4, 2, 2).sum(0))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_psum_of_a_split_dims_blocks_named_like_an_arguments_dim_is_refused(kind):
+    """Named like a dim of the arguments (here one of the same size, so the size check passes),
+    the result claims that dim's global value, which a sum of blocks is not."""
+
+    def block_sum(x: f32[b"rows/i cols"], y: f32[b"n cols"]) -> f32[b"n cols"]:
+        return jax.lax.psum(x, "i")
+
+    mesh = make_mesh(kind, (4, 2), ("i", "j"))
+    with jax.set_mesh(mesh):
+        x, y = put(mesh, X, "i", None), put(mesh, X[:2], None, None)
+        with pytest.raises(TypeCheckError, match=r"the return value of .*block_sum\(\), annotated "
+                                                 r"f32\[b'n cols'\]: it is a sum of different blocks of a dim"):
+            jax.jit(typed_shard_map(block_sum))(x, y)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_per_device_sums_side_by_side_in_a_dim_of_their_own_run(kind):
+    def local_sums(x: f32[b"rows/i cols"]) -> f32[b"device/i cols"]:
+        return jnp.sum(x, axis=0, keepdims=True)
+
+    got = run(kind, local_sums)
+    np.testing.assert_allclose(got, X.reshape(4, 2, 2).sum(1))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_partial_sum_returned_replicated_over_the_axis_it_owes_is_refused(kind):
+    """Names of its own do not excuse a contradiction: nothing in the annotation is split over
+    'i', so each device's part would be taken for the whole (device 0's, with check_vma off)."""
+
+    def local_total(x: f32[b"rows/i cols"]) -> f32[b"total"]:
+        return jnp.sum(x, axis=0)
+
+    for check_vma in (True, False):
+        with pytest.raises(TypeCheckError, match=r"local_total\(\), annotated f32\[b'total'\]: it is a partial sum "
+                                                 r"still owing a sum over mesh axis 'i'"):
+            run(kind, local_total, check_vma=check_vma)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_cumsum_over_a_split_dim(kind):
+    """Per-device prefixes side by side in a dim of their own are what the annotation says; the
+    same prefixes returned as the split dim itself still owe the blocks before them."""
+
+    def own(x: f32[b"rows/i cols"]) -> f32[b"prefix/i cols"]:
+        return jnp.cumsum(x, axis=0)
+
+    def same(x: f32[b"rows/i cols"]) -> f32[b"rows/i cols"]:
+        return jnp.cumsum(x, axis=0)
+
+    np.testing.assert_allclose(run(kind, own), np.cumsum(X.reshape(4, 2, 2), axis=1).reshape(8, 2))
+    with pytest.raises(TypeCheckError, match=r"same\(\), annotated f32\[b'rows/i cols'\]: it is a prefix over a "
+                                             r"split dim still owing the total of the blocks before it"):
+        run(kind, same)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_copies_side_by_side(kind):
+    """A gathered (replicated) value put side by side along a dim of its own is the copies JAX
+    returns; named like the gathered dim, the annotation claims each device holds a block of it."""
+
+    def tiled(x: f32[b"rows/i cols"]) -> f32[b"copies/i cols"]:
+        return jax.lax.all_gather(x, "i", tiled=True)
+
+    def claimed(x: f32[b"rows/i cols"]) -> f32[b"rows/i cols"]:
+        return jax.lax.all_gather(x, "i", tiled=True)
+
+    np.testing.assert_allclose(run(kind, tiled), np.concatenate([X] * 4))
+    with pytest.raises(TypeCheckError, match=r"claimed\(\) is not f32\[b'rows/i cols'\]: dimension 'rows' is 32 "
+                                             r"here \(dim 0\) but was bound to 8 by argument \"x\""):
+        run(kind, claimed)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_value_differing_along_an_axis_the_annotation_does_not_name_is_refused(kind):
+    """The block of 'rows' returned where no dim is split over 'i' (check_vma off, where JAX
+    would return device 0's block)."""
+
+    def dropped(x: f32[b"rows/i cols"]) -> f32[b"mine cols"]:
+        return x
+
+    with pytest.raises(TypeCheckError, match=r"dropped\(\) is not f32\[b'mine cols'\]: it is laid out P\('i', None\) "
+                                             r"\(as argument \"x\""):
+        run(kind, dropped, check_vma=False)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_argument_returned_along_other_dims_of_its_own(kind):
+    """JAX's systematic 'id' kernels: the blocks re-assembled along another dim."""
+
+    def moved(x: f32[b"rows/i cols"]) -> f32[b"r c/i"]:
+        return x
+
+    got = run(kind, moved)
+    np.testing.assert_allclose(got, reference(lambda x: x, ("i", None), (None, "i")))
