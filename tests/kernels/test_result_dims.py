@@ -141,3 +141,58 @@ def test_an_argument_returned_along_other_dims_of_its_own(kind):
 
     got = run(kind, moved)
     np.testing.assert_allclose(got, reference(lambda x: x, ("i", None), (None, "i")))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_nonlinear_function_of_a_per_device_sum_kept_per_device_runs(kind):
+    """JAX's remat test: sin of each device's own sum, the values side by side in the result."""
+
+    def per_device(x: f32[b"rows/i cols"]) -> f32[b"device/i"]:
+        return jnp.sin(jnp.sum(x))[None]
+
+    np.testing.assert_allclose(run(kind, per_device), np.sin(X.reshape(4, 4).sum(1)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_nonlinear_function_of_a_partial_sum_combined_or_returned_whole_is_refused(kind):
+    """sin of each part, then added up (or returned as if it were the whole): not sin of the sum."""
+
+    def summed_after(x: f32[b"rows/i cols"]) -> f32[b""]:
+        return jax.lax.psum(jnp.sin(jnp.sum(x)), "i")
+
+    def returned_whole(x: f32[b"rows/i cols"]) -> f32[b""]:
+        return jnp.sin(jnp.sum(x))
+
+    with pytest.raises(TypeCheckError, match=r"summed_after\(\), a value that is a partial sum still owing a sum "
+                                             r"over mesh axis 'i' .* reaches JAX's 'sin', which is not linear.*; the "
+                                             r"per-device values are then combined over mesh axis 'i'"):
+        run(kind, summed_after)
+    for check_vma in (True, False):
+        with pytest.raises(TypeCheckError, match=r"reaches JAX's 'sin', which is not linear.*the per-device values "
+                                                 r"then reach the return value of .*returned_whole\(\)"):
+            run(kind, returned_whole, check_vma=check_vma)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_blocks_of_different_parts_multiplied(kind):
+    """JAX's systematic dot test contracts a dim split over 'i' in one operand and over 'j' in
+    the other: each device's product is its own; kept per device it runs, added up it is refused."""
+    mesh = make_mesh(kind, (4, 2), ("i", "j"))
+    a = np.arange(32, dtype=np.float32).reshape(4, 8)
+    b = np.arange(8, dtype=np.float32).reshape(4, 2)
+
+    def per_device(x: f32[b"m k/i"], y: f32[b"k2/j n"]) -> f32[b"p/i q/j"]:
+        return x @ y
+
+    def added(x: f32[b"m k/i"], y: f32[b"k2/j n"]) -> f32[b"m n"]:
+        return jax.lax.psum(x @ y, ("i", "j"))
+
+    with jax.set_mesh(mesh):
+        x, y = put(mesh, a, None, "i"), put(mesh, b, "j", None)
+        ref = jax.jit(jax.shard_map(lambda x, y: x @ y, in_specs=(jax.P(None, "i"), jax.P("j", None)),
+                                    out_specs=jax.P("i", "j")))(x, y)
+        np.testing.assert_allclose(np.asarray(jax.jit(typed_shard_map(per_device))(x, y)), np.asarray(ref))
+        with pytest.raises(TypeCheckError, match=r"contracts dim 1 of an operand laid out P\(None, 'i'\) .* with dim 0 "
+                                                 r"of one laid out P\('j', None\) .*each device multiplies blocks of "
+                                                 r"different parts of the dim; the per-device values are then combined"):
+            jax.jit(typed_shard_map(added))(x, y)

@@ -18,6 +18,19 @@ from .jaxpr import axis_names, is_literal, name as prim_name, param, invars, out
 __all__: list[str] = []  # (its rules register themselves: registry.RULES)
 
 
+def combined(p: Any, f: Fact, axes: frozenset) -> None:
+    """Values that are each device's own (``Fact.lost``) along ``axes`` may not be combined
+    over them: the finding that made them so is the refusal."""
+    for apart, finding in f.lost:
+        if apart & axes:
+            p.fail(f"{finding}; the per-device values are then combined over {axes_text(apart & axes)}")
+
+
+def gathered_lost(f: Fact, axes: frozenset) -> tuple:
+    """``Fact.lost`` once the values of every device along ``axes`` are side by side."""
+    return tuple(e for e in f.lost if not e[0] <= axes)
+
+
 @rule("psum", "pmax", "pmin", *standing_for("psum", "pmax", "pmin"))
 def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     paid = frozenset(a for a in axis_names(eqn) if a in p.manual)
@@ -32,6 +45,7 @@ def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         if not f.known and not is_literal(v):
             out.append(UNKNOWN)
             continue
+        combined(p, f, paid)
         owed = f.owed - paid if f.kind == pays else f.owed
         counted = f.counted
         split = [(i, frozenset(axes) & paid) for i, axes in enumerate(f.dims or ()) if axes and frozenset(axes) & paid]
@@ -90,18 +104,20 @@ def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         kept = None if f.dims is None else tuple(
             None if axes is None else tuple(a for a in axes if a not in names) for axes in f.dims)
         stacked = None if kept is None else kept[:dim] + ((),) + kept[dim:]
-        return _one(p, eqn, ins, stacked, f.owed - names, vary=vary, rel=drop_rel(f.rel, names))
+        return _one(p, eqn, ins, stacked, f.owed - names, vary=vary, rel=drop_rel(f.rel, names),
+                    lost=gathered_lost(f, names))
     # Tiled along a dim not split over the axes: every device's part side by side, nothing owed
     # over them any more. (Along a dim split over them, the blocks are put back together, each
     # still owing what it owed: a prefix stays one.)
     along = f.dims[dim] if f.dims is not None else None
     undone = along is not None and bool(set(along) & names)
     owed, rel = (f.owed if undone else f.owed - names), drop_rel(f.rel, names)
+    lost = gathered_lost(f, names)
     if f.dims is None:
-        return _one(p, eqn, ins, None, owed, vary=vary, rel=rel)
+        return _one(p, eqn, ins, None, owed, vary=vary, rel=rel, lost=lost)
     tiled = list(f.dims)
     tiled[dim] = _gathered(p, eqn, f, dim)
-    return _one(p, eqn, ins, tuple(tiled), owed, vary=vary, rel=rel)
+    return _one(p, eqn, ins, tuple(tiled), owed, vary=vary, rel=rel, lost=lost)
 
 
 @rule("all_to_all", *standing_for("all_to_all"))
@@ -126,6 +142,7 @@ def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
     names = tuple(a for a in axis_names(eqn) if a in p.manual)
+    combined(p, f, frozenset(names))
     owed = f.owed - frozenset(names) if f.kind == "sum" else f.owed
     vary = None if f.vary is None else (f.vary - frozenset(names)) | frozenset(names)
     if f.dims is None or not param(eqn, "tiled"):

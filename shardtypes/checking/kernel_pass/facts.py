@@ -20,6 +20,11 @@ meta-pytorch's spmd_types:
 * **counted** (``counted``): a ``psum`` over axes it was already invariant over counted it once
   per device; dividing by a constant (``pmean``'s division by the axis size) undoes it.
 * **marked** (``mark``): ``shardtypes.ops.per_device`` said it differs per device by intent.
+* **each device's own** (``lost``): computed from a part in a way the parts cannot be combined
+  back into the whole (a nonlinear function of a partial sum, blocks of different parts of a dim
+  multiplied together). Each entry is ``(axes, finding)``. Right only as per-device values: put
+  side by side by the kernel's return along dims of the result's own, or gathered; combined over
+  those axes (``psum``) or checked against an annotation, the finding is the refusal.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from ...model.describe import _fmt_layout
 from .catalogue import is_cast
 
 __all__ = ["Dims", "Fact", "Point", "UNKNOWN", "fmt", "axes_text",
-           "owed_text", "split_text", "KINDS"]
+           "owed_text", "split_text", "KINDS", "lost_axes", "joined_lost"]
 
 Dims = tuple  # per dim: a tuple of mesh axes, or None (unknown)
 
@@ -54,12 +59,13 @@ class Fact:
     (``origin``: the value it was computed from, and the last few primitives on the way, kept as
     names and only spelled out for a message)."""
 
-    __slots__ = ("dims", "owed", "kind", "vary", "rel", "counted", "mark", "base", "chain", "owed_by")
+    __slots__ = ("dims", "owed", "kind", "vary", "rel", "counted", "mark", "base", "chain", "owed_by", "lost")
 
     def __init__(self, dims: Dims | None, owed: frozenset = frozenset(), origin: str = "",
                  owed_by: str = "", chain: tuple = (), *, kind: str = "sum", vary: frozenset | None = None,
-                 rel: tuple | None = (), counted: frozenset = frozenset(), mark: str = ""):
+                 rel: tuple | None = (), counted: frozenset = frozenset(), mark: str = "", lost: tuple = ()):
         self.dims = dims
+        self.lost = lost
         self.owed = owed
         self.kind = kind if owed else "sum"
         self.vary = vary
@@ -84,7 +90,7 @@ class Fact:
             chain = chain[1 - _CHAIN:] + (prim,) if len(chain) >= _CHAIN - 1 else chain + (prim,)
         owed = self.owed if owed is None else owed
         fact = Fact(dims, owed, self.base, owed_by or self.owed_by if owed else "", chain, kind=self.kind,
-                    vary=self.vary, rel=self.rel, counted=self.counted, mark=self.mark)
+                    vary=self.vary, rel=self.rel, counted=self.counted, mark=self.mark, lost=self.lost)
         for key, value in changes.items():
             setattr(fact, key, value)
         if not fact.owed:
@@ -94,7 +100,7 @@ class Fact:
     def same_origin(self, dims: Dims | None, owed: frozenset, owed_by: str, **changes) -> Fact:
         """This fact's origin with another layout and sum (and other ``changes``)."""
         fact = Fact(dims, owed, self.base, owed_by, self.chain, kind=self.kind, vary=self.vary, rel=self.rel,
-                    counted=self.counted, mark=self.mark)
+                    counted=self.counted, mark=self.mark, lost=self.lost)
         for key, value in changes.items():
             setattr(fact, key, value)
         return fact
@@ -103,7 +109,7 @@ class Fact:
     def known(self) -> bool:
         """Whether the pass knows anything of it worth keeping."""
         return self.dims is not None or bool(self.owed) or self.vary is not None or bool(self.rel) \
-            or bool(self.counted) or bool(self.mark)
+            or bool(self.counted) or bool(self.mark) or bool(self.lost)
 
 
 _CHAIN = 6  # primitives named in an origin at most (the last ones)
@@ -131,6 +137,20 @@ class Point:
 
 
 UNKNOWN = Fact(None, rel=None)
+
+
+def lost_axes(fact: Fact) -> frozenset:
+    """The mesh axes along which ``fact`` is each device's own (``Fact.lost``)."""
+    return frozenset(a for axes, _ in fact.lost for a in axes)
+
+
+def joined_lost(*facts: Fact) -> tuple:
+    """The ``lost`` entries of a value computed from ``facts``."""
+    out: dict = {}
+    for f in facts:
+        for entry in f.lost:
+            out.setdefault(entry, None)
+    return tuple(out)
 
 
 def fmt(dims: Dims | None) -> str:

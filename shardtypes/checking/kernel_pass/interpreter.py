@@ -47,7 +47,7 @@ from . import collectives, loops, structural  # noqa: F401 - their rules registe
 from .algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_ones, rel_join, rel_mul, rel_neg
 from .algebra import zero as _zero, zeros as _zeros
 from .catalogue import CALLS, CASTS, COMPARISONS, ELEMENTWISE, LOOPS, NONLINEAR, STRUCTURAL, is_cast
-from .facts import UNKNOWN, Fact, owed_text, pay_text
+from .facts import UNKNOWN, Fact, joined_lost, owed_text, pay_text
 from .jaxpr import KernelPassWarning, is_var, Unreadable, call_jaxpr, is_literal, literal_number, shape, unreadable, invars, outvars, eqns, constvars
 from .jaxpr import name as prim_name
 from .points import PER_DEVICE as _PER_DEVICE, PointChecks
@@ -141,7 +141,12 @@ class Pass(PointChecks):
         owing = [f for i, f in enumerate(ins) if f.owed and f.kind in _LINEAR_ONLY and name not in _LINEAR_ONLY[f.kind]
                  and not (f.kind in _KEEPS and _monotone(eqn, ins, i))]  # (a monotone map of a max)
         if owing and name in NONLINEAR and not _over_ones(eqn):
-            self.nonlinear(name, owing[0])
+            if any(f.kind.startswith("fold") for f in owing):
+                self.nonlinear(name, owing[0])
+            # Each device's own from here on: right where the values stay per device (put side by
+            # side by the return, gathered), the finding where they are combined or checked.
+            finding = self.nonlinear_text(name, owing[0])
+            ins = [self.own_part(f, finding) if any(f is g for g in owing) else f for f in ins]
         found = lookup(name)
         if found is None:
             unreadable(name, "no rule for this primitive")
@@ -171,11 +176,22 @@ class Pass(PointChecks):
         return fact.same_origin(fact.dims, frozenset(), "", kind="sum", rel=rel_mul(fact.rel, entry))
 
     def nonlinear(self, name: str, fact: Fact) -> None:
-        self.fail(
-            f"{self.head}, a value that {owed_text(fact)} reaches JAX's {name!r}, which is not linear, so "
-            f"applying it to each device's part and combining afterwards is not applying it to the whole"
-            f"{'' if fact.owed_by in fact.origin else f' ({fact.origin})'}; {pay_text(fact)} "
-            f"(see \"Sums still owed\" in docs/shard-map.md; {_PER_DEVICE})")
+        self.fail(self.nonlinear_text(name, fact))
+
+    def nonlinear_text(self, name: str, fact: Fact) -> str:
+        return (f"{self.head}, a value that {owed_text(fact)} reaches JAX's {name!r}, which is not linear, so "
+                f"applying it to each device's part and combining afterwards is not applying it to the whole"
+                f"{'' if fact.owed_by in fact.origin else f' ({fact.origin})'}; {pay_text(fact)} "
+                f"(see \"Sums still owed\" in docs/shard-map.md; {_PER_DEVICE})")
+
+    @staticmethod
+    def own_part(fact: Fact, finding: str) -> Fact:
+        """``fact``'s part, taken by a nonlinear primitive: each device's own value from there on
+        (``Fact.lost``), varying over the axes it owed, the ``finding`` said where it is
+        combined or checked."""
+        vary = None if fact.vary is None else fact.vary | fact.owed
+        return fact.same_origin(fact.dims, frozenset(), "", kind="sum", vary=vary,
+                                lost=fact.lost + ((fact.owed, finding),))
 
     def elementwise(self, eqn: Any, ins: list[Fact]) -> Fact:
         ndim = len(shape(outvars(eqn)[0]))
@@ -214,7 +230,8 @@ class Pass(PointChecks):
         if base is None:
             return UNKNOWN
         return base.derived(tuple(dims) if first is not None else None, name, owed, by, kind=kind, vary=vary,
-                            rel=rel, counted=counted, mark=next((f.mark for f in ins if f.mark), ""))
+                            rel=rel, counted=counted, mark=next((f.mark for f in ins if f.mark), ""),
+                            lost=joined_lost(*ins))
 
     def averages(self, name: str, eqn: Any, counted: frozenset) -> bool:
         """Whether ``eqn`` divides by a multiple of the counted axes' size (``pmean``: a psum

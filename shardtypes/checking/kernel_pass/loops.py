@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .facts import Fact, UNKNOWN, owed_text
+from .facts import Fact, UNKNOWN, joined_lost, owed_text
 from .jaxpr import branches, inner_jaxpr, param, scan_groups, while_groups, outvars
 from .algebra import rel_join
 from .registry import rule
@@ -40,11 +40,13 @@ def _merge(a: Fact, b: Fact, layout_only: bool = False) -> Fact:
     base = a if a.owed or not b.owed else b
     kind = base.kind if base.owed else "sum"
     return base.same_origin(dims, a.owed | b.owed, base.owed_by, kind=kind, vary=vary,
-                            rel=rel_join(a.rel, b.rel), counted=a.counted | b.counted, mark=a.mark or b.mark)
+                            rel=rel_join(a.rel, b.rel), counted=a.counted | b.counted, mark=a.mark or b.mark,
+                            lost=joined_lost(a, b))
 
 
 def _same(a: Fact, b: Fact) -> bool:
-    return (a.dims, a.owed, a.kind, a.vary, a.rel, a.counted) == (b.dims, b.owed, b.kind, b.vary, b.rel, b.counted)
+    return (a.dims, a.owed, a.kind, a.vary, a.rel, a.counted, a.lost) == \
+        (b.dims, b.owed, b.kind, b.vary, b.rel, b.counted, b.lost)
 
 
 def _settle(p: Any, body: Any, fixed: list[Fact], carries: list[Fact], tail: list[Fact]) -> tuple[list[Fact], list[Fact]]:

@@ -114,6 +114,10 @@ class PointChecks:
 
     def compare(self, fact: Fact, point: Point) -> None:
         spec = "ops." in point.what
+        for apart, finding in fact.lost:
+            if not self.owned(fact, point, apart):
+                self.fail(f"{finding}; the per-device values then reach {point.what}, which does not keep them "
+                          f"apart along {axes_text(apart)}")
         if fact.owed and not (point.sums_ok and fact.kind == "sum") and not self.owned(fact, point, fact.owed):
             self.fail(f"{self.head}, {point.what}: it {owed_text(fact)}; {pay_text(fact)} "
                       f"({PER_DEVICE})")

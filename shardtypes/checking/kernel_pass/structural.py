@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .facts import Fact, UNKNOWN, axes_text, fmt, split_text
+from .facts import Fact, UNKNOWN, axes_text, fmt, joined_lost, split_text
 from .algebra import fact_of as _one, ndim as _ndim, rel_mul, union as _union
 from .catalogue import EFFECTS, IDENTITY, OPAQUE
 from .registry import rule
@@ -184,16 +184,21 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     owed, by, _ = p.linear_owed("dot_general", eqn, ins, owing) if owing else (frozenset(), "", "sum")
     contracted: set = set()
     where = []
+    lost: list = []
     for i, j in zip(lc, rc):
         a = lhs.dims[i] if lhs.dims is not None else None
         b = rhs.dims[j] if rhs.dims is not None else None
         if a is not None and b is not None and a != b:
-            p.fail(
+            # Each device multiplies blocks of different parts of the dim: its own product, right
+            # only kept per device (``Fact.lost``).
+            apart = frozenset(x for x in (*a, *b) if x in p.manual)
+            lost.append((apart, 
                 f"{p.head}, JAX's 'dot_general' (jnp.einsum, @, jnp.dot) contracts dim {i} of an operand "
                 f"laid out {fmt(lhs.dims)} ({lhs.origin}) with dim {j} of one laid out {fmt(rhs.dims)} "
                 f"({rhs.origin}): the dim is split over {split_text(a)} in the first but over {split_text(b)} in the second "
-                "(move mesh axes with the collectives first); each device would "
-                "multiply blocks of different parts of the dim")
+                "(move mesh axes with the collectives first); each device multiplies blocks of different parts "
+                "of the dim"))
+            continue
         axes = {x for x in (a or b or ()) if x in p.manual}
         if axes:
             where.append(f"dim {i}")
@@ -216,12 +221,16 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         free_r = tuple(a for i, a in enumerate(rd) if i not in rc and i not in rb)
         dims = batch + free_l + free_r
     vary = _union(lhs, rhs)
+    apart = frozenset(a for axes, _ in lost for a in axes)
+    if vary is not None:
+        vary = vary | apart
     rel = rel_mul(lhs.rel, rhs.rel)
     base = lhs if lhs.dims is not None or lhs.owed else rhs
-    if dims is None and not owed and vary is None:
+    if dims is None and not owed and vary is None and not lost:
         return [UNKNOWN]
     return [base.derived(dims, "dot_general", owed, by, kind=kind, vary=vary, rel=rel,
-                         counted=lhs.counted | rhs.counted, mark=lhs.mark or rhs.mark)]
+                         counted=lhs.counted | rhs.counted, mark=lhs.mark or rhs.mark,
+                         lost=joined_lost(lhs, rhs) + tuple(lost))]
 
 
 @rule("iota")
