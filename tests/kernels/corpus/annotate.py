@@ -5,7 +5,9 @@ Every array leaf of every argument and of the result gets a dim name of its own 
 argument and the result) is invented; a dim the layout splits gets ``/axis`` for each mesh axis
 it is split over, in order (``P(('i', 'j'))`` gives ``a0d0/i/j``). The dtype is ``anydtype``,
 or ``key`` for a typed PRNG key. Trees are mirrored as shardtypes documents them:
-a tuple as ``tuple[...]``, a list as a Python list of annotations, a dict as a dict of them.
+a tuple as ``tuple[...]``, a list or dict whose items are alike (the same specs and ranks) as
+``list[X]`` or ``dict[str, X]`` with anonymous dims (``_/i _``), any other as a Python list (dict)
+of annotations, which shardtypes refuses with the form to write instead.
 
 The layout of an argument is the global layout the entry lays it out with (``arg_layouts``,
 by default ``in_specs``); under ``axis_names`` it may name automatic axes too, and
@@ -86,7 +88,7 @@ def _leaf_annotation(prefix: str, shape: tuple, dtype: Any, spec: P | None) -> A
     dims = []
     for d in range(rank):
         axes = _entry_axes(entries[d]) if d < len(entries) else ()
-        dims.append("/".join((f"{prefix}d{d}", *axes)))
+        dims.append("/".join(("_" if prefix == "_" else f"{prefix}d{d}", *axes)))  # ("_": anonymous)
     cls = key if jnp.issubdtype(dtype, jax.dtypes.prng_key) else anydtype
     return cls[" ".join(dims).encode()]
 
@@ -97,19 +99,31 @@ def _tree_annotation(prefix: str, tree: Any, specs: list, shapes: Callable[[Any]
     if len(leaves) != len(specs):
         raise ValueError(f"{len(leaves)} leaves but {len(specs)} specs")
     single = not isinstance(tree, (tuple, list, dict))
-    it = iter(range(len(leaves)))
+    pos = [0]  # the next leaf's index
 
-    def go(t: Any) -> Any:
+    def go(t: Any, anonymous: bool = False) -> Any:
         if isinstance(t, tuple) and not hasattr(t, "_fields"):
-            return tuple[tuple(go(x) for x in t)] if t else tuple[()]
-        if isinstance(t, list):
-            return [go(x) for x in t]
-        if isinstance(t, dict):
-            return {k: go(t[k]) for k in sorted(t)}
-        j = next(it)
-        name = prefix if single else f"{prefix}l{j}"
+            return tuple[tuple(go(x, anonymous) for x in t)] if t else tuple[()]
+        if isinstance(t, (list, dict)):
+            return container(t, anonymous)
+        j = pos[0]
+        pos[0] += 1
+        name = "_" if anonymous else prefix if single else f"{prefix}l{j}"
         shape, dtype = shapes(t)
         return _leaf_annotation(name, shape, dtype, specs[j])
+
+    def container(t: Any, anonymous: bool) -> Any:
+        """``list[X]`` (``dict[str, X]``) where every item has the same annotation with anonymous
+        dims (shardtypes' form for a container of any length); else the literal, which
+        shardtypes refuses with the form to write instead."""
+        keys = sorted(t) if isinstance(t, dict) else range(len(t))
+        start = pos[0]
+        anon = [go(t[k], True) for k in keys]
+        if anon and all(a == anon[0] for a in anon):
+            return list[anon[0]] if isinstance(t, list) else dict[str, anon[0]]
+        pos[0] = start
+        out = [go(t[k], anonymous) for k in keys]
+        return out if isinstance(t, list) else dict(zip(keys, out))
 
     return go(tree)
 

@@ -43,8 +43,9 @@ _PARTIAL_NONLINEAR = ("refused", "a per-device sum over a split dim fed to sin/e
 _VARYING_REPLICATED = ("refused", "a value varying over a manual axis returned replicated where JAX does not check "
                        "(check_vma=False, or a cond predicate): 'it varies over mesh axis'")
 _CUMSUM = ("refused", "cumsum along a split dim returned: 'a prefix over a split dim'")
-_LIST_ANNOTATION = ("crash", "a list or dict in the kernel's arguments or result: the documented literal list/dict "
-                    "annotation fails in typeguard (TypeError: unhashable type)")
+_LIST_ANNOTATION = ("crash", "a list of unlike arrays returned (each with its own spec): shardtypes takes list[X] "
+                    "for alike items and refuses the literal list annotation, naming tuple[...] (the body must "
+                    "return a tuple)")
 _TRACED_BOOL = ("crash", "Python control flow on a value in an eager kernel: typed_shard_map always stages the body "
                 "(TracerBoolConversionError)")
 _STAGED_EAGER = ("accepted", "JAX refuses jax.device_put(x, device) only in an eager shard_map body; typed_shard_map "
@@ -84,19 +85,8 @@ KNOWN: dict[str, tuple[str, str]] = {
     "axis_index_explicit_mesh_eager_shmap/no_vma": _VARYING_REPLICATED,
     "axis_index_unmapped": _VARYING_REPLICATED,
     "cond_rep_rule/pred_of_y_out_x": _VARYING_REPLICATED,
-    "approx_top_k": _LIST_ANNOTATION,
-    "forwarding_correctness": _LIST_ANNOTATION,
-    "multiple_result_primitive_with_none_sharding": _LIST_ANNOTATION,
-    "nn/loss_dp": _LIST_ANNOTATION,
-    "nn/loss_dp/grad": _LIST_ANNOTATION,
-    "nn/loss_fsdp": _LIST_ANNOTATION,
-    "nn/loss_fsdp/grad": _LIST_ANNOTATION,
-    "nn/loss_fsdp_tp": _LIST_ANNOTATION,
-    "nn/loss_fsdp_tp/grad": _LIST_ANNOTATION,
     "scan_rep_rule/keep": _LIST_ANNOTATION,
-    "scan_rep_rule/rotate": _LIST_ANNOTATION,
     "while_rep_rule/keep": _LIST_ANNOTATION,
-    "while_rep_rule/rotate": _LIST_ANNOTATION,
     "axis_index_eager": _TRACED_BOOL,
     "eager_control_flow": _TRACED_BOOL,
     "device_put/to_device/eager": _STAGED_EAGER,
