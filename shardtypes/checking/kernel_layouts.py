@@ -252,12 +252,16 @@ def own_dims(trace: _Trace, names: tuple | None) -> tuple[bool, ...] | None:
     return tuple(not n & trace.names for n in names)
 
 
-def _returned_ok(entry: Known, expected: Layout, own: tuple) -> bool:
+def _over(layout: Layout, manual: frozenset) -> Layout:
+    return tuple(tuple(a for a in axes if a in manual) for axes in layout)
+
+
+def _returned_ok(entry: Known, layout: Layout, expected: Layout, own: tuple) -> bool:
     """A returned value the table knows, laid out or owing otherwise than ``expected`` only along
     the result's own dims (``own_dims``), with every mesh axis it is split over or owes named by
     the annotation (else it is the same value returned replicated over an axis it differs on)."""
     named = {a for axes in expected for a in axes}
-    for have, want, mine in zip(entry.layout, expected, own):
+    for have, want, mine in zip(layout, expected, own):
         if have != want and not mine:
             return False
         if not set(have) <= named:
@@ -282,15 +286,18 @@ def record_checked(value: Any, expected: Layout, context: Callable[[], str], nam
         trace.names.update(*names)
     entry = trace.entries.get(id(value))
     if entry is not None and entry.value is value:
-        if own is not None and len(own) == len(entry.layout) == len(expected) and \
-                _returned_ok(entry, tuple(expected), own):
+        # (Over the axes manual here: a kernel nested in another, over Auto axes of this one, is
+        # given values whose layout over those axes is the compiler's, checked at compile time.)
+        manual = frozenset(jax.sharding.get_abstract_mesh().manual_axes)
+        have, want = _over(entry.layout, manual), _over(tuple(expected), manual)
+        if own is not None and len(own) == len(have) == len(want) and _returned_ok(entry, have, want, own):
             return entry
         if entry.owed:
             raise Mismatch(f"it {owed_message(entry)}; reduce it with shardtypes.ops.psum or "
                            "shardtypes.ops.psum_scatter first")
-        if entry.layout != expected and len(entry.layout) == len(expected):
-            raise Mismatch(f"it is laid out {_fmt_layout(entry.layout)} (as {entry.origin}), but the "
-                           f"annotation says {_fmt_layout(expected)}: {differences(entry.layout, expected, 'the annotation')}")
+        if have != want and len(have) == len(want):
+            raise Mismatch(f"it is laid out {_fmt_layout(have)} (as {entry.origin}), but the "
+                           f"annotation says {_fmt_layout(want)}: {differences(have, want, 'the annotation')}")
         return entry
     if trace.flow and id(value) not in trace.inputs and trace.flow_state == trace_state():
         # The jaxpr pass compares it with the layout it infers, and takes the annotation's

@@ -48,7 +48,8 @@ from .algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_on
 from .algebra import zero as _zero, zeros as _zeros
 from .catalogue import CALLS, CASTS, COMPARISONS, ELEMENTWISE, LOOPS, NONLINEAR, STRUCTURAL, is_cast
 from .facts import UNKNOWN, Fact, joined_lost, owed_text, pay_text
-from .jaxpr import KernelPassWarning, is_var, Unreadable, call_jaxpr, is_literal, literal_number, shape, unreadable, invars, outvars, eqns, constvars
+from ...language.shape import entry_axes
+from .jaxpr import KernelPassWarning, is_var, Unreadable, call_jaxpr, nested_map, is_literal, literal_number, shape, unreadable, invars, outvars, eqns, constvars
 from .jaxpr import name as prim_name
 from .points import PER_DEVICE as _PER_DEVICE, PointChecks
 from .registry import lookup, rule
@@ -328,6 +329,53 @@ def _call(p: Pass, eqn: Any, ins: list[Fact]) -> list[Fact]:
     if inner is None:
         raise Unreadable("no inner jaxpr of the operands' and results' count")
     return p.run(inner, ins)
+
+
+@rule("shard_map")
+def _nested_map(p: Pass, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    """A shard_map inside the kernel, over more mesh axes (``new``): its body runs on each
+    operand's block along them (the dims its in_specs split, split further), with those axes
+    manual too; its results are the blocks put side by side along the dims its out_specs name."""
+    body, in_specs, out_specs, new = nested_map(eqn)
+    new = frozenset(a for a in new if p.sizes.get(a, 2) != 1)
+    inner = [_blocks(f, spec, new, split=True) for f, spec in zip(ins, in_specs)]
+    outer_manual = p.manual
+    p.manual = outer_manual | new
+    try:
+        outs = p.run(body, inner)
+    finally:
+        p.manual = outer_manual
+    return [_blocks(f, spec, new, split=False) for f, spec in zip(outs, out_specs)]
+
+
+def _blocks(fact: Fact, spec: Any, new: frozenset, split: bool) -> Fact:
+    """``fact`` seen inside a nested shard_map (``split``: each device's block along ``spec``'s
+    axes among ``new``) or outside it (the blocks side by side along them again)."""
+    if fact is UNKNOWN:
+        return fact
+    entries = tuple(spec) if spec is not None else ()
+    dims = fact.dims
+    if dims is not None:
+        out = []
+        for i, axes in enumerate(dims):
+            these = tuple(a for a in entry_axes(entries[i] if i < len(entries) else None) if a in new)
+            if axes is None:
+                out.append(None)
+            elif split:
+                out.append(tuple(axes) + these)
+            elif tuple(axes[len(axes) - len(these):]) == these:
+                out.append(tuple(axes[:len(axes) - len(these)]))
+            else:
+                out.append(None)  # (put side by side along another dim than it is split along)
+        dims = tuple(out)
+    named = frozenset(a for e in entries for a in entry_axes(e)) & new
+    if split:
+        vary = None if fact.vary is None else fact.vary | named
+        return fact.same_origin(dims, fact.owed, fact.owed_by, vary=vary)
+    vary = None if fact.vary is None else fact.vary - new
+    lost = tuple(e for e in fact.lost if not e[0] <= named)
+    return fact.same_origin(dims, fact.owed - named, fact.owed_by if fact.owed - named else "", vary=vary,
+                            lost=lost)
 
 
 @rule(*ELEMENTWISE, *CASTS, general=True)

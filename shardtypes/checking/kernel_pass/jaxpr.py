@@ -187,6 +187,27 @@ def call_jaxpr(eqn: Any) -> Any:
     return None
 
 
+# The mesh axes a nested shard_map makes manual, by release: 'manual_axes' (0.9),
+# 'newly_manual_axes' (0.10 to 0.12).
+_NEWLY_MANUAL = ("newly_manual_axes", "manual_axes")
+
+
+def nested_map(eqn: Any) -> tuple[Any, tuple, tuple, frozenset]:
+    """A ``shard_map`` equation inside a kernel: (its body's jaxpr, in_specs, out_specs, the mesh
+    axes it makes manual)."""
+    body = inner_jaxpr(param(eqn, "jaxpr"))
+    ins, outs = param(eqn, "in_specs"), param(eqn, "out_specs")
+    for key in _NEWLY_MANUAL:
+        axes = optional_param(eqn, key)
+        if axes is not None:
+            break
+    else:
+        raise Unreadable(f"none of {', '.join(_NEWLY_MANUAL)} among its params")
+    if len(ins) != len(invars(eqn)) or len(outs) != len(outvars(eqn)):
+        raise Unreadable("in_specs/out_specs of another count than its operands/results")
+    return body, tuple(ins), tuple(outs), frozenset(axes)
+
+
 def aval(v: Any) -> Any:
     """The abstract value of a jaxpr value (its shape, dtype and, with sharding in types, sharding)."""
     return getattr(v, "aval", None)

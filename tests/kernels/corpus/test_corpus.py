@@ -90,14 +90,6 @@ KNOWN: dict[str, tuple[str, str]] = {
     "axis_index_eager": _TRACED_BOOL,
     "eager_control_flow": _TRACED_BOOL,
     "device_put/to_device/eager": _STAGED_EAGER,
-    "grad_nested_partial_auto": _NESTED,
-    "grad_nested_partial_auto_with_residuals": _NESTED,
-    "nested_partial_auto": _NESTED,
-    "nested_partial_auto_1d/0": _NESTED,
-    "nested_partial_auto_1d/1": _NESTED,
-    "nested_partial_auto_1d/2": _NESTED,
-    "nested_partial_auto_1d/3": _NESTED,
-    "nested_shmap_innermost_no_axis_names": _NESTED,
 }
 
 KNOWN_BY_JAX: dict[str, dict[str, tuple[str, str] | None]] = {
