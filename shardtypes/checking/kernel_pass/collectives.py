@@ -11,7 +11,7 @@ from typing import Any
 
 from .registry import rule
 from .algebra import drop_rel, fact_of as _one
-from .facts import Fact, UNKNOWN, axes_text, fmt, split_text
+from .facts import FOLD, Fact, Owed, UNKNOWN, axes_text, fmt, split_text
 from .catalogue import ASYNC_DONES, standing_for
 from .jaxpr import axis_names, is_literal, name as prim_name, param, invars, outvars
 
@@ -35,7 +35,7 @@ def gathered_lost(f: Fact, axes: frozenset) -> tuple:
 def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     paid = frozenset(a for a in axis_names(eqn) if a in p.manual)
     name = prim_name(eqn)
-    pays = "sum" if "psum" in name else "max" if "pmax" in name else "min"
+    pays = Owed.SUM if "psum" in name else Owed.MAX if "pmax" in name else Owed.MIN
     out = []
     for v, f in zip(invars(eqn), ins):
         if "psum" in name and f.rel:
@@ -57,7 +57,7 @@ def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
             dims_text = ", ".join(str(i) for i, _ in split)
             by = (f"JAX's {name!r} over {axes_text(folded)}, which combines the blocks of dim {dims_text} "
                   f"split over {'them' if len(folded) > 1 else 'it'} ({f.origin})")
-            out.append(f.derived(f.dims, name, owed | folded, by, kind="fold" + pays, vary=vary, counted=counted))
+            out.append(f.derived(f.dims, name, owed | folded, by, kind=FOLD[pays], vary=vary, counted=counted))
             continue
         out.append(f.derived(f.dims, name, owed, vary=vary, counted=counted))
     return out
@@ -143,7 +143,7 @@ def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
     names = tuple(a for a in axis_names(eqn) if a in p.manual)
     combined(p, f, frozenset(names))
-    owed = f.owed - frozenset(names) if f.kind == "sum" else f.owed
+    owed = f.owed - frozenset(names) if f.kind == Owed.SUM else f.owed
     vary = None if f.vary is None else (f.vary - frozenset(names)) | frozenset(names)
     if f.dims is None or not param(eqn, "tiled"):
         return _one(p, eqn, ins, None, owed, vary=vary)

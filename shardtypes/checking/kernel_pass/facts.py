@@ -29,28 +29,51 @@ meta-pytorch's spmd_types:
 
 from __future__ import annotations
 
+import enum
 from typing import Iterable
 
 from ...model.describe import _fmt_layout
 from .catalogue import is_cast
 
-__all__ = ["Dims", "Fact", "Point", "UNKNOWN", "fmt", "axes_text",
+__all__ = ["Owed", "FOLD", "folded", "Dims", "Fact", "Point", "UNKNOWN", "fmt", "axes_text",
            "owed_text", "split_text", "KINDS", "lost_axes", "joined_lost"]
 
 Dims = tuple  # per dim: a tuple of mesh axes, or None (unknown)
 
-KINDS = {"sum": ("partial sum", "a sum", "shardtypes.ops.psum or shardtypes.ops.psum_scatter"),
-         "max": ("partial maximum", "a max", "jax.lax.pmax"),
-         "min": ("partial minimum", "a min", "jax.lax.pmin"),
-         "prefix": ("prefix over a split dim", "the total of the blocks before it",
+class Owed(enum.StrEnum):
+    """What a partial value still owes (``Fact.kind``): see the module's docstring."""
+
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+    PREFIX = "prefix"
+    FOLDSUM = "foldsum"  # blocks of a split dim added together by a psum
+    FOLDMAX = "foldmax"
+    FOLDMIN = "foldmin"
+
+
+# The blocks of a split dim combined by the collective that pays a kind.
+FOLD = {Owed.SUM: Owed.FOLDSUM, Owed.MAX: Owed.FOLDMAX, Owed.MIN: Owed.FOLDMIN}
+FOLDS = frozenset(FOLD.values())
+
+
+def folded(kind: str) -> bool:
+    """Whether ``kind`` is blocks of a split dim that a collective combined (``FOLD``)."""
+    return kind in FOLDS
+
+
+KINDS = {Owed.SUM: ("partial sum", "a sum", "shardtypes.ops.psum or shardtypes.ops.psum_scatter"),
+         Owed.MAX: ("partial maximum", "a max", "jax.lax.pmax"),
+         Owed.MIN: ("partial minimum", "a min", "jax.lax.pmin"),
+         Owed.PREFIX: ("prefix over a split dim", "the total of the blocks before it",
                     "an offset that differs per device: the all_gathered totals of the earlier blocks"),
          # A psum (pmax, pmin) over an axis a dim is split over adds that dim's blocks together:
          # right only once that dim is summed (maxed) over too.
-         "foldsum": ("sum of different blocks of a dim", "a sum over that dim",
+         Owed.FOLDSUM: ("sum of different blocks of a dim", "a sum over that dim",
                      "jnp.sum over that dim (or gather the dim before the psum)"),
-         "foldmax": ("maximum of different blocks of a dim", "a max over that dim",
+         Owed.FOLDMAX: ("maximum of different blocks of a dim", "a max over that dim",
                      "jnp.max over that dim (or gather the dim before the pmax)"),
-         "foldmin": ("minimum of different blocks of a dim", "a min over that dim",
+         Owed.FOLDMIN: ("minimum of different blocks of a dim", "a min over that dim",
                      "jnp.min over that dim (or gather the dim before the pmin)")}
 
 
@@ -62,12 +85,12 @@ class Fact:
     __slots__ = ("dims", "owed", "kind", "vary", "rel", "counted", "mark", "base", "chain", "owed_by", "lost")
 
     def __init__(self, dims: Dims | None, owed: frozenset = frozenset(), origin: str = "",
-                 owed_by: str = "", chain: tuple = (), *, kind: str = "sum", vary: frozenset | None = None,
+                 owed_by: str = "", chain: tuple = (), *, kind: Owed = Owed.SUM, vary: frozenset | None = None,
                  rel: tuple | None = (), counted: frozenset = frozenset(), mark: str = "", lost: tuple = ()):
         self.dims = dims
         self.lost = lost
         self.owed = owed
-        self.kind = kind if owed else "sum"
+        self.kind = Owed(kind) if owed else Owed.SUM
         self.vary = vary
         self.rel = rel
         self.counted = counted
@@ -94,7 +117,7 @@ class Fact:
         for key, value in changes.items():
             setattr(fact, key, value)
         if not fact.owed:
-            fact.kind = "sum"
+            fact.kind = Owed.SUM
         return fact
 
     def same_origin(self, dims: Dims | None, owed: frozenset, owed_by: str, **changes) -> Fact:
@@ -176,6 +199,6 @@ def owed_text(fact: Fact) -> str:
 
 def pay_text(fact: Fact) -> str:
     """How to pay what ``fact`` owes."""
-    if fact.kind == "prefix":
+    if fact.kind == Owed.PREFIX:
         return f"add {KINDS['prefix'][2]} first"
     return f"{'reduce it with ' if fact.kind in ('sum', 'max', 'min') else 'follow with '}{KINDS[fact.kind][2]} first"

@@ -47,7 +47,7 @@ from . import collectives, loops, structural  # noqa: F401 - their rules registe
 from .algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_ones, rel_join, rel_mul, rel_neg
 from .algebra import zero as _zero, zeros as _zeros
 from .catalogue import CALLS, CASTS, COMPARISONS, ELEMENTWISE, LOOPS, NONLINEAR, STRUCTURAL, is_cast
-from .facts import UNKNOWN, Fact, joined_lost, owed_text, pay_text
+from .facts import UNKNOWN, Fact, Owed, folded, joined_lost, owed_text, pay_text
 from ...language.shape import entry_axes
 from .jaxpr import KernelPassWarning, is_var, Unreadable, call_jaxpr, nested_map, is_literal, literal_number, shape, unreadable, invars, outvars, eqns, constvars
 from .jaxpr import name as prim_name
@@ -57,13 +57,13 @@ from .registry import lookup, rule
 __all__ = ["Pass"]
 
 # What a partial maximum (minimum) may reach and stay one: the rest use it as a per-device value.
-_KEEPS = {"max": frozenset({"max", "reduce_max", "pmax", "cummax"}),
-          "min": frozenset({"min", "reduce_min", "pmin", "cummin"}),
-          "foldmax": frozenset({"max", "reduce_max"}), "foldmin": frozenset({"min", "reduce_min"})}
-_FLIP = {"max": "min", "min": "max", "foldmax": "foldmin", "foldmin": "foldmax"}
+_KEEPS = {Owed.MAX: frozenset({"max", "reduce_max", "pmax", "cummax"}),
+          Owed.MIN: frozenset({"min", "reduce_min", "pmin", "cummin"}),
+          Owed.FOLDMAX: frozenset({"max", "reduce_max"}), Owed.FOLDMIN: frozenset({"min", "reduce_min"})}
+_FLIP = {Owed.MAX: Owed.MIN, Owed.MIN: Owed.MAX, Owed.FOLDMAX: Owed.FOLDMIN, Owed.FOLDMIN: Owed.FOLDMAX}
 # What is owed that only linear primitives may carry (but those named: a max of blocks maxed).
-_LINEAR_ONLY = {"sum": frozenset(), "prefix": frozenset(), "foldsum": frozenset(),
-                "foldmax": _KEEPS["foldmax"], "foldmin": _KEEPS["foldmin"]}
+_LINEAR_ONLY = {Owed.SUM: frozenset(), Owed.PREFIX: frozenset(), Owed.FOLDSUM: frozenset(),
+                Owed.FOLDMAX: _KEEPS[Owed.FOLDMAX], Owed.FOLDMIN: _KEEPS[Owed.FOLDMIN]}
 
 
 class Pass(PointChecks):
@@ -142,7 +142,7 @@ class Pass(PointChecks):
         owing = [f for i, f in enumerate(ins) if f.owed and f.kind in _LINEAR_ONLY and name not in _LINEAR_ONLY[f.kind]
                  and not (f.kind in _KEEPS and _monotone(eqn, ins, i))]  # (a monotone map of a max)
         if owing and name in NONLINEAR and not _over_ones(eqn):
-            if any(f.kind.startswith("fold") for f in owing):
+            if any(folded(f.kind) for f in owing):
                 self.nonlinear(name, owing[0])
             # Each device's own from here on: right where the values stay per device (put side by
             # side by the return, gathered), the finding where they are combined or checked.
@@ -168,13 +168,13 @@ class Pass(PointChecks):
             return fact
         if direction < 0:
             return fact.same_origin(fact.dims, fact.owed, fact.owed_by, kind=_FLIP[fact.kind])
-        if fact.kind.startswith("fold"):
+        if folded(fact.kind):
             return fact  # (a nonlinear primitive is an error; a linear one carries it)
         if name in COMPARISONS:  # (is this device's max the global one?): a per-device predicate
             vary = None if fact.vary is None else fact.vary | fact.owed
-            return fact.same_origin(fact.dims, frozenset(), "", kind="sum", vary=vary)
+            return fact.same_origin(fact.dims, frozenset(), "", kind=Owed.SUM, vary=vary)
         entry = ((fact.owed_by, tuple(sorted(fact.owed)), 1),)
-        return fact.same_origin(fact.dims, frozenset(), "", kind="sum", rel=rel_mul(fact.rel, entry))
+        return fact.same_origin(fact.dims, frozenset(), "", kind=Owed.SUM, rel=rel_mul(fact.rel, entry))
 
     def nonlinear(self, name: str, fact: Fact) -> None:
         self.fail(self.nonlinear_text(name, fact))
@@ -191,7 +191,7 @@ class Pass(PointChecks):
         (``Fact.lost``), varying over the axes it owed, the ``finding`` said where it is
         combined or checked."""
         vary = None if fact.vary is None else fact.vary | fact.owed
-        return fact.same_origin(fact.dims, frozenset(), "", kind="sum", vary=vary,
+        return fact.same_origin(fact.dims, frozenset(), "", kind=Owed.SUM, vary=vary,
                                 lost=fact.lost + ((fact.owed, finding),))
 
     def elementwise(self, eqn: Any, ins: list[Fact]) -> Fact:
@@ -217,7 +217,7 @@ class Pass(PointChecks):
             first = first if ndim else None  # a 0-d value with an unknown operand is unknown
         owing = [f for f in ins if f.owed]
         owed: frozenset = frozenset()
-        by, kind = "", "sum"
+        by, kind = "", Owed.SUM
         if owing:
             owed, by, kind = self.linear_owed(name, eqn, ins, owing)
         vary: frozenset | None = frozenset()
@@ -272,7 +272,7 @@ class Pass(PointChecks):
         kind = owing[0].kind
         if len(kinds) > 1:
             self.nonlinear(name, owing[1])
-        if kind.startswith("fold"):  # blocks combined, with a value that differs from block to block
+        if folded(kind):  # blocks combined, with a value that differs from block to block
             owed = frozenset().union(*(f.owed for f in owing))
             mixed = [f for f in ins if not f.owed and not _zeros(f) and (f.vary is None or f.vary & owed)]
             if mixed and name not in ("mul", "div", "convert_element_type", "neg"):
@@ -291,9 +291,9 @@ class Pass(PointChecks):
         if name == "select_n" and ins[0].owed:
             self.nonlinear("select_n (choosing by a partial sum)", ins[0])
         owed = frozenset().union(*(f.owed for f in owing))
-        if kind == "prefix" and name in ("add", "sub"):
+        if kind == Owed.PREFIX and name in ("add", "sub"):
             if self.offset(ins, owed):
-                return frozenset(), "", "sum"
+                return frozenset(), "", Owed.SUM
             return owed, owing[0].owed_by, kind
         # (Not add_any, which only JAX's AD emits, to add up cotangents: each is one device's
         # contribution to a sum that the transpose of a pvary pays after, owed or not here.)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .facts import Fact, UNKNOWN, joined_lost, owed_text
+from .facts import Fact, Owed, UNKNOWN, joined_lost, owed_text
 from .jaxpr import branches, inner_jaxpr, param, scan_groups, while_groups, outvars
 from .algebra import rel_join
 from .registry import rule
@@ -38,7 +38,7 @@ def _merge(a: Fact, b: Fact, layout_only: bool = False) -> Fact:
     if layout_only:
         return a.same_origin(dims, a.owed, a.owed_by, vary=vary)
     base = a if a.owed or not b.owed else b
-    kind = base.kind if base.owed else "sum"
+    kind = base.kind if base.owed else Owed.SUM
     return base.same_origin(dims, a.owed | b.owed, base.owed_by, kind=kind, vary=vary,
                             rel=rel_join(a.rel, b.rel), counted=a.counted | b.counted, mark=a.mark or b.mark,
                             lost=joined_lost(a, b))

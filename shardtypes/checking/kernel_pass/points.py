@@ -12,7 +12,7 @@ from typing import Sequence
 
 from typeguard import TypeCheckError
 
-from .facts import Fact, Point, axes_text, fmt, owed_text, pay_text
+from .facts import Fact, Owed, Point, axes_text, fmt, folded, owed_text, pay_text
 from ..kernel_specs import differences
 
 __all__ = ["PointChecks", "PER_DEVICE"]
@@ -59,7 +59,7 @@ class PointChecks:
         owed = fact.owed - axes
         rel = None if fact.rel is None else tuple(e for e in fact.rel if not set(e[1]) & axes)
         vary = (fact.vary or frozenset()) | (axes & self.manual)
-        return fact.same_origin(fact.dims, owed, fact.owed_by if owed else "", kind=fact.kind if owed else "sum",
+        return fact.same_origin(fact.dims, owed, fact.owed_by if owed else "", kind=fact.kind if owed else Owed.SUM,
                                 vary=vary, rel=rel, mark=call)
 
     def adopt(self, fact: Fact, point: Point) -> Fact:
@@ -86,7 +86,7 @@ class PointChecks:
         own = point.own
         if own is None or len(own) != len(point.expected) or not axes:
             return False
-        if fact.kind.startswith("fold") and axes == fact.owed:
+        if folded(fact.kind) and axes == fact.owed:
             return fact.dims is not None and len(fact.dims) == len(own) and all(
                 mine for dim, mine in zip(fact.dims, own) if set(dim or ()) & axes)
         return all(any(a in want for want, mine in zip(point.expected, own) if mine) for a in axes)
@@ -99,11 +99,11 @@ class PointChecks:
         if own is None or len(own) != len(want):
             return False
         named = {a for axes in want for a in axes}
-        folded = fact.owed if fact.kind.startswith("fold") else frozenset()
+        combined = fact.owed if folded(fact.kind) else frozenset()
         for h, w, mine in zip(have, want, own):
             if h != w and not mine:
                 return False
-            if set(h) - named - folded:
+            if set(h) - named - combined:
                 return False
         return True
 
@@ -118,7 +118,7 @@ class PointChecks:
             if not self.owned(fact, point, apart):
                 self.fail(f"{finding}; the per-device values then reach {point.what}, which does not keep them "
                           f"apart along {axes_text(apart)}")
-        if fact.owed and not (point.sums_ok and fact.kind == "sum") and not self.owned(fact, point, fact.owed):
+        if fact.owed and not (point.sums_ok and fact.kind == Owed.SUM) and not self.owned(fact, point, fact.owed):
             self.fail(f"{self.head}, {point.what}: it {owed_text(fact)}; {pay_text(fact)} "
                       f"({PER_DEVICE})")
         if fact.rel and not spec and not self.owned(fact, point, frozenset(a for e in fact.rel for a in e[1])):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .facts import Fact, UNKNOWN, axes_text, fmt, joined_lost, split_text
+from .facts import FOLD, Fact, Owed, UNKNOWN, axes_text, fmt, joined_lost, split_text
 from .algebra import fact_of as _one, ndim as _ndim, rel_mul, union as _union
 from .catalogue import EFFECTS, IDENTITY, OPAQUE
 from .registry import rule
@@ -18,10 +18,10 @@ __all__: list[str] = []  # (its rules register themselves: registry.RULES)
 def _rank_dropped(fact: Fact, out: list[Fact]) -> list[Fact]:
     """A prefix whose rank drops (its last row taken, summed over) is a partial sum: each block's
     total."""
-    if fact.owed and fact.kind == "prefix":
+    if fact.owed and fact.kind == Owed.PREFIX:
         for f in out:
             if f.owed:
-                f.kind = "sum"
+                f.kind = Owed.SUM
     return out
 
 
@@ -101,7 +101,7 @@ def _same_size(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     out = _one(p, eqn, ins, tuple(a if o == s else None for a, o, s in zip(d, out_shape, in_shape)), owed,
                vary=vary)
     cut = {a for a, o, s in zip(d, out_shape, in_shape) if o != s for a in (a or ())}
-    if ins[0].kind == "prefix" and cut & ins[0].owed:  # rows of a prefix (its last: the block's total)
+    if ins[0].kind == Owed.PREFIX and cut & ins[0].owed:  # rows of a prefix (its last: the block's total)
         return _rank_dropped(ins[0], out)
     return out
 
@@ -123,7 +123,7 @@ def _split_axes(p: Any, eqn: Any, fact: Fact, dims: Any, blocks_of_one: bool = T
                      for a in (have[i] or ()) if a in p.manual)
 
 
-_REDUCE_KIND = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min"}
+_REDUCE_KIND = {"reduce_sum": Owed.SUM, "reduce_max": Owed.MAX, "reduce_min": Owed.MIN}
 
 
 @rule("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "reduce_and", "reduce_or")
@@ -142,17 +142,17 @@ def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     # broadcast), as with heads/tp and as many heads as tp devices. (A sum over a dim split into
     # one-element blocks is not followed: docs/shard-map.md.)
     summed = _split_axes(p, eqn, f, axes, blocks_of_one=False)
-    if f.owed and f.kind == "fold" + kind:  # the blocks a psum added together, now reduced over
+    if f.owed and f.kind == FOLD[kind]:  # the blocks a psum added together, now reduced over
         owed = f.owed - _split_axes(p, eqn, f, axes)
-        return [f.derived(kept, prim_name(eqn), owed, kind=f.kind if owed else "sum")]
-    if f.owed and f.kind == "prefix":
+        return [f.derived(kept, prim_name(eqn), owed, kind=f.kind if owed else Owed.SUM)]
+    if f.owed and f.kind == Owed.PREFIX:
         return _one(p, eqn, ins, kept)  # (a sum of prefixes is not a prefix, nor a block's total)
     if f.owed and f.kind != kind:  # (a sum of maxima, say: neither is paid by what pays the other)
         p.nonlinear(prim_name(eqn), f)
     if not summed:
         return _rank_dropped(f, _one(p, eqn, ins, kept))
     dims = ", ".join(str(i) for i in sorted(axes) if d[i])
-    call = {"sum": "a sum (jnp.sum)", "max": "a max (jnp.max)", "min": "a min (jnp.min)"}[kind]
+    call = {Owed.SUM: "a sum (jnp.sum)", Owed.MAX: "a max (jnp.max)", Owed.MIN: "a min (jnp.min)"}[kind]
     vary = None if ins[0].vary is None else ins[0].vary | summed
     if ins[0].owed and ins[0].kind == kind:
         return _one(p, eqn, ins, kept, ins[0].owed | summed, ins[0].owed_by, vary=vary)
@@ -168,12 +168,12 @@ def _cumulative(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         return _one(p, eqn, ins, None)
     axis = param(eqn, "axis")
     split = _split_axes(p, eqn, ins[0], (axis,))
-    if split and ins[0].owed and ins[0].kind == "prefix":  # (one carry added later pays one prefix)
+    if split and ins[0].owed and ins[0].kind == Owed.PREFIX:  # (one carry added later pays one prefix)
         p.nonlinear(f"{prim_name(eqn)} (a prefix of a prefix)", ins[0])
     if not split or ins[0].owed:
         return _one(p, eqn, ins, d)
     by = f"JAX's {prim_name(eqn)!r} along dim {axis} of a value split over {axes_text(split)} ({ins[0].origin})"
-    return _one(p, eqn, ins, d, split, by, kind="prefix")
+    return _one(p, eqn, ins, d, split, by, kind=Owed.PREFIX)
 
 
 @rule("dot_general")
@@ -181,7 +181,7 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     (lc, rc), (lb, rb) = param(eqn, "dimension_numbers")
     lhs, rhs = ins[0], ins[1]
     owing = [f for f in (lhs, rhs) if f.owed]
-    owed, by, _ = p.linear_owed("dot_general", eqn, ins, owing) if owing else (frozenset(), "", "sum")
+    owed, by, _ = p.linear_owed("dot_general", eqn, ins, owing) if owing else (frozenset(), "", Owed.SUM)
     contracted: set = set()
     where = []
     lost: list = []
@@ -206,9 +206,9 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     if contracted and not by:
         by = (f"a dot_general (jnp.einsum, @, jnp.dot) contracting {', '.join(where)} split over "
               f"{axes_text(contracted)} ({lhs.origin})")
-    kind = "sum"
+    kind = Owed.SUM
     for f in owing:  # (a prefix, or blocks a psum added together, contracted: still wrong)
-        if f.kind != "sum":
+        if f.kind != Owed.SUM:
             kind = f.kind
     owed = owed | frozenset(contracted)
     dims = None

@@ -50,7 +50,6 @@ _TRACED_BOOL = ("crash", "Python control flow on a value in an eager kernel: typ
                 "(TracerBoolConversionError)")
 _STAGED_EAGER = ("accepted", "JAX refuses jax.device_put(x, device) only in an eager shard_map body; typed_shard_map "
                  "stages the body, as under jax.jit")
-_NESTED = ("stepped aside", "a jax.shard_map nested in the kernel: no rule for 'shard_map' (KernelPassWarning)")
 _CALL_HI = ("stepped aside", "JAX 0.12's 'call_hi_primitive' (jnp.histogram, jnp.insert, jax.random.choice): no "
             "rule (KernelPassWarning)")
 
