@@ -283,6 +283,28 @@ def per_device_returned_replicated(x: f32[b"batch/d feat"]) -> f32[b"feat"]:
     return per_device(x.sum(0), "d")
 
 
+# l. vocab-parallel cross entropy, batch split too, averaged over this device's batch only.
+def vocab_xent_local_batch_mean(logits: f32[b"batch/d vocab/t"], labels: i32[b"batch/d"]) -> f32[b""]:
+    return jnp.mean(_xent_rows(logits, labels))  # forgot: jax.lax.pmean(..., 'd')
+
+
+def _xent_rows(logits, labels):
+    m = jax.lax.pmax(logits.max(-1), "t")
+    z = logits - m[:, None]
+    sum_exp = jax.lax.psum(jnp.exp(z).sum(-1), "t")
+    v_local = logits.shape[-1]
+    local = labels - jax.lax.axis_index("t") * v_local
+    mine = (local >= 0) & (local < v_local)
+    picked = jnp.take_along_axis(z, jnp.clip(local, 0, v_local - 1)[:, None], axis=-1)[:, 0]
+    return jnp.log(sum_exp) - jax.lax.psum(jnp.where(mine, picked, 0.0), "t")
+
+
+# m. a block picked with the index of the wrong mesh axis, on a 2x2x2 mesh (all the same size).
+def block_by_wrong_axis_index_cube(table: f32[b"n feat"]) -> f32[b"n/d feat"]:
+    k = table.shape[0] // jax.lax.axis_size("d")
+    return jax.lax.dynamic_slice_in_dim(table, jax.lax.axis_index("p") * k, k)
+
+
 # j. the Switch Transformer's load-balancing loss, per group of tokens (a group is one device's
 # tokens): the mean router probability times the fraction of tokens routed, per expert.
 def _moe_statistics(x, w):
@@ -375,6 +397,10 @@ def square_mesh(kind):
     return make_mesh(kind, (2, 2), ("d", "t"))
 
 
+def cube_mesh(kind):
+    return make_mesh(kind, (2, 2, 2), ("d", "t", "p"))
+
+
 @dataclass(frozen=True)
 class Case:
     f: Callable
@@ -438,6 +464,13 @@ MISTAKES = {
     "i_block_by_wrong_axis_index": (
         Case(block_by_wrong_axis_index, lambda m: (put(m, SMALL_TABLE),), lambda: f64(SMALL_TABLE), square_mesh),
         "(?i)axis_index|varies over (manual )?mesh axis"),
+    "l_vocab_xent_local_batch_mean": (
+        Case(vocab_xent_local_batch_mean, lambda m: (put(m, LOGITS, "d", "t"), put(m, LABELS, "d")),
+             lambda: xent_reference().mean()),
+        "varies over (manual )?mesh axis 'd'|partial sum still owing a sum over mesh axis 'd'"),
+    "m_block_by_wrong_axis_index_cube": (
+        Case(block_by_wrong_axis_index_cube, lambda m: (put(m, SMALL_TABLE),), lambda: f64(SMALL_TABLE), cube_mesh),
+        "varies over (manual )?mesh axis 'p'"),
     "k_per_device_returned_replicated": (
         Case(per_device_returned_replicated, lambda m: (put(m, BX, "d"),), lambda: f64(BX).sum(0)),
         "per_device"),

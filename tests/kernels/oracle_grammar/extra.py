@@ -168,10 +168,10 @@ def add_closure(draw: Any, d: Draft) -> None:
 
 def add_container(draw: Any, d: Draft) -> None:
     """``v + ls[0] * ls[1]`` with ``ls: list[X]``, or ``v + ds['u'] * ds['w']`` with ``ds:
-    dict[str, X]``, X laid out as ``v`` (its dims named or anonymous, ``_``); wrong: X's layout with
+    dict[str, X]``, X laid out as ``v`` (its dims named, or a weight's dim ``n<i>`` anonymous, ``_``); wrong: X's layout with
     one axis replaced by another of the same size (the same block shapes)."""
     v = d.value
-    names = tuple("_" if draw(st.booleans()) else n for n in v.names)
+    names = tuple("_" if n.startswith("n") and draw(st.booleans()) else n for n in v.names)
     layout = v.layout
     swaps = [(k, i, b) for k, axes in enumerate(layout) for i, a in enumerate(axes)
              for b in d.unused_axes(layout) if d.mesh[b] == d.mesh[a]]
