@@ -1,5 +1,5 @@
 """The architecture in the folders (docs/architecture.md): one subpackage per layer, each
-importing only the layers below it; no import cycles; no module over 400 lines; annotation
+importing only the layers below it; no import cycles; no module over 800 lines (modules split by job, not by count); annotation
 structure (``typing.get_origin``/``get_args``/``__origin__``) taken apart only in the model
 layer; no private JAX API. Read from the source with ``ast``, so that a violation is reported
 with the file, line and import that make it.
@@ -22,7 +22,7 @@ LAYERS = ("language", "context", "model", "checking", "layout", "integrations", 
 # Modules outside the layers: leaves every layer may import, and the public surface on top.
 LEAVES = ("_version",)
 SURFACE = ("__init__", "__main__", "ops", "nnx", "linen", "_legacy", "_indirection")
-MAX_LINES = 400
+MAX_LINES = 800
 STRUCTURE_NAMES = ("get_origin", "get_args", "__origin__")
 
 

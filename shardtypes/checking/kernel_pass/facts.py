@@ -200,5 +200,6 @@ def owed_text(fact: Fact) -> str:
 def pay_text(fact: Fact) -> str:
     """How to pay what ``fact`` owes."""
     if fact.kind == Owed.PREFIX:
-        return f"add {KINDS['prefix'][2]} first"
-    return f"{'reduce it with ' if fact.kind in ('sum', 'max', 'min') else 'follow with '}{KINDS[fact.kind][2]} first"
+        return f"add {KINDS[Owed.PREFIX][2]} first"
+    paid = fact.kind in (Owed.SUM, Owed.MAX, Owed.MIN)
+    return f"{'reduce it with ' if paid else 'follow with '}{KINDS[fact.kind][2]} first"

@@ -47,14 +47,18 @@ from . import collectives, loops, structural  # noqa: F401 - their rules registe
 from .algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_ones, rel_join, rel_mul, rel_neg
 from .algebra import zero as _zero, zeros as _zeros
 from .catalogue import CALLS, CASTS, COMPARISONS, ELEMENTWISE, LOOPS, NONLINEAR, STRUCTURAL, is_cast
-from .facts import UNKNOWN, Fact, Owed, folded, joined_lost, owed_text, pay_text
+from .facts import UNKNOWN, Fact, Owed, Point, axes_text, fmt, folded, joined_lost, owed_text, pay_text
 from ...language.shape import entry_axes
 from .jaxpr import KernelPassWarning, is_var, Unreadable, call_jaxpr, nested_map, is_literal, literal_number, shape, unreadable, invars, outvars, eqns, constvars
 from .jaxpr import name as prim_name
-from .points import PER_DEVICE as _PER_DEVICE, PointChecks
+from ..kernel_specs import differences
 from .registry import lookup, rule
 
-__all__ = ["Pass"]
+__all__ = ["Pass", "PER_DEVICE"]
+
+PER_DEVICE = ("if each device's part is meant to stay its own (a per-device statistic), say so with "
+              "shardtypes.ops.per_device(value, axes)")
+_PER_DEVICE = PER_DEVICE
 
 # What a partial maximum (minimum) may reach and stay one: the rest use it as a per-device value.
 _KEEPS = {Owed.MAX: frozenset({"max", "reduce_max", "pmax", "cummax"}),
@@ -66,7 +70,7 @@ _LINEAR_ONLY = {Owed.SUM: frozenset(), Owed.PREFIX: frozenset(), Owed.FOLDSUM: f
                 Owed.FOLDMAX: _KEEPS[Owed.FOLDMAX], Owed.FOLDMIN: _KEEPS[Owed.FOLDMIN]}
 
 
-class Pass(PointChecks):
+class Pass:
     def __init__(self, kernel: str, manual: frozenset, points: dict, sizes: dict | None = None):
         self.sizes = sizes or {}  # mesh axis -> its size
         self.kernel = kernel
@@ -99,6 +103,134 @@ class Pass(PointChecks):
         if points:
             fact = self.meet(fact, points)
         env[v] = fact
+
+    # -- where the side table meets the pass: a value the library declared (an op's result, laid
+    # out as its spec string says), checked (an annotation, an op's operand: compared with what
+    # the pass inferred, in program order) or marked (ops.per_device) ---------------------------
+
+    def meet(self, fact: Fact, points: Sequence[Point]) -> Fact:
+        """Takes what the side table declared of a value (an op's result is laid out as its spec
+        string says), then, in program order, compares the inferred fact with its checks and
+        applies its ``ops.per_device`` marks."""
+        for point in points:
+            if point.declared is not None:
+                fact = self.declare(fact, point.declared)
+        for point in points:
+            if point.mark is not None:
+                fact = self.marked(fact, *point.mark)
+            elif point.what:
+                self.compare(fact, point)
+                fact = self.adopt(fact, point)
+        return fact
+
+    def declare(self, fact: Fact, declared: Fact) -> Fact:
+        dims = declared.dims
+        if dims is not None:
+            dims = tuple(tuple(a for a in axes if a in self.manual) for axes in dims)
+        vary = fact.vary
+        if vary is None and dims is not None:
+            vary = frozenset(a for axes in dims for a in axes) | (declared.owed & self.manual)
+        return declared.same_origin(dims, declared.owed & self.manual, declared.owed_by, vary=vary,
+                                    rel=fact.rel, counted=fact.counted, mark=fact.mark)
+
+    def marked(self, fact: Fact, axes: frozenset, call: str) -> Fact:
+        """``shardtypes.ops.per_device(value, axes)``: what is owed over ``axes`` is the value's
+        own by intent; it varies over them."""
+        owed = fact.owed - axes
+        rel = None if fact.rel is None else tuple(e for e in fact.rel if not set(e[1]) & axes)
+        vary = (fact.vary or frozenset()) | (axes & self.manual)
+        return fact.same_origin(fact.dims, owed, fact.owed_by if owed else "", kind=fact.kind if owed else Owed.SUM,
+                                vary=vary, rel=rel, mark=call)
+
+    def adopt(self, fact: Fact, point: Point) -> Fact:
+        """A value checked against an annotation or a spec is laid out so from there on (the dims
+        the pass did not know)."""
+        want = tuple(tuple(a for a in axes if a in self.manual) for axes in point.expected)
+        vary = fact.vary
+        if vary is None:
+            vary = frozenset(a for axes in want for a in axes) | fact.owed
+        if fact.dims is None:
+            return fact.same_origin(want, fact.owed, fact.owed_by, vary=vary) if fact.known else \
+                Fact(want, origin=point.what, vary=vary)
+        if len(fact.dims) != len(want) or None not in fact.dims:
+            return fact.same_origin(fact.dims, fact.owed, fact.owed_by, vary=vary)
+        return fact.same_origin(tuple(w if h is None else h for h, w in zip(fact.dims, want)), fact.owed,
+                                fact.owed_by, vary=vary)
+
+    def owned(self, fact: Fact, point: Point, axes: frozenset) -> bool:
+        """Whether the kernel's return annotation takes what ``fact`` owes (or is relative to)
+        over ``axes`` as each device's own: out_specs put the devices' values side by side along
+        a dim of the result's own (``Point.own``) split over each of them (per-device sums,
+        prefixes, maxima). Blocks a psum added together (``fold``) are the result's own where
+        the dims they were split along are."""
+        own = point.own
+        if own is None or len(own) != len(point.expected) or not axes:
+            return False
+        if folded(fact.kind) and axes == fact.owed:
+            return fact.dims is not None and len(fact.dims) == len(own) and all(
+                mine for dim, mine in zip(fact.dims, own) if set(dim or ()) & axes)
+        return all(any(a in want for want, mine in zip(point.expected, own) if mine) for a in axes)
+
+    def laid_out_ok(self, fact: Fact, point: Point, have: tuple, want: tuple) -> bool:
+        """A returned value laid out otherwise than its annotation only along the result's own
+        dims, split over no mesh axis the annotation does not name (blocks a psum added
+        together aside): the devices' blocks put side by side are what the annotation declares."""
+        own = point.own
+        if own is None or len(own) != len(want):
+            return False
+        named = {a for axes in want for a in axes}
+        combined = fact.owed if folded(fact.kind) else frozenset()
+        for h, w, mine in zip(have, want, own):
+            if h != w and not mine:
+                return False
+            if set(h) - named - combined:
+                return False
+        return True
+
+    def relative_text(self, fact: Fact, where: str) -> str:
+        made = "; ".join(dict.fromkeys(t for t, _, _ in fact.rel or ()))
+        return (f"{self.head}, {where}, but it is computed from a partial maximum or minimum (each device's "
+                f"own, not the global one: {made}) ({fact.origin})")
+
+    def compare(self, fact: Fact, point: Point) -> None:
+        spec = "ops." in point.what
+        for apart, finding in fact.lost:
+            if not self.owned(fact, point, apart):
+                self.fail(f"{finding}; the per-device values then reach {point.what}, which does not keep them "
+                          f"apart along {axes_text(apart)}")
+        if fact.owed and not (point.sums_ok and fact.kind == Owed.SUM) and not self.owned(fact, point, fact.owed):
+            self.fail(f"{self.head}, {point.what}: it {owed_text(fact)}; {pay_text(fact)} "
+                      f"({PER_DEVICE})")
+        if fact.rel and not spec and not self.owned(fact, point, frozenset(a for e in fact.rel for a in e[1])):
+            self.fail(self.relative_text(fact, point.what) + "; take the global one with jax.lax.pmax (or pmin) "
+                      f"first, or rescale by exp(m_local - jax.lax.pmax(m_local, axes)) ({PER_DEVICE})")
+        if fact.counted and not spec:
+            self.fail(f"{self.head}, {point.what}: a psum over {axes_text(fact.counted)} added up a value "
+                      f"that is already the same on every device along {'them' if len(fact.counted) > 1 else 'it'} "
+                      f"({fact.origin}), counting it once per device; leave that psum out (or use jax.lax.pmean)")
+        if fact.dims is None or len(fact.dims) != len(point.expected):
+            want = None
+        else:
+            want = tuple(tuple(a for a in axes if a in self.manual) for axes in point.expected)
+            have = tuple(w if h is None else h for h, w in zip(fact.dims, want))
+            if have != want and not self.laid_out_ok(fact, point, have, want):
+                self.fail(
+                    f"{self.head}, {point.what}: it is laid out {fmt(fact.dims)} ({fact.origin}), but "
+                    f"{'the spec string' if spec else 'the annotation'} says {fmt(want)}: "
+                    f"{differences(have, want, 'the spec' if spec else 'the annotation')}")
+        if fact.vary is None and point.fallback:
+            self.fail(f"{self.head}, {point.what}: {point.fallback}")
+        if fact.vary is None or spec or point.sums_ok:
+            return
+        named = {a for axes in point.expected for a in axes}
+        extra = sorted(a for a in fact.vary if a in self.manual and a not in named)
+        if extra:
+            why = (f"marked so by {fact.mark}" if fact.mark else fact.origin)
+            self.fail(
+                f"{self.head}, {point.what}: it varies over {axes_text(extra)} (it differs from device to device "
+                f"along {'them' if len(extra) > 1 else 'it'}: {why}), but the annotation says it is the same on "
+                f"every device there ({fmt(point.expected)}); sum it with jax.lax.psum, gather it, or annotate a "
+                "dim split over that axis")
 
     # -- the jaxpr -------------------------------------------------------------------------
 
@@ -267,7 +399,7 @@ class Pass(PointChecks):
             out = rel_join(out, r)
         return out
 
-    def linear_owed(self, name: str, eqn: Any, ins: list[Fact], owing: list[Fact]) -> tuple[frozenset, str, str]:
+    def linear_owed(self, name: str, eqn: Any, ins: list[Fact], owing: list[Fact]) -> tuple[frozenset, str, Owed]:
         kinds = {f.kind for f in owing}
         kind = owing[0].kind
         if len(kinds) > 1:
@@ -356,7 +488,7 @@ def _blocks(fact: Fact, spec: Any, new: frozenset, split: bool) -> Fact:
     entries = tuple(spec) if spec is not None else ()
     dims = fact.dims
     if dims is not None:
-        out = []
+        out: list[tuple | None] = []
         for i, axes in enumerate(dims):
             these = tuple(a for a in entry_axes(entries[i] if i < len(entries) else None) if a in new)
             if axes is None:
