@@ -9,8 +9,9 @@ To keep the run short, an entry runs under ``jax.jit`` only, unless eager execut
 source tests (``harness.quick_modes``), and the few entries marked ``slow`` (seconds of XLA compile
 each) are skipped; ``CORPUS_FULL=1`` runs every entry in every mode its source runs.
 
-``KNOWN`` records today's entries that do not agree, each ``xfail(strict=True)``: when shardtypes
-changes so that one agrees, it XPASSes and fails, and ``KNOWN`` must be updated. Keys are entry
+``KNOWN`` records today's entries that do not agree (16 of 348 on JAX 0.12), each
+``xfail(strict=True)``: when shardtypes changes so that one agrees, it XPASSes and fails, and
+``KNOWN`` must be updated. Keys are entry
 names, or ``name[explicit]``/``name[auto]`` for one axis type; ``KNOWN_BY_JAX`` holds what only
 some JAX releases do (its value None: agrees on that release).
 
@@ -25,69 +26,37 @@ import harness
 import kernels
 
 # Why an entry does not agree today (outcome, reason); report.py groups its messages the same way.
-_REASSEMBLED = ("refused", "out_specs re-assemble the blocks along other dims or axes than the value is laid out in "
-                "(tiling a replicated or gathered value, moving a mesh axis): 'it is laid out P(..) but the "
-                "annotation says P(..)'")
-_SPLIT_SUM = ("refused", "psum/pmax/pmin over a mesh axis that splits a dim of the operand, result returned: 'a sum "
-              "of different blocks of a dim still owing a sum over that dim'")
-_AXIS_TWICE = ("refused", "psum_scatter over an axis the dim (or another dim) is already split over: the pass makes "
-               "a layout naming one mesh axis twice, e.g. P(('z', 'z', 'y'))")
-_CONTRACT = ("refused", "dot_general contracting dims split over different mesh axes (drawn so by JAX's systematic "
-             "test): 'each device would multiply blocks of different parts of the dim'")
-_PARTIAL_RETURNED = ("refused", "a per-device sum or contraction over a split dim returned: 'a partial sum still "
-                     "owing a sum'")
-_RING = ("refused", "a collective matmul written with ppermute (the ring adds up every block): the pass sees only "
-         "the first block's product, 'a partial sum still owing a sum'")
-_PARTIAL_NONLINEAR = ("refused", "a per-device sum over a split dim fed to sin/exp: 'a partial sum ... reaches JAX's "
-                      "'sin', which is not linear'")
+# docs/shard-map.md lists each with the one-line change that makes it run.
+_GROUPS = ("stepped aside", "a collective over axis_index_groups is not followed by the pass (one "
+           "KernelPassWarning); the kernel runs")
+_PARTIAL_RETURNED = ("refused", "a partial sum (or sin of one) returned as the whole with check_vma=False, where JAX "
+                     "returns device 0's part: 'a partial sum still owing a sum'")
 _VARYING_REPLICATED = ("refused", "a value varying over a manual axis returned replicated where JAX does not check "
                        "(check_vma=False, or a cond predicate): 'it varies over mesh axis'")
-_CUMSUM = ("refused", "cumsum along a split dim returned: 'a prefix over a split dim'")
 _LIST_ANNOTATION = ("crash", "a list of unlike arrays returned (each with its own spec): shardtypes takes list[X] "
                     "for alike items and refuses the literal list annotation, naming tuple[...] (the body must "
                     "return a tuple)")
-_TRACED_BOOL = ("crash", "Python control flow on a value in an eager kernel: typed_shard_map always stages the body "
-                "(TracerBoolConversionError)")
+_EAGER_BRANCH = ("stepped aside", "Python control flow on a value in an eager kernel: the body runs eagerly, as "
+                 "JAX runs it, with one KernelPassWarning (the pass follows staged bodies)")
 _STAGED_EAGER = ("accepted", "JAX refuses jax.device_put(x, device) only in an eager shard_map body; typed_shard_map "
                  "stages the body, as under jax.jit")
 _CALL_HI = ("stepped aside", "JAX 0.12's 'call_hi_primitive' (jnp.histogram, jnp.insert, jax.random.choice): no "
             "rule (KernelPassWarning)")
 
-# Entries that do not agree today, on JAX 0.12.0.1, 0.10.2 and 0.9.2 alike (measured with report.py --quick).
+# Entries that do not agree today, on JAX 0.12.0.1, 0.10.2 and 0.9.2 alike (measured with report.py).
 KNOWN: dict[str, tuple[str, str]] = {
-    "all_to_all_with_axis_index_groups": ("stepped aside", "a collective over axis_index_groups is not followed by "
-                                          "the pass (one KernelPassWarning); the kernel runs"),
-    "all_gather": _REASSEMBLED,
-    "all_gather_with_axis_index_groups": _REASSEMBLED,
-    "all_gather_with_vma_in_types": _REASSEMBLED,
-    "collectives/all_gather_stacked_f5": _REASSEMBLED,
-    "collectives/all_gather_tiled_f4": _REASSEMBLED,
-    "collectives_not_saved": _REASSEMBLED,
-    "eval_shape_vma": _REASSEMBLED,
-    "pvary": _REASSEMBLED,
-    "pvary/grad": _REASSEMBLED,
-    "pvary_eager": _REASSEMBLED,
-    "pvary_eager/grad": _REASSEMBLED,
-    "systematic/dot/4x2": _REASSEMBLED,
-    "systematic/ravel/2x4/vmap": _REASSEMBLED,
-    "systematic/relu/1x2": _REASSEMBLED,
-    "systematic/transpose/2x4/vmap": _REASSEMBLED,
-    "systematic/transpose/4x2": _REASSEMBLED,
-    "collectives/psum_scatter_f6": _AXIS_TWICE,
-    "matmul_reduce_scatter": _AXIS_TWICE,
-    "reduce_scatter_rgv3/multidim_mesh": _AXIS_TWICE,
-    "reduce_scatter_rgv3/multidim_mesh_tuple_sharding": _AXIS_TWICE,
-    "reduce_scatter_rgv3/simple": _AXIS_TWICE,
-    "reduce_scatter_with_axis_index_groups": _AXIS_TWICE,
+    "all_to_all_with_axis_index_groups": _GROUPS,
+    "all_gather_with_axis_index_groups": _GROUPS,
+    "reduce_scatter_with_axis_index_groups": _GROUPS,
     "shmap_close_over_unused_params": _PARTIAL_RETURNED,
-    "vmap_of_grad_spmd_axis_name": _PARTIAL_NONLINEAR,
+    "vmap_of_grad_spmd_axis_name": _PARTIAL_RETURNED,
     "axis_index_explicit_mesh_eager_shmap/no_vma": _VARYING_REPLICATED,
     "axis_index_unmapped": _VARYING_REPLICATED,
     "cond_rep_rule/pred_of_y_out_x": _VARYING_REPLICATED,
     "scan_rep_rule/keep": _LIST_ANNOTATION,
     "while_rep_rule/keep": _LIST_ANNOTATION,
-    "axis_index_eager": _TRACED_BOOL,
-    "eager_control_flow": _TRACED_BOOL,
+    "axis_index_eager": _EAGER_BRANCH,
+    "eager_control_flow": _EAGER_BRANCH,
     "device_put/to_device/eager": _STAGED_EAGER,
 }
 
@@ -100,56 +69,7 @@ KNOWN_BY_JAX: dict[str, dict[str, tuple[str, str] | None]] = {
 }
 
 
-# Entries that agree since the kernel pass learnt from this corpus (closed-over values, lists and
-# dicts, copies under split annotations, psum_scatter of split values, all_to_all within a dim,
-# axis_index_groups): measured on JAX 0.12.0.1; each must agree.
-FIXED: frozenset[str] = frozenset({
-    'all_gather[auto]',
-    'all_gather[explicit]',
-    'all_gather_with_vma_in_types[auto]',
-    'all_gather_with_vma_in_types[explicit]',
-    'collectives/all_gather_stacked_f5[auto]',
-    'collectives/all_gather_stacked_f5[explicit]',
-    'collectives/all_gather_tiled_f4[auto]',
-    'collectives/all_gather_tiled_f4[explicit]',
-    'collectives/psum_scatter_f6[auto]',
-    'collectives/psum_scatter_f6[explicit]',
-    'collectives_not_saved[auto]',
-    'collectives_not_saved[explicit]',
-    'eval_shape_vma[auto]',
-    'eval_shape_vma[explicit]',
-    'matmul_reduce_scatter[auto]',
-    'matmul_reduce_scatter[explicit]',
-    'pvary/grad[auto]',
-    'pvary/grad[explicit]',
-    'pvary[auto]',
-    'pvary[explicit]',
-    'pvary_eager/grad[auto]',
-    'pvary_eager/grad[explicit]',
-    'pvary_eager[auto]',
-    'pvary_eager[explicit]',
-    'reduce_scatter_rgv3/multidim_mesh[auto]',
-    'reduce_scatter_rgv3/multidim_mesh[explicit]',
-    'reduce_scatter_rgv3/multidim_mesh_tuple_sharding[auto]',
-    'reduce_scatter_rgv3/multidim_mesh_tuple_sharding[explicit]',
-    'reduce_scatter_rgv3/simple[auto]',
-    'reduce_scatter_rgv3/simple[explicit]',
-    'systematic/dot/4x2[auto]',
-    'systematic/dot/4x2[explicit]',
-    'systematic/ravel/2x4/vmap[auto]',
-    'systematic/ravel/2x4/vmap[explicit]',
-    'systematic/relu/1x2[auto]',
-    'systematic/relu/1x2[explicit]',
-    'systematic/transpose/2x4/vmap[auto]',
-    'systematic/transpose/2x4/vmap[explicit]',
-    'systematic/transpose/4x2[auto]',
-    'systematic/transpose/4x2[explicit]',
-})
-
-
 def known(name: str, kind: str) -> tuple[str, str] | None:
-    if f"{name}[{kind}]" in FIXED:
-        return None
     version = harness.jax_version()
     for key in (f"{name}[{kind}]", name):
         specific = KNOWN_BY_JAX.get(version, {})
