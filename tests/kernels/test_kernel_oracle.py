@@ -71,7 +71,6 @@ import itertools
 import linecache
 import os
 import re
-import typing
 import warnings
 from typing import Any, Callable
 
@@ -79,14 +78,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import HealthCheck, assume, given, note, seed, settings, strategies as st
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from typeguard import TypeCheckError
 
 import shardtypes
 from shardtypes import ShapeSpec, bool_, f32, make_partition_specs, typed_shard_map
 from conftest import examples_from_env
-from oracle_grammar.base import AXIS_TYPES, SIZES, Program
-from oracle_grammar.draw import programs
 
 # ---------------------------------------------------------------------------------------------
 # How many kernels
@@ -112,8 +109,33 @@ SEED = _seed_from_env()
 # ---------------------------------------------------------------------------------------------
 # Programs: what the grammar draws, and how one is built and judged
 
+AXIS_TYPES = {"explicit": AxisType.Explicit, "auto": AxisType.Auto}
+SIZES = {"r": 16, "c": 16, "l": 2}  # global sizes of the dim names; n1..n4 are 8, a literal is itself
 TOL = dict(rtol=1e-4, atol=1e-4)
-NAMESPACE = {"jax": jax, "jnp": jnp, "np": np, "f32": f32, "bool_": bool_, "P": P}
+NAMESPACE = {"jax": jax, "jnp": jnp, "np": np, "f32": f32, "bool_": bool_}
+
+Layout = tuple  # per dim, the tuple of mesh axes it is split over
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """One generated kernel: the mesh, ``check_vma``, the kernel's source and the reference's
+    (numpy, on the global arrays, with the same parameters)."""
+
+    mesh: tuple  # (('a', 2), ('b', 4))
+    axis_type: str  # 'explicit' | 'auto'
+    check_vma: bool
+    kernel: str
+    reference: str
+    # The grammar's choices that depart from the right kernel (wrong collectives, a cumsum over
+    # a split dim, a perturbed return annotation...): not part of the program, a reading aid.
+    choices: tuple = dataclasses.field(default=(), compare=False)
+
+    def text(self) -> str:
+        mesh = ", ".join(f"{n}={s}" for n, s in self.mesh)
+        choices = "".join(f"\n  - {c}" for c in self.choices) or " none"
+        return (f"mesh ({mesh}), {self.axis_type} axes, check_vma={self.check_vma}\n\n{self.kernel}\n"
+                f"{self.reference}\ngrammar choices departing from the right kernel:{choices}\n")
 
 
 def size_of(name: str) -> int:
@@ -138,47 +160,28 @@ def build(source: str, name: str) -> Callable:
     return namespace[name]
 
 
-def inputs_of(kernel: Callable, mesh: jax.sharding.Mesh, trend: float = 0.0) -> tuple[list[str], list[Any], list[Any]]:
+def inputs_of(kernel: Callable, mesh: jax.sharding.Mesh, trend: float = 0.0) -> tuple[list[str], list[np.ndarray], list[Any]]:
     """(parameter names, global numpy arrays, laid out jax arrays) for the kernel's parameters,
     from their annotations: random normal floats (weights ``w*`` scaled by 1/4, scanned ``zs*``
-    by 1/10), predicates ``p*`` (True, replaced by each value in turn when run), and for a
-    ``list[X]`` or ``dict[str, X]`` parameter two items (keys 'u', 'w') laid out as X says."""
+by 1/10) and predicates
+    ``p*`` (True, replaced by each value in turn when run)."""
     rng = np.random.default_rng(0)
     names, hosts, arrays = [], [], []
-
-    def one(name: str, ann: Any) -> tuple[Any, Any]:
-        shape = tuple(size_of(d.shape) for d in ShapeSpec.parse(ann.shape_string).dims)
-        if name.startswith("p"):
-            host = np.bool_(True)
-        else:
-            host = rng.standard_normal(shape).astype(np.float32) * (0.25 if name.startswith("w") else 1.0)
-            if name.startswith("zs"):  # (small: a max with them never hides a device's part)
-                host = host * 0.1
-            elif name.startswith("x"):  # (rising or falling: a prefix's max or min is not in block 0)
-                host = host + np.float32(trend)
-        return host, jax.device_put(host, NamedSharding(mesh, make_partition_specs(ann)))
-
     for p in inspect.signature(kernel).parameters.values():
         ann = kernel.__annotations__[p.name]
-        container = typing.get_origin(ann)
-        if container is list:
-            host, array = map(list, zip(*(one(p.name, typing.get_args(ann)[0]) for _ in range(2))))
-        elif container is dict:
-            pairs = {k: one(p.name, typing.get_args(ann)[1]) for k in ("u", "w")}
-            host, array = {k: h for k, (h, _) in pairs.items()}, {k: a for k, (_, a) in pairs.items()}
+        shape = tuple(size_of(d.shape) for d in ShapeSpec.parse(ann.shape_string).dims)
+        if p.name.startswith("p"):
+            host = np.bool_(True)
         else:
-            host, array = one(p.name, ann)
+            host = rng.standard_normal(shape).astype(np.float32) * (0.25 if p.name.startswith("w") else 1.0)
+            if p.name.startswith("zs"):  # (small: a max with them never hides a device's part)
+                host = host * 0.1
+            elif p.name.startswith("x"):  # (rising or falling: a prefix's max or min is not in block 0)
+                host = host + np.float32(trend)
         names.append(p.name)
         hosts.append(host)
-        arrays.append(array)
+        arrays.append(jax.device_put(host, NamedSharding(mesh, make_partition_specs(ann))))
     return names, hosts, arrays
-
-
-def for_reference(host: Any) -> Any:
-    """A host input as the reference takes it: float64 arrays (in lists and dicts too), bools."""
-    if isinstance(host, np.ndarray) and host.dtype == np.bool_ or isinstance(host, np.bool_):
-        return bool(host)
-    return jax.tree.map(lambda h: np.asarray(h, np.float64), host)
 
 
 def close(out: Any, expected: np.ndarray) -> bool:
@@ -225,33 +228,15 @@ class Unrunnable(Exception):
     """JAX refused the kernel with checks off (check_vma): it cannot run at all."""
 
 
-CLOSED = np.float32(1.5)  # the value of each jit argument ``s*`` a kernel closes over
-
-
 def judge(kernel_src: Callable | str, reference_src: Callable | str, mesh: tuple, axis_type: str,
-          check_vma: bool, axis_names: tuple = (), eager: bool = False) -> Verdicts:
+          check_vma: bool) -> Verdicts:
     """Both verdicts of one kernel. ``kernel_src`` and ``reference_src``: the source defining
-    ``kernel`` and ``reference`` (or the functions themselves); a source that defines ``make(s1,
-    ...)`` instead makes the kernel closing over jit arguments ``s*`` (the reference takes them
-    after the kernel's). ``axis_names``: the kernel's manual axes (all when empty); ``eager``: run
-    and trace it with no ``jax.jit``."""
-    make = build(kernel_src, "make") if isinstance(kernel_src, str) and "def make(" in kernel_src else None
-    closed = [] if make is None else [CLOSED] * len(inspect.signature(make).parameters)
-    kernel = (make(*closed) if make is not None else
-              build(kernel_src, "kernel") if isinstance(kernel_src, str) else kernel_src)
+    ``kernel`` and ``reference`` (or the functions themselves)."""
+    kernel = build(kernel_src, "kernel") if isinstance(kernel_src, str) else kernel_src
     reference = build(reference_src, "reference") if isinstance(reference_src, str) else reference_src
     m = mesh_of(tuple(s for _, s in mesh), tuple(n for n, _ in mesh), axis_type)
     names, hosts, arrays = inputs_of(kernel, m)  # (run below on two draws: x rising, then falling)
     preds = [i for i, n in enumerate(names) if n.startswith("p")]
-    scalars = [jax.device_put(s, NamedSharding(m, P())) for s in closed]
-    options: dict[str, Any] = dict(check_vma=check_vma)
-    if axis_names:
-        options["axis_names"] = set(axis_names)
-
-    def mapped(*args: Any) -> Any:
-        k = make(*args[len(names):]) if make is not None else kernel
-        return typed_shard_map(k, **options)(*args[:len(names)])
-
     with jax.set_mesh(m):
         # (a) checks off: run it, for every value of the predicates.
         correct, numbers = True, ""
@@ -259,24 +244,22 @@ def judge(kernel_src: Callable | str, reference_src: Callable | str, mesh: tuple
         shardtypes.config.checks = False
         try:
             try:
-                run = mapped if eager else compiled(jax.jit(mapped), arrays + scalars)
-                first = mapped(*arrays, *scalars) if eager else None
+                run = compiled(jax.jit(typed_shard_map(kernel, check_vma=check_vma)), arrays)
             except TypeCheckError:
                 raise
             except Exception as e:  # noqa: BLE001 - JAX's own refusal, read below
                 if check_vma and _VMA_ERRORS.search(str(e)):
                     raise Unrunnable(f"{type(e).__name__}: {e}") from e
                 raise
-            del first
             draws = [inputs_of(kernel, m, trend)[1:] for trend in (0.5, -0.5)]
             for (hosts, arrays), values in itertools.product(draws, itertools.product((True, False), repeat=len(preds))):
                 args, host_args = list(arrays), list(hosts)
                 for i, value in zip(preds, values):
                     host_args[i] = np.bool_(value)
                     args[i] = jax.device_put(host_args[i], NamedSharding(m, P()))
-                out = run(*args, *scalars)
-                expected = np.asarray(reference(*[for_reference(h) for h in host_args],
-                                                *[np.float64(s) for s in closed]))
+                out = run(*args)
+                expected = np.asarray(reference(*[np.asarray(h, np.float64) if h.dtype != np.bool_ else bool(h)
+                                                  for h in host_args]))
                 if not np.all(np.abs(expected) < 1e30):  # (past float32's range: no verdict from the numbers)
                     raise Unrunnable("the unsharded result overflows float32")
                 if not close(out, expected):
@@ -289,15 +272,12 @@ def judge(kernel_src: Callable | str, reference_src: Callable | str, mesh: tuple
                     break
         finally:
             shardtypes.config.checks = was
-        # (b) checks on: trace it (eager: call it).
+        # (b) checks on: trace it.
         shardtypes.config.checks = True
         try:
             with warnings.catch_warnings(record=True) as warned:
                 warnings.simplefilter("always", _PASS_WARNING)
-                if eager:
-                    mapped(*arrays, *scalars)
-                else:
-                    jax.jit(mapped).trace(*arrays, *scalars)
+                jax.jit(typed_shard_map(kernel, check_vma=check_vma)).trace(*arrays)
             accepted, error = True, ""
         except TypeCheckError as e:
             accepted, error = False, f"{type(e).__name__}: {e}"
@@ -334,6 +314,351 @@ def assert_agrees(kernel: Callable | str, reference: Callable | str, mesh: tuple
 
 
 # ---------------------------------------------------------------------------------------------
+# The grammar
+
+
+@dataclasses.dataclass(frozen=True)
+class Value:
+    """What the grammar knows of ``v``: its global dim names and the mesh axes of each dim."""
+
+    names: tuple
+    layout: Layout
+
+
+def annotation(names: tuple, layout: Layout) -> str:
+    return " ".join(n + "".join(f"/{a}" for a in axes) for n, axes in zip(names, layout))
+
+
+def axes_arg(axes: tuple) -> str:
+    return repr(axes[0]) if len(axes) == 1 else repr(tuple(axes))
+
+
+def product(mesh: dict, axes: tuple) -> int:
+    out = 1
+    for a in axes:
+        out *= mesh[a]
+    return out
+
+
+@dataclasses.dataclass
+class Draft:
+    """A kernel under construction."""
+
+    mesh: dict  # name -> size
+    params: list  # (name, annotation string)
+    kernel: list  # body lines
+    ref: list  # reference body lines
+    value: Value
+    counter: int = 0
+    choices: list = dataclasses.field(default_factory=list)
+
+    def split(self, axes: tuple) -> str:
+        """``axes`` with their sizes, for a choice's description."""
+        return "/".join(f"{a}({self.mesh[a]})" for a in axes) if axes else "no axis"
+
+    def new_input(self, prefix: str, names: tuple, layout: Layout, dtype: str = "f32") -> str:
+        self.counter += 1
+        name = f"{prefix}{self.counter}"
+        self.params.append((name, f"{dtype}[b'{annotation(names, layout)}']"))
+        return name
+
+    def unused_axes(self, *layouts: Layout) -> list:
+        used = {a for layout in layouts for axes in layout for a in axes}
+        return [a for a in self.mesh if a not in used]
+
+
+UNARY = {
+    "tanh": ("jnp.tanh(v * 0.1)", "np.tanh(v * 0.1)"),  # (scaled: a saturated tanh hides wrong sums)
+    "affine": ("v * 2.0 + 1.0", "v * 2.0 + 1.0"),
+    "exp": ("jnp.exp(v * 0.1)", "np.exp(v * 0.1)"),
+}
+REDUCE = {"sum": ("jnp.sum", "np.sum", "jax.lax.psum"), "max": ("jnp.max", "np.max", "jax.lax.pmax")}
+OTHER = {"jax.lax.psum": "jax.lax.pmax", "jax.lax.pmax": "jax.lax.psum"}
+
+
+def draw_collective(draw: Any, d: Draft, kind: str, axes: tuple) -> tuple[str, tuple] | None:
+    """The collective after a local reduction over a dim split over ``axes``: over exactly them
+    (the right one), over none, a subset, a superset, or the other collective."""
+    right = REDUCE[kind][2]
+    choices = ["exact", "exact", "none"]
+    if len(axes) == 2:
+        choices.append("subset")
+    extra = [a for a in d.mesh if a not in axes]
+    if extra:
+        choices.append("superset")
+    if axes:
+        choices.append("other")
+    choice = draw(st.sampled_from(choices))
+    if choice == "exact":
+        return (right, axes) if axes else None
+    if choice == "none":
+        if axes:
+            d.choices.append(f"{kind} over a dim split over {d.split(axes)}, then no collective")
+        return None
+    if choice == "subset":
+        out = right, (draw(st.sampled_from(axes)),)
+    elif choice == "superset":
+        more = axes + (draw(st.sampled_from(extra)),)
+        out = right, tuple(draw(st.permutations(more))) if len(more) > 1 else more
+    else:
+        out = OTHER[right], axes
+    d.choices.append(f"{kind} over a dim split over {d.split(axes)}, then {out[0]} over {d.split(out[1])}")
+    return out
+
+
+def wrap(expr: str, collective: tuple[str, tuple] | None) -> str:
+    return expr if collective is None else f"{collective[0]}({expr}, {axes_arg(collective[1])})"
+
+
+@dataclasses.dataclass
+class Step:
+    """One step as an expression of ``v`` (kernel and reference) and its result."""
+
+    expr: str
+    ref: str
+    value: Value
+    fixed: Any = None  # what the other branch of a cond keeps (the reduced dim, the weight)
+
+
+def step_unary(draw: Any, d: Draft, v: Value) -> Step:
+    op = draw(st.sampled_from(sorted(UNARY)))
+    return Step(UNARY[op][0], UNARY[op][1], v)
+
+
+def step_binary(draw: Any, d: Draft, v: Value, y: str | None = None) -> Step:
+    op = draw(st.sampled_from(["+", "*"]))
+    y = y or d.new_input("y", v.names, v.layout)
+    return Step(f"v {op} {y}", f"v {op} {y}", v)
+
+
+def step_reduce(draw: Any, d: Draft, v: Value, fixed: tuple | None = None) -> Step:
+    k, kind = fixed or (draw(st.integers(0, 1)), draw(st.sampled_from(sorted(REDUCE))))
+    local, ref, _ = REDUCE[kind]
+    collective = draw_collective(draw, d, kind, v.layout[k])
+    names = tuple("1" if i == k else n for i, n in enumerate(v.names))
+    layout = tuple(() if i == k else a for i, a in enumerate(v.layout))
+    return Step(wrap(f"{local}(v, axis={k}, keepdims=True)", collective),
+                f"{ref}(v, axis={k}, keepdims=True)", Value(names, layout), (k, kind))
+
+
+def step_matmul(draw: Any, d: Draft, v: Value, w: tuple | None = None) -> Step:
+    rows, cols = v.layout  # cols: the contracted dim
+    if w is None:
+        rows_w = cols
+        others = [t for n in (0, 1, 2) for t in itertools.permutations(d.mesh, n)
+                  if t != cols and product(d.mesh, t) == product(d.mesh, cols) and not set(t) & set(rows)]
+        if others and draw(st.integers(0, 5)) == 0:  # rarely: the weight split over other axes
+            rows_w = draw(st.sampled_from(others))
+            d.choices.append(f"matmul contracting a dim split over {d.split(cols)} with one split over "
+                             f"{d.split(rows_w)}")
+        free = [a for a in d.unused_axes((rows,)) if a not in rows_w]
+        cols_w = draw(st.sampled_from([(), ()] + [(a,) for a in free]))
+        n = f"n{d.counter + 1}"
+        name = d.new_input("w", (v.names[1], n), (rows_w, cols_w))
+        w = (name, n, rows_w, cols_w)
+    name, n, rows_w, cols_w = w
+    contracted = tuple(dict.fromkeys(tuple(cols) + tuple(rows_w)))
+    choices = ["exact", "exact", "none"]
+    extra = [a for a in d.mesh if a not in contracted]
+    if extra:
+        choices.append("superset")
+    choice = draw(st.sampled_from(choices))
+    collective = None
+    if choice == "exact" and contracted:
+        collective = ("jax.lax.psum", contracted)
+    elif choice == "superset":
+        collective = ("jax.lax.psum", contracted + (draw(st.sampled_from(extra)),))
+        d.choices.append(f"matmul contracting a dim split over {d.split(contracted)}, then psum over "
+                         f"{d.split(collective[1])}")
+    elif choice == "none" and contracted:
+        d.choices.append(f"matmul contracting a dim split over {d.split(contracted)}, then no psum")
+    return Step(wrap(f"v @ {name}", collective), f"v @ {name}", Value((v.names[0], n), (rows, cols_w)), w)
+
+
+def step_gather(draw: Any, d: Draft, v: Value) -> Step:
+    k = draw(st.sampled_from([i for i, axes in enumerate(v.layout) if axes]))
+    axes = v.layout[k]
+    choices = [axes, axes] + ([axes[1:], axes[1:], axes[:1]] if len(axes) == 2 else [])
+    gathered = draw(st.sampled_from(choices))
+    if gathered[-1] != axes[-1]:
+        d.choices.append(f"all_gather over {d.split(gathered)} of a dim split over {d.split(axes)}")
+    layout = tuple(tuple(a for a in x if a not in gathered) if i == k else x for i, x in enumerate(v.layout))
+    return Step(f"jax.lax.all_gather(v, {axes_arg(gathered)}, axis={k}, tiled=True)", "v", Value(v.names, layout))
+
+
+def step_cumsum(draw: Any, d: Draft, v: Value) -> Step:
+    k = draw(st.integers(0, 1))
+    if v.layout[k]:
+        d.choices.append(f"cumsum along a dim split over {d.split(v.layout[k])}")
+    return Step(f"jnp.cumsum(v, axis={k})", f"np.cumsum(v, axis={k})", v)
+
+
+STEPS = {"unary": step_unary, "binary": step_binary, "reduce": step_reduce, "matmul": step_matmul,
+         "gather": step_gather, "cumsum": step_cumsum}
+
+
+def variant(draw: Any, d: Draft, kind: str, first: Step, v: Value) -> Step:
+    """Another step of ``kind`` with the same result as ``first`` (the other branch of a cond)."""
+    if kind in ("unary", "cumsum"):
+        return step_unary(draw, d, v)
+    if kind == "binary":
+        return step_binary(draw, d, v, first.expr.split()[-1])
+    if kind == "reduce":
+        return step_reduce(draw, d, v, first.fixed)
+    return step_matmul(draw, d, v, first.fixed)
+
+
+def add_cond(draw: Any, d: Draft) -> None:
+    v = d.value
+    kind = draw(st.sampled_from(["unary", "binary", "reduce", "matmul", "cumsum"]))
+    p = d.new_input("p", (), (), "bool_")
+    first = STEPS[kind](draw, d, v)
+    other = variant(draw, d, kind, first, v)
+    d.kernel.append(f"v = jax.lax.cond({p}, lambda v: {first.expr}, lambda v: {other.expr}, v)")
+    d.ref.append(f"v = {first.ref} if {p} else {other.ref}")
+    d.value = first.value
+
+
+def add_prefix(draw: Any, d: Draft) -> None:
+    """A prefix sum along a split dim, carried right: each block's local cumsum plus the totals
+    of the blocks before it (gathered, masked by ``axis_index``)."""
+    v = d.value
+    k = draw(st.sampled_from([i for i, axes in enumerate(v.layout) if axes]))
+    ax = axes_arg(v.layout[k])
+    shape = "(-1, 1)" if k == 0 else "(1, -1)"
+    d.kernel += [f"c = jnp.cumsum(v, axis={k})",
+                 f"t = jax.lax.all_gather(jax.lax.slice_in_dim(c, c.shape[{k}] - 1, c.shape[{k}], axis={k}), {ax}, "
+                 f"axis={k}, tiled=True)",
+                 f"before = (jnp.arange(t.shape[{k}]) < jax.lax.axis_index({ax})).reshape{shape}",
+                 f"v = c + jnp.sum(jnp.where(before, t, 0.0), axis={k}, keepdims=True)"]
+    d.ref.append(f"v = np.cumsum(v, axis={k})")
+
+
+def add_scan(draw: Any, d: Draft) -> None:
+    v = d.value
+    if draw(st.booleans()):
+        step = step_unary(draw, d, v)
+        d.kernel.append(f"v, _ = jax.lax.scan(lambda v, _: ({step.expr}, None), v, None, length=2)")
+        d.ref += ["for _ in range(2):", f"    v = {step.ref}"]
+        return
+    ys = d.new_input("ys", ("l",) + v.names, ((),) + v.layout)
+    op = draw(st.sampled_from(["+", "*"]))
+    d.kernel.append(f"v, _ = jax.lax.scan(lambda v, y: (v {op} y, None), v, {ys})")
+    d.ref += [f"for y in {ys}:", f"    v = v {op} y"]
+
+
+def add_scan_reduce(draw: Any, d: Draft) -> None:
+    v = d.value
+    k, kind = draw(st.integers(0, 1)), draw(st.sampled_from(sorted(REDUCE)))
+    local, ref, _ = REDUCE[kind]
+    zs = d.new_input("zs", ("l",) + v.names, ((),) + v.layout)
+    combine = "acc + {}" if kind == "sum" else "jnp.maximum(acc, {})"
+    part = f"{local}(z, axis={k}, keepdims=True)"
+    d.kernel += [f"acc = {local}(v, axis={k}, keepdims=True)",
+                 f"acc, _ = jax.lax.scan(lambda acc, z: ({combine.format(part)}, None), acc, {zs})",
+                 f"v = {wrap('acc', draw_collective(draw, d, kind, v.layout[k]))}"]
+    d.ref += [f"acc = {ref}(v, axis={k}, keepdims=True)", f"for z in {zs}:",
+              f"    acc = {combine.replace('jnp.', 'np.').format(f'{ref}(z, axis={k}, keepdims=True)')}",
+              "v = acc"]
+    d.value = Value(tuple("1" if i == k else n for i, n in enumerate(v.names)),
+                    tuple(() if i == k else a for i, a in enumerate(v.layout)))
+
+
+@st.composite
+def meshes(draw: Any, sizes: tuple = (1, 2, 4)) -> tuple:
+    n = draw(st.integers(1, 2))
+    names = ("a", "b") if n == 2 else (draw(st.sampled_from(["a", "b"])),)
+    sizes = draw(st.tuples(*[st.sampled_from(sizes)] * n).filter(lambda s: int(np.prod(s)) <= 8))
+    return tuple(zip(names, sizes))
+
+
+@st.composite
+def layouts(draw: Any, axes: tuple) -> Layout:
+    """A layout of a rank-2 value: each dim split over no axis, one or two, each axis used once."""
+    left = list(axes)
+    out = []
+    for _ in range(2):
+        n = draw(st.integers(0, len(left)))
+        mine = tuple(draw(st.permutations(left))[:n]) if n else ()
+        left = [a for a in left if a not in mine]
+        out.append(mine)
+    return tuple(out)
+
+
+def perturb(draw: Any, d: Draft, v: Value) -> Layout:
+    """The return annotation's layout: ``v``'s, or a perturbed one."""
+    layout = [tuple(a) for a in v.layout]
+    unused = d.unused_axes(v.layout)
+    moves = []
+    for k, axes in enumerate(layout):
+        if axes:
+            moves.append(("drop", k))
+            if len(axes) == 2:
+                moves.append(("drop last", k))
+            if unused:
+                moves.append(("replace", k))
+        elif unused:
+            moves.append(("add", k))
+    if layout[0] and layout[1]:
+        moves.append(("swap", 0))
+    if not moves or draw(st.integers(0, 3)) != 0:
+        return v.layout
+    move, k = draw(st.sampled_from(moves))
+    if move == "drop":
+        layout[k] = ()
+    elif move == "drop last":
+        layout[k] = layout[k][:1]
+    elif move == "replace":
+        i = draw(st.integers(0, len(layout[k]) - 1))
+        layout[k] = layout[k][:i] + (draw(st.sampled_from(unused)),) + layout[k][i + 1:]
+    elif move == "add":
+        layout[k] = (draw(st.sampled_from(unused)),)
+    else:
+        layout = layout[::-1]
+    d.choices.append(f"return annotation {move}: {annotation(v.names, tuple(layout))} for "
+                     f"{annotation(v.names, v.layout)} (mesh {', '.join(f'{a}={n}' for a, n in d.mesh.items())})")
+    return tuple(layout)
+
+
+@st.composite
+def programs(draw: Any, sizes: tuple = (1, 2, 4)) -> Program:
+    mesh = draw(meshes(sizes))
+    axis_type = draw(st.sampled_from(sorted(AXIS_TYPES)))
+    check_vma = draw(st.booleans())
+    x = draw(layouts(tuple(n for n, _ in mesh)))
+    d = Draft(dict(mesh), [("x", f"f32[b'{annotation(('r', 'c'), x)}']")], ["v = x"], ["v = x"],
+              Value(("r", "c"), x))
+    for _ in range(draw(st.integers(1, 4))):
+        kinds = ["unary", "binary", "reduce", "reduce", "matmul", "matmul", "cumsum", "cond", "scan",
+                 "scan_reduce"]
+        if any(d.value.layout):
+            kinds += ["gather", "gather", "prefix"]
+        kind = draw(st.sampled_from(kinds))
+        if kind == "prefix":
+            add_prefix(draw, d)
+        elif kind == "cond":
+            add_cond(draw, d)
+        elif kind == "scan":
+            add_scan(draw, d)
+        elif kind == "scan_reduce":
+            add_scan_reduce(draw, d)
+        else:
+            step = STEPS[kind](draw, d, d.value)
+            d.kernel.append(f"v = {step.expr}")
+            d.ref.append(f"v = {step.ref}" if step.ref != "v" else "# (all_gather: the global value is unchanged)")
+            d.value = step.value
+    out = perturb(draw, d, d.value)
+    params = ", ".join(f"{n}: {a}" for n, a in d.params)
+    ret = annotation(d.value.names, out)
+    tracked = "" if out == d.value.layout else f"  # the grammar's layout: {annotation(d.value.names, d.value.layout)}"
+    kernel = "\n".join([f"def kernel({params}) -> f32[b'{ret}']:"] + [f"    {line}" for line in d.kernel]
+                       + [f"    return v{tracked}", ""])
+    reference = "\n".join([f"def reference({', '.join(n for n, _ in d.params)}):"]
+                          + [f"    {line}" for line in d.ref] + ["    return v", ""])
+    return Program(mesh, axis_type, check_vma, kernel, reference, tuple(d.choices))
+
+
+# ---------------------------------------------------------------------------------------------
 # The property
 
 
@@ -344,8 +669,7 @@ def _judge_once(program: Program) -> Verdicts:
     found = _JUDGED.get(program)
     if found is None:
         try:
-            found = judge(program.kernel, program.reference, program.mesh, program.axis_type, program.check_vma,
-                          program.axis_names, program.eager)
+            found = judge(program.kernel, program.reference, program.mesh, program.axis_type, program.check_vma)
         except Unrunnable as e:
             found = str(e)
         except Exception as e:

@@ -196,3 +196,17 @@ def test_blocks_of_different_parts_multiplied(kind):
                                                  r"of one laid out P\('j', None\) .*each device multiplies blocks of "
                                                  r"different parts of the dim; the per-device values are then combined"):
             jax.jit(typed_shard_map(added))(x, y)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_gather_after_blocks_were_combined_is_refused(kind):
+    """Found by the oracle's extended grammar: pmax over the axis the rows are split over combines
+    different rows' blocks; gathering them back along the rows does not make them the rows' maxima."""
+
+    def gathered(x: f32[b"rows/i cols"]) -> f32[b"rows one"]:
+        folded = jax.lax.pmax(jnp.max(x, axis=1, keepdims=True), "i")
+        return jax.lax.all_gather(folded, "i", axis=0, tiled=True)
+
+    with pytest.raises(TypeCheckError, match=r"gathered\(\), annotated f32\[b'rows one'\]: it is a maximum of "
+                                             r"different blocks of a dim"):
+        run(kind, gathered)

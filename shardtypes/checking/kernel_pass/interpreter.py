@@ -166,9 +166,9 @@ class Pass:
         own = point.own
         if own is None or len(own) != len(point.expected) or not axes:
             return False
-        if folded(fact.kind) and axes == fact.owed:
-            return fact.dims is not None and len(fact.dims) == len(own) and all(
-                mine for dim, mine in zip(fact.dims, own) if set(dim or ()) & axes)
+        if folded(fact.kind) and axes == fact.owed:  # (where no dim says which was folded: not)
+            along = [mine for dim, mine in zip(fact.dims or (), own) if set(dim or ()) & axes]
+            return fact.dims is not None and len(fact.dims) == len(own) and bool(along) and all(along)
         return all(any(a in want for want, mine in zip(point.expected, own) if mine) for a in axes)
 
     def laid_out_ok(self, fact: Fact, point: Point, have: tuple, want: tuple) -> bool:
