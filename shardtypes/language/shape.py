@@ -365,8 +365,29 @@ def _parse_shape(spec: str) -> ShapeSpec:
                     m.span(),
                 )
             seen_axes[axis] = text
+        _refuse_variadic_name_reused(spec, dims, dim, text, m.span())
         dims.append(dim)
     return ShapeSpec(tuple(dims))
+
+
+def _refuse_variadic_name_reused(spec: str, dims: list[DimSpec], dim: DimSpec, text: str,
+                                 span: tuple[int, int]) -> None:
+    """``*b`` binds ``b`` to a tuple of sizes (the dims it stands for), a dim ``b``, ``#b`` or
+    ``b+1`` to one size: one name cannot be both in a shape."""
+    for i, earlier in enumerate(dims):
+        variadic, single = (earlier, dim) if earlier.kind == VARIADIC else (dim, earlier)
+        if variadic.kind != VARIADIC or single.kind in (VARIADIC, ELLIPSIS):
+            continue
+        name = variadic.shape[1:]
+        if name in single.names:
+            one = "reads it as one size" if single.kind == EXPR else "binds it to one size"
+            raise ShapeSpecError(
+                spec,
+                f"dim {len(dims)} {text!r} and dim {i} {str(earlier)!r} both name {name!r}: "
+                f"{str(variadic)!r} binds it to several dims (a tuple of sizes), {str(single)!r} {one}; "
+                f"give the variadic dims a name of their own (as '*{name}s')",
+                span,
+            )
 
 
 # Whether a name after '/' is a logical axis name of the active axis rules, for the words of an

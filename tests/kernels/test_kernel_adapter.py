@@ -226,7 +226,7 @@ def test_a_psum_of_a_python_literal_is_the_axis_size_and_of_an_invariant_value_a
     with jax.set_mesh(mesh):
         out = jax.jit(partial(typed_shard_map, check_vma=False)(size))(put(mesh, X, "d"))
         np.testing.assert_allclose(np.asarray(out), 4 * X)
-        with pytest.raises(TypeCheckError, match=r"a psum over mesh axis 'd' added up a value that is already the "
+        with pytest.raises(TypeCheckError, match=r"a psum \(or psum_scatter\) over mesh axis 'd' added up a value that is already the "
                            r"same on every device along it .*counting it once per device"):
             jax.jit(partial(typed_shard_map, check_vma=False)(twice))(put(mesh, X, "d"))
 

@@ -99,13 +99,15 @@ def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     names = frozenset(a for a in axis_names(eqn) if a in p.manual)
     dim = param(eqn, "all_gather_dimension")
     vary = None if f.vary is None else f.vary - names
+    # A plain gather's result is typed varying by JAX: each device's copy (an invariant one's is not).
+    copies = f.copies if prim_name(eqn) == "all_gather_invariant" else f.copies | names
     if not param(eqn, "tiled"):  # the parts of every device side by side: nothing owed over them
         # (a new dim of the devices' blocks: the dims are whole blocks, split over them no more)
         kept = None if f.dims is None else tuple(
             None if axes is None else tuple(a for a in axes if a not in names) for axes in f.dims)
         stacked = None if kept is None else kept[:dim] + ((),) + kept[dim:]
         return _one(p, eqn, ins, stacked, f.owed - names, vary=vary, rel=drop_rel(f.rel, names),
-                    lost=gathered_lost(f, names))
+                    lost=gathered_lost(f, names), copies=copies)
     # Tiled along a dim not split over the axes: every device's part side by side, nothing owed
     # over them any more. (Along a dim split over them, the blocks are put back together, each
     # still owing what it owed: a prefix stays one.)
@@ -114,10 +116,10 @@ def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     owed, rel = (f.owed if undone else f.owed - names), drop_rel(f.rel, names)
     lost = gathered_lost(f, names)
     if f.dims is None:
-        return _one(p, eqn, ins, None, owed, vary=vary, rel=rel, lost=lost)
+        return _one(p, eqn, ins, None, owed, vary=vary, rel=rel, lost=lost, copies=copies)
     tiled = list(f.dims)
     tiled[dim] = _gathered(p, eqn, f, dim)
-    return _one(p, eqn, ins, tuple(tiled), owed, vary=vary, rel=rel, lost=lost)
+    return _one(p, eqn, ins, tuple(tiled), owed, vary=vary, rel=rel, lost=lost, copies=copies)
 
 
 @rule("all_to_all", *standing_for("all_to_all"))
@@ -145,8 +147,14 @@ def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     combined(p, f, frozenset(names))
     owed = f.owed - frozenset(names) if f.kind == Owed.SUM else f.owed
     vary = None if f.vary is None else (f.vary - frozenset(names)) | frozenset(names)
+    # As psum: over an axis the value is the same on (not owed, no dim split over it, not
+    # copies JAX types as each device's own: ``Fact.copies``), it is counted once per device.
+    counted = f.counted
+    if f.vary is not None and not is_literal(invars(eqn)[0]):
+        split = frozenset(a for axes in f.dims or () if axes for a in axes)
+        counted = counted | (frozenset(names) - f.vary - f.owed - split - f.copies)
     if f.dims is None or not param(eqn, "tiled"):
-        return _one(p, eqn, ins, None, owed, vary=vary)
+        return _one(p, eqn, ins, None, owed, vary=vary, counted=counted)
     dims = list(f.dims)
     k = param(eqn, "scatter_dimension")
     if any(axes and set(axes) & set(names) for axes in dims):
@@ -156,7 +164,7 @@ def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         dims = [None if axes is None or (i != k and set(axes) & set(names)) else
                 tuple(a for a in axes if a not in names) for i, axes in enumerate(dims)]
     dims[k] = None if dims[k] is None else dims[k] + names
-    return _one(p, eqn, ins, tuple(dims), owed, vary=vary)
+    return _one(p, eqn, ins, tuple(dims), owed, vary=vary, counted=counted)
 
 
 @rule("ppermute", *standing_for("ppermute"))

@@ -20,6 +20,10 @@ meta-pytorch's spmd_types:
 * **counted** (``counted``): a ``psum`` over axes it was already invariant over counted it once
   per device; dividing by a constant (``pmean``'s division by the axis size) undoes it.
 * **marked** (``mark``): ``shardtypes.ops.per_device`` said it differs per device by intent.
+* **copies** (``copies``): the same on every device along these axes by value, but each device's
+  own copy by JAX's typing (a plain ``all_gather``'s result, typed varying, and what is computed
+  from it): a ``psum_scatter`` adds the copies up as JAX means it to (the transpose of a gather
+  under ``jax.grad``), not a value counted once per device.
 * **each device's own** (``lost``): computed from a part in a way the parts cannot be combined
   back into the whole (a nonlinear function of a partial sum, blocks of different parts of a dim
   multiplied together). Each entry is ``(axes, finding)``. Right only as per-device values: put
@@ -82,12 +86,14 @@ class Fact:
     (``origin``: the value it was computed from, and the last few primitives on the way, kept as
     names and only spelled out for a message)."""
 
-    __slots__ = ("dims", "owed", "kind", "vary", "rel", "counted", "mark", "base", "chain", "owed_by", "lost")
+    __slots__ = ("dims", "owed", "kind", "vary", "rel", "counted", "mark", "base", "chain", "owed_by", "lost", "copies")
 
     def __init__(self, dims: Dims | None, owed: frozenset = frozenset(), origin: str = "",
                  owed_by: str = "", chain: tuple = (), *, kind: Owed = Owed.SUM, vary: frozenset | None = None,
-                 rel: tuple | None = (), counted: frozenset = frozenset(), mark: str = "", lost: tuple = ()):
+                 rel: tuple | None = (), counted: frozenset = frozenset(), mark: str = "", lost: tuple = (),
+                 copies: frozenset = frozenset()):
         self.dims = dims
+        self.copies = copies
         self.lost = lost
         self.owed = owed
         self.kind = Owed(kind) if owed else Owed.SUM
@@ -113,7 +119,8 @@ class Fact:
             chain = chain[1 - _CHAIN:] + (prim,) if len(chain) >= _CHAIN - 1 else chain + (prim,)
         owed = self.owed if owed is None else owed
         fact = Fact(dims, owed, self.base, owed_by or self.owed_by if owed else "", chain, kind=self.kind,
-                    vary=self.vary, rel=self.rel, counted=self.counted, mark=self.mark, lost=self.lost)
+                    vary=self.vary, rel=self.rel, counted=self.counted, mark=self.mark, lost=self.lost,
+                    copies=self.copies)
         for key, value in changes.items():
             setattr(fact, key, value)
         if not fact.owed:
@@ -123,7 +130,7 @@ class Fact:
     def same_origin(self, dims: Dims | None, owed: frozenset, owed_by: str, **changes) -> Fact:
         """This fact's origin with another layout and sum (and other ``changes``)."""
         fact = Fact(dims, owed, self.base, owed_by, self.chain, kind=self.kind, vary=self.vary, rel=self.rel,
-                    counted=self.counted, mark=self.mark, lost=self.lost)
+                    counted=self.counted, mark=self.mark, lost=self.lost, copies=self.copies)
         for key, value in changes.items():
             setattr(fact, key, value)
         return fact

@@ -205,9 +205,11 @@ class Pass:
             self.fail(self.relative_text(fact, point.what) + "; take the global one with jax.lax.pmax (or pmin) "
                       f"first, or rescale by exp(m_local - jax.lax.pmax(m_local, axes)) ({PER_DEVICE})")
         if fact.counted and not spec:
-            self.fail(f"{self.head}, {point.what}: a psum over {axes_text(fact.counted)} added up a value "
-                      f"that is already the same on every device along {'them' if len(fact.counted) > 1 else 'it'} "
-                      f"({fact.origin}), counting it once per device; leave that psum out (or use jax.lax.pmean)")
+            self.fail(f"{self.head}, {point.what}: a psum (or psum_scatter) over {axes_text(fact.counted)} added "
+                      f"up a value that is already the same on every device along "
+                      f"{'them' if len(fact.counted) > 1 else 'it'} ({fact.origin}), counting it once per device; "
+                      "leave that sum out (for a psum_scatter, take this device's block of the value instead), "
+                      "or use jax.lax.pmean")
         if fact.dims is None or len(fact.dims) != len(point.expected):
             want = None
         else:
@@ -364,7 +366,7 @@ class Pass:
             return UNKNOWN
         return base.derived(tuple(dims) if first is not None else None, name, owed, by, kind=kind, vary=vary,
                             rel=rel, counted=counted, mark=next((f.mark for f in ins if f.mark), ""),
-                            lost=joined_lost(*ins))
+                            lost=joined_lost(*ins), copies=frozenset().union(*(f.copies for f in ins)))
 
     def averages(self, name: str, eqn: Any, counted: frozenset) -> bool:
         """Whether ``eqn`` divides by a multiple of the counted axes' size (``pmean``: a psum

@@ -41,7 +41,7 @@ def _merge(a: Fact, b: Fact, layout_only: bool = False) -> Fact:
     kind = base.kind if base.owed else Owed.SUM
     return base.same_origin(dims, a.owed | b.owed, base.owed_by, kind=kind, vary=vary,
                             rel=rel_join(a.rel, b.rel), counted=a.counted | b.counted, mark=a.mark or b.mark,
-                            lost=joined_lost(a, b))
+                            lost=joined_lost(a, b), copies=a.copies | b.copies)
 
 
 def _same(a: Fact, b: Fact) -> bool:

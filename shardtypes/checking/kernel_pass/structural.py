@@ -230,7 +230,7 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         return [UNKNOWN]
     return [base.derived(dims, "dot_general", owed, by, kind=kind, vary=vary, rel=rel,
                          counted=lhs.counted | rhs.counted, mark=lhs.mark or rhs.mark,
-                         lost=joined_lost(lhs, rhs) + tuple(lost))]
+                         lost=joined_lost(lhs, rhs) + tuple(lost), copies=lhs.copies | rhs.copies)]
 
 
 @rule("iota")
