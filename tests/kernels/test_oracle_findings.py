@@ -56,3 +56,81 @@ def test_a_psum_scatter_of_a_partial_sum_and_its_own_block_of_a_replicated_value
     with jax.set_mesh(mesh):
         got = jax.jit(typed_shard_map(own_block))(put(mesh, X, None, None))
         np.testing.assert_allclose(np.asarray(got), X)
+
+
+# -- an elementwise op whose operands split a dim over different mesh axes --------------------
+
+Y = np.arange(16, dtype=np.float32).reshape(8, 2) * 10
+
+
+def _run_apart(kind, kernel, check_vma=True):
+    mesh = make_mesh(kind, (2, 2, 2), ("i", "j", "k"))
+    with jax.set_mesh(mesh):
+        x, y = put(mesh, X, "i", None), put(mesh, Y, "j", None)
+        return np.asarray(jax.jit(typed_shard_map(kernel, check_vma=check_vma))(x, y))
+
+
+@pytest.mark.parametrize("check_vma", [True, False], ids=["vma", "no_vma"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_blocks_of_different_parts_combined_then_summed_are_refused(kind, check_vma):
+    """Device (i, j) adds block i of x to block j of y; adding those sums up over 'i' mixes
+    blocks that were never meant to meet. Before, the dim's layout became unknown and the
+    annotation was taken for it."""
+
+    def mixed(x: f32[b"r/i c"], y: f32[b"r/j c"]) -> f32[b"r/j c"]:
+        return jax.lax.psum(x + y, "i") / 2
+
+    with pytest.raises(TypeCheckError, match=(
+            r"JAX's 'add' combines dim 0 of an operand laid out P\('i', None\) \(argument \"x\" of .*mixed\(\), "
+            r"annotated f32\[b'r/i c'\]\) with one laid out P\('j', None\) .*: the dim is split over 'i' in the "
+            r"first but over 'j' in the second \(move mesh axes with the collectives first\); each device "
+            r"combines blocks of different parts of the dim; the per-device values are then combined over "
+            r"mesh axis 'i'")):
+        _run_apart(kind, mixed, check_vma)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_blocks_of_different_parts_kept_side_by_side_run(kind):
+    """Kept per device in a dim of the result's own, the same sums are what the annotation
+    declares."""
+
+    def side_by_side(x: f32[b"r/i c"], y: f32[b"r/j c"]) -> f32[b"pairs/i/j c"]:
+        return x + y
+
+    got = _run_apart(kind, side_by_side)
+    blocks = [X[4 * i:4 * i + 4] + Y[4 * j:4 * j + 4] for i in range(2) for j in range(2)]
+    np.testing.assert_allclose(got, np.concatenate(blocks))
+
+
+# -- a nested shard_map whose out_specs put each device's part side by side --------------------
+
+M = np.arange(64, dtype=np.float32).reshape(8, 8)
+
+
+def _nested(ret):
+    """A kernel over 'i' whose nested shard_map over 'j' adds up the blocks of 'cols' (split over
+    'j'): a sum of different blocks, which its out_specs put side by side along 'cols' again."""
+
+    def rows(x: f32[b"rows/i cols"]) -> ret:
+        return jax.shard_map(lambda b: jax.lax.psum(b, "j"), in_specs=jax.P(None, "j"), out_specs=jax.P(None, "j"),
+                             axis_names={"j"}, check_vma=False)(x)
+
+    return typed_shard_map(rows, axis_names={"i"}, check_vma=False)
+
+
+def test_a_fold_inside_a_nested_map_returned_as_the_arguments_dim_is_refused():
+    mesh = make_mesh("auto", (4, 2), ("i", "j"))  # (JAX nests shard_maps over Auto axes)
+    with jax.set_mesh(mesh):
+        with pytest.raises(TypeCheckError, match=(
+                r"the return value of .*rows\(\), annotated f32\[b'rows/i cols'\]: it is a sum of different blocks "
+                r"of a dim still owing a sum over that dim over mesh axis 'j' \(made by a shard_map nested in the "
+                r"kernel, whose out_specs put each device's part over mesh axis 'j' side by side")):
+            jax.jit(_nested(f32[b"rows/i cols"]))(put(mesh, M, "i", None))
+
+
+def test_a_fold_inside_a_nested_map_returned_in_a_dim_of_its_own_runs():
+    mesh = make_mesh("auto", (4, 2), ("i", "j"))
+    with jax.set_mesh(mesh):
+        got = np.asarray(jax.jit(_nested(f32[b"rows/i halves"]))(put(mesh, M, "i", None)))
+    folded = M[:, :4] + M[:, 4:]
+    np.testing.assert_allclose(got, np.concatenate([folded, folded], axis=1))

@@ -47,7 +47,7 @@ from . import collectives, loops, structural  # noqa: F401 - their rules registe
 from .algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_ones, rel_join, rel_mul, rel_neg
 from .algebra import zero as _zero, zeros as _zeros
 from .catalogue import CALLS, CASTS, COMPARISONS, ELEMENTWISE, LOOPS, NONLINEAR, STRUCTURAL, is_cast
-from .facts import UNKNOWN, Fact, Owed, Point, axes_text, fmt, folded, joined_lost, owed_text, pay_text
+from .facts import FOLD, UNKNOWN, Fact, Owed, Point, axes_text, fmt, folded, joined_lost, owed_text, pay_text, split_text
 from ...language.shape import entry_axes
 from .jaxpr import KernelPassWarning, is_var, Unreadable, call_jaxpr, nested_map, is_literal, literal_number, shape, unreadable, invars, outvars, eqns, constvars
 from .jaxpr import name as prim_name
@@ -336,6 +336,7 @@ class Pass:
         seen = [False] * ndim
         first = None
         out_shape = shape(outvars(eqn)[0])
+        lost: list = []
         for v, f in shaped:
             if f.dims is None or len(f.dims) != ndim:
                 continue
@@ -345,8 +346,15 @@ class Pass:
                     continue  # (unknown, or broadcast along the dim by the op itself)
                 if not seen[i]:
                     dims[i], seen[i] = axes, True
+                    firsts = f
                 elif dims[i] != axes:
-                    dims[i] = None  # operands disagree: unknown from here
+                    # Operands disagree: unknown from here. Both split, over different mesh axes:
+                    # each device combines blocks of different parts of the dim, its own value
+                    # from here on (``Fact.lost``). (One unsplit is often the pass not knowing
+                    # better: a scan's stacked results, a constant's broadcast.)
+                    if dims[i] and axes:
+                        lost.append(self.apart(name, i, firsts, f, dims[i], axes))
+                    dims[i] = None
         if first is not None and any(f.dims is None for _, f in shaped):
             first = first if ndim else None  # a 0-d value with an unknown operand is unknown
         owing = [f for f in ins if f.owed]
@@ -366,7 +374,17 @@ class Pass:
             return UNKNOWN
         return base.derived(tuple(dims) if first is not None else None, name, owed, by, kind=kind, vary=vary,
                             rel=rel, counted=counted, mark=next((f.mark for f in ins if f.mark), ""),
-                            lost=joined_lost(*ins), copies=frozenset().union(*(f.copies for f in ins)))
+                            lost=joined_lost(*ins) + tuple(lost),
+                            copies=frozenset().union(*(f.copies for f in ins)))
+
+    def apart(self, name: str, dim: int, a: Fact, b: Fact, a_axes: tuple, b_axes: tuple) -> tuple:
+        """The ``Fact.lost`` entry of an elementwise ``name`` whose operands split ``dim`` over
+        different mesh axes."""
+        axes = frozenset(x for x in (*a_axes, *b_axes) if x in self.manual)
+        return (axes, f"{self.head}, JAX's {name!r} combines dim {dim} of an operand laid out {fmt(a.dims)} "
+                      f"({a.origin}) with one laid out {fmt(b.dims)} ({b.origin}): the dim is split over "
+                      f"{split_text(a_axes)} in the first but over {split_text(b_axes)} in the second (move mesh "
+                      "axes with the collectives first); each device combines blocks of different parts of the dim")
 
     def averages(self, name: str, eqn: Any, counted: frozenset) -> bool:
         """Whether ``eqn`` divides by a multiple of the counted axes' size (``pmean``: a psum
@@ -488,6 +506,11 @@ def _blocks(fact: Fact, spec: Any, new: frozenset, split: bool) -> Fact:
     if fact is UNKNOWN:
         return fact
     entries = tuple(spec) if spec is not None else ()
+    named = frozenset(a for e in entries for a in entry_axes(e)) & new
+    # Parts still owed over axes the out_specs split a dim over: each device's part, put side by
+    # side along that dim. They stay owed, their axes on the dim, so that only a dim of the
+    # result's own takes them (``Pass.owned``): named like an argument's, it claims the whole.
+    kept = frozenset() if split else fact.owed & named
     dims = fact.dims
     if dims is not None:
         out: list[tuple | None] = []
@@ -497,19 +520,25 @@ def _blocks(fact: Fact, spec: Any, new: frozenset, split: bool) -> Fact:
                 out.append(None)
             elif split:
                 out.append(tuple(axes) + these)
+            elif kept & set(these):
+                out.append(tuple(axes))
             elif tuple(axes[len(axes) - len(these):]) == these:
                 out.append(tuple(axes[:len(axes) - len(these)]))
             else:
                 out.append(None)  # (put side by side along another dim than it is split along)
         dims = tuple(out)
-    named = frozenset(a for e in entries for a in entry_axes(e)) & new
     if split:
         vary = None if fact.vary is None else fact.vary | named
         return fact.same_origin(dims, fact.owed, fact.owed_by, vary=vary)
     vary = None if fact.vary is None else fact.vary - new
     lost = tuple(e for e in fact.lost if not e[0] <= named)
-    return fact.same_origin(dims, fact.owed - named, fact.owed_by if fact.owed - named else "", vary=vary,
-                            lost=lost)
+    owed = (fact.owed - named) | kept
+    if kept:
+        kind = FOLD.get(fact.kind, fact.kind)
+        by = (f"a shard_map nested in the kernel, whose out_specs put each device's part over "
+              f"{axes_text(kept)} side by side ({fact.owed_by})")
+        return fact.same_origin(dims, owed, by, kind=kind, vary=vary, lost=lost)
+    return fact.same_origin(dims, owed, fact.owed_by if owed else "", vary=vary, lost=lost)
 
 
 @rule(*ELEMENTWISE, *CASTS, general=True)
