@@ -276,6 +276,10 @@ MALFORMED = [
     ("a/d-e", r"mesh axis 'd-e' is not an identifier", "a/d-e"),
     ("a/d.e", r"mesh axis 'd\.e' is not an identifier", "a/d.e"),
     ("a/(d)", r"mesh axis '\(d\)' is not an identifier", "a/(d)"),
+    ("#b *b", r"dim 1 '\*b' and dim 0 '#b' both name 'b': '\*b' binds it to several dims", "*b"),
+    ("b *b", r"dim 1 '\*b' and dim 0 'b' both name 'b'", "*b"),
+    ("*b x b/d", r"dim 2 'b/d' and dim 0 '\*b' both name 'b'.* 'b/d' binds it to one size", "b/d"),
+    ("b+1 *b", r"'b\+1' reads it as one size; give the variadic dims a name of their own \(as '\*bs'\)", "*b"),
 ]
 
 
@@ -418,7 +422,9 @@ def shape_strings(draw, allow_variadic=True):
     var = None
     if allow_variadic and draw(st.booleans()):
         var = draw(st.integers(0, n))
-        dims.insert(var, draw(st.one_of(st.just("..."), NAMES.map(lambda n: "*" + n))))
+        # '*name' binds name to a tuple of sizes: no other dim of the shape may name it
+        unused = NAMES.filter(lambda v: not any(re.search(rf"(?<!\w){re.escape(v)}(?!\w)", s) for s in sizes))
+        dims.insert(var, draw(st.one_of(st.just("..."), unused.map(lambda n: "*" + n))))
         axes.insert(var, [])
     lead = draw(st.sampled_from(["", " ", "\t", "\n "]))
     trail = draw(st.sampled_from(["", " ", "\n"]))

@@ -146,6 +146,7 @@ def test_two_shape_strings_rejected(cls):
         (b"batch/", r"invalid shape string 'batch/': .*empty mesh axis name"),
         ("a/d b/d", r"mesh axis 'd' shards both 'a/d' and 'b/d'"),
         (b"... ...", r"second variadic dim"),
+        (b"#b *b", r"invalid shape string '#b \*b': dim 1 '\*b' and dim 0 '#b' both name 'b'"),
         (b"x.y", r"unexpected character '\.'"),
         (3, r"a shape string must be str or bytes, not int"),
         (b"\xff", r"bytes are not valid UTF-8"),
