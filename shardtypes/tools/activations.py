@@ -33,7 +33,7 @@ from ..checking.kernel_pass import catalogue, jaxpr as kj
 from .activation_rules import auto_splits, backward_splits, dead, fused, local_shape, ones, passed_through, spec_parts
 from .memory_plan import _fmt_bytes
 
-__all__ = ["ActivationEstimate", "LiveValue", "estimate", "trace_step", "SYMBOLIC"]
+__all__ = ["ActivationEstimate", "LiveValue", "alike", "estimate", "trace_step", "SYMBOLIC"]
 
 SYMBOLIC = "values of symbolic size (dims verify was not given)"
 
@@ -76,7 +76,8 @@ class ActivationEstimate:
         head = f"{'at least ' if self.lower_bound else ''}{_fmt_bytes(self.bytes_per_device)} per device at the peak"
         parts = [head]
         if self.largest:
-            parts.append("largest live then: " + "; ".join(str(v) for v in self.largest[:3]))
+            parts.append("largest live then: " + "; ".join(f"{n} x {v}" if n > 1 else str(v)
+                                                           for n, v in alike(self.largest)[:3]))
         if self.lower_bound:
             parts.append("a lower bound: " + "; ".join(self.lower_bound))
         if self.assumed:
@@ -87,6 +88,15 @@ class ActivationEstimate:
         return {"bytes_per_device": self.bytes_per_device,
                 "largest": [dataclasses.asdict(v) for v in self.largest],
                 "lower_bound": list(self.lower_bound), "assumed": self.assumed}
+
+
+def alike(values: tuple[LiveValue, ...]) -> list[tuple[int, LiveValue]]:
+    """``values`` with alike ones (same bytes, maker and line: the layers of a scan) counted
+    once, ``(count, value)``, in the order of their first."""
+    counts: dict[LiveValue, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return [(n, v) for v, n in counts.items()]
 
 
 def trace_step(fn: Callable, args: dict) -> tuple[Any, Any, list]:

@@ -141,7 +141,7 @@ def _memory_card(mode: str, report: Any, capacity: tuple[int, str] | None, scale
                  ids: Mapping[str, str], estimate: Any = None) -> str:
     by_group: dict[str, int] = dict.fromkeys(GROUPS, 0)
     for row in report.rows:
-        by_group[group_of(row.path)] += row.bytes_per_device
+        by_group[group_of(row.path, row.annotation)] += row.bytes_per_device
     by_group["activations"] = _bytes_of(estimate)
     head = f"Memory per device{' — ' + esc(mode) if mode else ''}"
     parts = [f'<div class="card"><h2>{head}</h2>',

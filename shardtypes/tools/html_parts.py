@@ -97,15 +97,22 @@ _OPTIMIZER = re.compile(r"^(opt|optim|optimizer|opt_state|adam\w*|mu|nu|momentum
                         r"exp_avg\w*|state_m|state_v)$", re.IGNORECASE)
 _STEP = re.compile(r"^(batch|inputs?|targets?|tokens|labels|activations?|acts|cache|kv_cache|kv|"
                    r"residual|logits|outputs?|carry|grads?|gradients?)$", re.IGNORECASE)
+_BATCH_DIM = re.compile(r"^(micro_?)?batch\w*$", re.IGNORECASE)
 
 
-def group_of(path: str) -> str:
+def group_of(path: str, annotation: str = "") -> str:
     """'optimizer state' when a part of ``path`` names one (``adam_mu``, ``opt_state``, ``mu``),
-    'step arrays' for a batch, activations, a cache or gradients, else 'parameters'."""
+    'step arrays' for a batch, activations, a cache or gradients, else 'parameters'. Where the
+    path says nothing (an argument ``x``), an ``annotation`` with a batch dim
+    (``f32[b'batch/d embed']``) is a step array: parameters have no batch dim."""
     parts = [p for p in re.split(r"[.\[\]'\"/]+", path) if p]
     if any(_OPTIMIZER.match(p) for p in parts):
         return "optimizer state"
     if any(_STEP.match(p) for p in parts):
+        return "step arrays"
+    shape = re.search(r"""\bb(?:'([^']*)'|"([^"]*)")""", annotation)
+    dims = (shape.group(1) or shape.group(2) or "").split() if shape else []
+    if any(_BATCH_DIM.match(d.split("/")[0].lstrip("#*")) for d in dims):
         return "step arrays"
     return "parameters"
 

@@ -10,16 +10,19 @@ from typing import Any, Mapping
 
 import jax
 
-from .activations import ActivationEstimate, estimate
-from .html_parts import group_of
+from .activations import ActivationEstimate, alike, estimate
+from .html_parts import GROUPS, group_of
 from .memory_plan import PlanReport, _fmt_bytes, plan, replicated_problem
 
 __all__ = ["arguments_plan", "step_activations", "memory_problems"]
 
 
-def arguments_plan(inputs: Mapping[str, Any] | None, mesh: Mapping[str, int]) -> tuple[PlanReport, list[str]]:
+def arguments_plan(inputs: Mapping[str, Any] | None, mesh: Mapping[str, int],
+                   annotations: Mapping[str, Any] | None = None) -> tuple[PlanReport, list[str]]:
     """The plan of the arguments ``verify`` built (``VerifyReport.inputs``), paths led by the
-    parameter's name; and the parameters left out because some size is symbolic (no bytes yet)."""
+    parameter's name; and the parameters left out because some size is symbolic (no bytes yet).
+    ``annotations`` (parameter name -> annotation, where known) give the rows their annotations,
+    so that a batch argument (``x: f32[b'batch/d embed']``) counts as one, not as parameters."""
     rows: list = []
     symbolic: list[str] = []
     warnings: list[str] = []
@@ -31,7 +34,14 @@ def arguments_plan(inputs: Mapping[str, Any] | None, mesh: Mapping[str, int]) ->
             continue
         if not leaves:
             continue
-        part = plan(value, dict(mesh))
+        part, known = None, (annotations or {}).get(name)
+        if known is not None:
+            try:
+                part = plan(value, dict(mesh), like=known)
+            except (TypeError, ValueError):
+                part = None  # (a value the annotation does not describe: planned from its own layout)
+        if part is None:
+            part = plan(value, dict(mesh))
         rows += [dataclasses.replace(r, path=name + r.path if r.path.startswith((".", "[")) or not r.path
                                      else f"{name}.{r.path}") for r in part.rows]
         warnings += [f"{name}: {w}" for w in part.warnings]
@@ -52,7 +62,8 @@ def step_activations(closed: Any, leaves: list, mesh: Any) -> ActivationEstimate
 
 
 def memory_problems(args: dict, mesh: Mapping[str, int], name: str, tolerance: float | None,
-                    capacity: tuple[int, str] | None, activations: ActivationEstimate | None) -> list[tuple[str, str]]:
+                    capacity: tuple[int, str] | None, activations: ActivationEstimate | None,
+                    annotations: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
     """``(kind, message)`` of verify's memory problems: more than ``tolerance`` of the memory
     ``name()``'s arguments take per device held by replicated copies, and arguments plus
     activations over ``capacity``; a 'setup' problem where some size is symbolic. The arguments
@@ -60,7 +71,7 @@ def memory_problems(args: dict, mesh: Mapping[str, int], name: str, tolerance: f
     asked = [option for option, given in (("max_replicated", tolerance), ("hbm", capacity)) if given is not None]
     if not asked:
         return []
-    arguments, symbolic = arguments_plan(args, mesh)
+    arguments, symbolic = arguments_plan(args, mesh, annotations)
     if symbolic:
         return [("setup", f"{' and '.join(asked)}: the memory of {name}()'s arguments {symbolic} is not known, "
                           "since some of their sizes are symbolic; give every dim in dims=...")]
@@ -81,7 +92,7 @@ def _fit_problems(arguments: PlanReport, activations: ActivationEstimate | None,
         return [("setup", f"hbm: {name}() was not traced, so its activations are not known")]
     parts: dict[str, int] = {}
     for row in arguments.rows:
-        group = group_of(row.path)
+        group = group_of(row.path, row.annotation)
         parts[group] = parts.get(group, 0) + row.bytes_per_device
     parts["activations"] = activations.bytes_per_device
     total = sum(parts.values())
@@ -89,9 +100,9 @@ def _fit_problems(arguments: PlanReport, activations: ActivationEstimate | None,
     if total <= limit:
         return []
     some = "at least " if activations.lower_bound else ""
-    split = " + ".join(f"{group} {_fmt_bytes(n)}" for group, n in parts.items() if n)
+    split = " + ".join(f"{group} {_fmt_bytes(parts[group])}" for group in GROUPS if parts.get(group))
     largest = sorted(arguments.rows, key=lambda r: -r.bytes_per_device)[:3]
     named = [f"{r.path} ({r.spec}) {_fmt_bytes(r.bytes_per_device)}" for r in largest]
-    named += [f"the activation {v}" for v in activations.largest[:2]]
+    named += [f"the activation {v}" if n == 1 else f"{n} activations of {v}" for n, v in alike(activations.largest)[:2]]
     return [("memory", f"{name}() does not fit in {label}: {some}{_fmt_bytes(total)} per device "
                               f"({split}), {_fmt_bytes(total - limit)} over; the largest parts: {'; '.join(named)}")]

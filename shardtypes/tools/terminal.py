@@ -42,7 +42,7 @@ def plan_lines(report: Any, capacity: tuple[int, str] | None = None, width: int 
     rows = [r for r in report.rows if isinstance(r.bytes_per_device, int)]
     by_group = {g: 0 for g in GROUPS}
     for r in rows:
-        by_group[group_of(r.path)] += r.bytes_per_device
+        by_group[group_of(r.path, r.annotation)] += r.bytes_per_device
     total = sum(by_group.values())
     limit = capacity[0] if capacity is not None else 0
     scale = max(total, limit, 1)
@@ -84,7 +84,7 @@ def plan_lines(report: Any, capacity: tuple[int, str] | None = None, width: int 
             lines.append([
                 (f"  {r.path:<{path_w}}  ", None), (f"{r.spec:<{spec_w}}", "cyan"),
                 (f"  {fmt_bytes(r.bytes_per_device):>10}  ", None),
-                (MARKS[group_of(r.path)] * max(1, round(share * 20)), STYLES[group_of(r.path)]),
+                (MARKS[group_of(r.path, r.annotation)] * max(1, round(share * 20)), STYLES[group_of(r.path, r.annotation)]),
                 (f" {share:.0%}", None), (copies, "yellow" if copies else None),
             ])
     return lines

@@ -351,7 +351,7 @@ def verify(
     if traced is not None and activations:
         estimated = step_activations(*traced, mesh)
     problems.extend(Problem(kind, text) for kind, text in memory_problems(
-        args, dict(mesh.shape), name, tolerance, capacity, estimated))
+        args, dict(mesh.shape), name, tolerance, capacity, estimated, hints))
     return finish(outputs)
 
 

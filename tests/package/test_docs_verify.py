@@ -6,6 +6,7 @@ are left out of the comparison: the page names the reader's file, the test its o
 """
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,36 @@ def test_an_example_prints_what_the_page_shows(line, source, expected, tmp_path)
     if missing:
         pytest.skip(f"the example needs {missing.group(1)}, which is not installed")
     assert normalise(got) == normalise(expected), f"docs/verify.md line {line}:\n{got}"
+
+
+def json_commands() -> list[tuple[int, str, str]]:
+    """(line, command, the output shown) for each ``shardtypes ... --json`` block a text block
+    follows at once (the output may end in ``...``: the page shows its head)."""
+    found = blocks(DOC.read_text())
+    out = []
+    for (line, language, body, gap), following in zip(found, found[1:]):
+        if language == "bash" and "--json" in body and following[1] == "text" and not gap.strip():
+            out.append((line, body.replace("\\\n", " "), following[2]))
+    return out
+
+
+JSON_COMMANDS = json_commands()
+
+
+def test_the_page_shows_plan_json_as_the_command_prints_it():
+    """The first ``plan --json`` example, and each after it: sizes are numbers there."""
+    assert any(" plan " in f" {command} " for _, command, _ in JSON_COMMANDS), JSON_COMMANDS
+    first = next(shown for _, command, shown in JSON_COMMANDS if " plan " in f" {command} ")
+    assert re.search(r'"shape": \[\s*\d+,', first) and '"50257"' not in first, first
+
+
+@pytest.mark.parametrize("line, command, shown", JSON_COMMANDS, ids=[f"line-{c[0]}" for c in JSON_COMMANDS])
+def test_a_json_command_prints_what_the_page_shows(line, command, shown, tmp_path):
+    (tmp_path / "mymodel.py").write_text(mymodel())
+    words = shlex.split(command)
+    assert words[0] == "shardtypes", command
+    proc = subprocess.run([sys.executable, "-m", "shardtypes", *words[1:]], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    head = shown.strip().removesuffix("...").rstrip()
+    assert proc.stdout.startswith(head) if shown.strip().endswith("...") else proc.stdout.strip() == head, (
+        f"docs/verify.md line {line}:\n{proc.stdout}{proc.stderr}")

@@ -109,12 +109,35 @@ def test_a_step_that_does_not_fit_names_the_largest_parts():
     report = verify(two_live, {"d": 8}, DIMS, hbm="10KiB")
     (problem,) = report.problems
     assert problem.kind == "memory"
-    assert problem.message.startswith("two_live() does not fit in 10.0 KiB: 41.0 KiB per device (parameters 33.0 KiB "
-                                      "+ activations 8.0 KiB), 31.0 KiB over; the largest parts: w (P(None, None)) "
-                                      "16.0 KiB; v (P(None, None)) 16.0 KiB; x (P('d', None)) 1.0 KiB; the activation 4.0 KiB")
+    # x: f32[b'batch/d embed'] is the step's batch (a step array), not parameters
+    assert problem.message.startswith("two_live() does not fit in 10.0 KiB: 41.0 KiB per device (parameters 32.0 KiB "
+                                      "+ step arrays 1.0 KiB + activations 8.0 KiB), 31.0 KiB over; the largest parts: "
+                                      "w (P(None, None)) 16.0 KiB; v (P(None, None)) 16.0 KiB; x (P('d', None)) 1.0 KiB; "
+                                      "the activation 4.0 KiB")
     symbolic = verify(two_live, {"d": 8}, {"embed": 32}, hbm="h100")
     assert [p.kind for p in symbolic.problems] == ["setup"]
     assert "hbm: the memory of two_live()'s arguments ['x', 'w', 'v'] is not known" in symbolic.problems[0].message
+
+
+@typechecked
+def three_alike(x: f32[b"batch/d embed"], w: f32[b"layers embed embed"]) -> f32[b""]:
+    def body(h, wl):
+        h = h @ wl
+        return h, (jnp.sin(h), jnp.cos(h), jnp.tanh(h))
+    _, (a, b, c) = jax.lax.scan(body, x, w)  # three stacked outputs alike: one shape, one line
+    return jnp.sum(a * b * c)
+
+
+def test_alike_activations_are_said_once_with_their_count():
+    dims = {"batch": 64, "embed": 32, "layers": 4}
+    report = verify(three_alike, {"d": 8}, dims)
+    line = next(l for l in str(report).splitlines() if "activations:" in l)
+    alike = "4.0 KiB scan float32[4,8,32] at test_activations.py:"
+    assert "largest live then: 3 x " + alike in line and line.count(alike) == 1, line
+    assert [v.what for v in report.activations.largest].count("scan float32[4,8,32]") == 3  # the data keeps each
+    (problem,) = verify(three_alike, {"d": 8}, dims, hbm="8KiB").problems
+    assert "(parameters 16.0 KiB + step arrays 1.0 KiB + activations 13.0 KiB)" in problem.message
+    assert "; 3 activations of " + alike in problem.message and problem.message.count(alike) == 1, problem.message
 
 
 @pytest.mark.parametrize("hbm, error, message", [

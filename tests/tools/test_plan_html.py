@@ -85,6 +85,10 @@ def test_groups_by_path():
     assert group("['opt_state'][0].mu['w']") == "optimizer state"
     assert group("batch.inputs") == "step arrays"
     assert group("Layer.w_q") == "parameters"
+    # where the path says nothing, a batch dim in the annotation does
+    assert group("x", "f32[b'batch/d embed']") == "step arrays"
+    assert group("x", "f32[b'*batch seq']") == "step arrays"
+    assert group("w", "f32[b'embed hidden/t']") == "parameters"
 
 
 def test_hostile_names_are_escaped():
