@@ -95,16 +95,22 @@ def test_an_annotated_local_computed_by_jnp_is_compared_with_its_operand_layout(
 
 
 def mixed(p: Params, q: f32[b"d_ff/mlp d_model/embed"]) -> f32[b"d_ff/embed d_model/mlp"]:
-    s: f32[b"d_ff/embed d_model/mlp"] = p.w2 + q  # operands disagree: unknown, size checks only
+    s: f32[b"d_ff/embed d_model/mlp"] = p.w2 + q  # device (e, m) adds block (e, m) to block (m, e)
     return s
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_operands_of_different_layouts_give_an_unknown_layout(kind):
+def test_operands_split_over_different_axes_are_refused_where_checked(kind):
+    """Each device adds blocks of different parts of the dims (the blocks agree in shape, so
+    JAX runs it): the sum is each device's own, not the global sum the annotation claims."""
     mesh = square(kind)
     with jax.set_mesh(mesh):
-        out = run(mixed, mesh, params(mesh), put(mesh, W, "mlp", "embed"))
-    assert out.shape == W.shape
+        with pytest.raises(TypeCheckError, match=(
+                r"in kernel mixed\(\), JAX's 'add' combines dim 0 of an operand laid out P\('embed', 'mlp'\) "
+                r"\(p.w2 .*\) with one laid out P\('mlp', 'embed'\) \(argument \"q\" of mixed\(\).*: the dim is split "
+                r"over 'embed' in the first but over 'mlp' in the second .*each device combines blocks of different "
+                r"parts of the dim; the per-device values then reach the value assigned to s of mixed\(\)")):
+            run(mixed, mesh, params(mesh), put(mesh, W, "mlp", "embed"))
 
 
 def gathers_with_lax(p: Params) -> f32[b"d_ff d_model/mlp"]:

@@ -337,6 +337,7 @@ class Pass:
         first = None
         out_shape = shape(outvars(eqn)[0])
         lost: list = []
+        owner: list = [None] * ndim  # per dim, the operand its layout was taken from
         for v, f in shaped:
             if f.dims is None or len(f.dims) != ndim:
                 continue
@@ -345,15 +346,14 @@ class Pass:
                 if axes is None or (shape(v)[i] == 1 and out_shape[i] != 1):
                     continue  # (unknown, or broadcast along the dim by the op itself)
                 if not seen[i]:
-                    dims[i], seen[i] = axes, True
-                    firsts = f
+                    dims[i], seen[i], owner[i] = axes, True, f
                 elif dims[i] != axes:
                     # Operands disagree: unknown from here. Both split, over different mesh axes:
                     # each device combines blocks of different parts of the dim, its own value
                     # from here on (``Fact.lost``). (One unsplit is often the pass not knowing
                     # better: a scan's stacked results, a constant's broadcast.)
                     if dims[i] and axes:
-                        lost.append(self.apart(name, i, firsts, f, dims[i], axes))
+                        lost.append(self.apart(name, i, owner[i] or f, f, dims[i], axes))
                     dims[i] = None
         if first is not None and any(f.dims is None for _, f in shaped):
             first = first if ndim else None  # a 0-d value with an unknown operand is unknown
