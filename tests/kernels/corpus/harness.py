@@ -7,6 +7,8 @@ Outcomes for an entry JAX accepts:
 * ``agree``: the typed kernel runs, no ``KernelPassWarning``, the same numbers (rtol 1e-5,
   atol 1e-6; integers, booleans and PRNG keys exactly);
 * ``refused``: shardtypes raised ``typeguard.TypeCheckError`` (its message is kept);
+* ``annotation refused``: shardtypes raised its own ``TypeError`` naming an annotation it does not
+  take (a list literal of unlike arrays), with what to write instead;
 * ``crash``: any other exception from the typed run;
 * ``differs``: it ran, but gave other numbers (the worst absolute difference is kept);
 * ``stepped aside``: it ran and agreed, but the kernel pass stepped aside
@@ -45,6 +47,7 @@ KINDS = ("explicit", "auto")
 RTOL, ATOL = 1e-5, 1e-6
 
 AGREE, REFUSED, CRASH, DIFFERS, STEPPED = "agree", "refused", "crash", "differs", "stepped aside"
+ANNOTATION = "annotation refused"
 JAX_ERROR, ACCEPTED = "JAX's error", "accepted"
 SKIPPED = "skipped"
 
@@ -307,7 +310,7 @@ def run(entry: Entry, kind: str, modes: tuple | None = None) -> Result:
         if reason:
             return Result(SKIPPED, reason)
     results = [run_mode(entry, kind, mode) for mode in (modes or entry.modes)]
-    order = [SKIPPED, "harness", CRASH, REFUSED, JAX_ERROR, ACCEPTED, DIFFERS, STEPPED, AGREE]
+    order = [SKIPPED, "harness", CRASH, ANNOTATION, REFUSED, JAX_ERROR, ACCEPTED, DIFFERS, STEPPED, AGREE]
     rank = {o: i for i, o in enumerate(order)}
     return min(results, key=lambda r: rank.get(r.outcome.split(":")[0], 0))
 
@@ -376,6 +379,8 @@ def run_mode(entry: Entry, kind: str, mode: str) -> Result:
             outcome = REFUSED
         elif ref_error is not None and type(typed_error) is type(ref_error):
             outcome = JAX_ERROR
+        elif isinstance(typed_error, TypeError) and _OWN_ANNOTATION_ERROR.match(str(typed_error)):
+            outcome = ANNOTATION
         else:
             outcome = CRASH
         return Result(outcome, _describe(typed_error), mode=mode, reference=reference)
@@ -387,6 +392,11 @@ def run_mode(entry: Entry, kind: str, mode: str) -> Result:
     if stepped:
         return Result(STEPPED, re.sub(r"\s+", " ", str(stepped[0].message)), mode=mode)
     return Result(AGREE, mode=mode)
+
+
+# shardtypes' own refusal of an annotation it does not take (a literal list of unlike arrays):
+# it names the annotation and what to write instead.
+_OWN_ANNOTATION_ERROR = re.compile(r"shardtypes\.\w+: .* is annotated with a list literal")
 
 
 def jax_version() -> str:

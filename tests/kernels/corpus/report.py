@@ -2,8 +2,8 @@
 
     python tests/kernels/corpus/report.py [--full] [--kinds explicit,auto] [NAME_SUBSTRING ...]
 
-Prints the counts of each outcome (for kernels JAX accepts: agree, refused, crash, differs,
-stepped aside; for kernels JAX refuses: refused by shardtypes' TypeCheckError, JAX's error passed
+Prints the counts of each outcome (for kernels JAX accepts: agree, refused, annotation refused,
+crash, differs, stepped aside; for kernels JAX refuses: refused by shardtypes' TypeCheckError, JAX's error passed
 through, crash, accepted), then each entry that does not agree with the first 200 characters of
 its message (all of it with ``--full``), and where ``KNOWN`` in test_corpus.py says otherwise.
 Run from the repository root; it imports the package from this checkout.
@@ -97,15 +97,15 @@ def main() -> int:
             rows.append((entry, kind, result, expected))
     print(f"({time.time() - start:.0f} s)\n")
     print("Kernels JAX accepts (entry x axis type):")
-    for outcome in (harness.AGREE, harness.REFUSED, harness.CRASH, harness.DIFFERS, harness.STEPPED):
-        print(f"  {outcome:14s} {accepted.pop(outcome, 0)}")
+    for outcome in (harness.AGREE, harness.REFUSED, harness.ANNOTATION, harness.CRASH, harness.DIFFERS, harness.STEPPED):
+        print(f"  {outcome:18s} {accepted.pop(outcome, 0)}")
     for outcome, n in sorted(accepted.items()):
-        print(f"  {outcome:14s} {n}")
+        print(f"  {outcome:18s} {n}")
     print("Kernels JAX refuses:")
-    for outcome in (harness.REFUSED, harness.JAX_ERROR, harness.CRASH, harness.ACCEPTED):
-        print(f"  {outcome:14s} {refused_by_jax.pop(outcome, 0)}")
+    for outcome in (harness.REFUSED, harness.JAX_ERROR, harness.ANNOTATION, harness.CRASH, harness.ACCEPTED):
+        print(f"  {outcome:18s} {refused_by_jax.pop(outcome, 0)}")
     for outcome, n in sorted(refused_by_jax.items()):
-        print(f"  {outcome:14s} {n}")
+        print(f"  {outcome:18s} {n}")
 
     print("\nNot agreeing:")
     for entry, kind, result, expected in rows:
@@ -137,7 +137,7 @@ def main() -> int:
     for entry, kind, result, expected in rows:
         if result.outcome == harness.SKIPPED:
             continue
-        fails = (result.outcome not in (harness.REFUSED, harness.JAX_ERROR, harness.CRASH)
+        fails = (result.outcome not in (harness.REFUSED, harness.JAX_ERROR, harness.ANNOTATION, harness.CRASH)
                  if entry.jax_refuses is not None else result.outcome != harness.AGREE)
         if fails and expected is None:
             mismatched.append(f"{entry.name} [{kind}]: {result.outcome}, not in KNOWN")
