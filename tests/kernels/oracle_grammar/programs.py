@@ -107,20 +107,10 @@ def programs(draw: Any, sizes: tuple = (1, 2, 4)) -> Program:
         if nested is not None:
             kinds["nested"] = 6
         kind = draw(st.sampled_from([k for k, n in kinds.items() for _ in range(n)]))
-        if kind == "prefix":
-            add_prefix(draw, d)
-        elif kind == "cond":
-            add_cond(draw, d)
-        elif kind == "scan":
-            add_scan(draw, d)
-        elif kind == "scan_reduce":
-            add_scan_reduce(draw, d)
-        elif kind == "loop":
-            add_loop(draw, d)
-        elif kind == "items":
-            add_items(draw, d)
-        elif kind == "closure":
-            add_closure(draw, d)
+        adders = {"prefix": add_prefix, "cond": add_cond, "scan": add_scan, "scan_reduce": add_scan_reduce,
+                  "loop": add_loop, "items": add_items, "closure": add_closure}
+        if kind in adders:
+            adders[kind](draw, d)
         elif kind == "nested":
             assert nested is not None
             add_nested(draw, d, *mesh[1 - nested], check_vma)
