@@ -675,12 +675,10 @@ def test_open_findings_each_have_a_regression_test():
     assert {expected[f] for f in OPEN_FINDINGS} <= tests
 
 
-@pytest.mark.xfail(strict=True, reason="open: a ring of ppermutes that adds up the blocks of a partial sum is "
-                                       "refused ('a partial sum still owing a sum over mesh axis')")
 def test_oracle_a_ppermute_ring_pays_a_partial_sum():
-    """Refused, right: each device adds the partial sum passed round the ring (axis size - 1
-    ppermutes), which is the psum. Also refused unrolled (``v + ppermute(v, 'a', ...)``) and as a
-    collective matmul (``x @ w`` contracting a dim split over 'a', the products passed round)."""
+    """Was refused, right: each device adds the partial sum passed round the ring (axis size - 1
+    ppermutes), which is the psum. The pass follows the parts a ring has added up
+    (``Fact.ring``), in a loop trip by trip."""
 
     def kernel(x: f32[b"r c/a"]) -> f32[b"r 1"]:
         v = jnp.sum(x, axis=1, keepdims=True)

@@ -134,3 +134,50 @@ def test_a_fold_inside_a_nested_map_returned_in_a_dim_of_its_own_runs():
         got = np.asarray(jax.jit(_nested(f32[b"rows/i halves"]))(put(mesh, M, "i", None)))
     folded = M[:, :4] + M[:, 4:]
     np.testing.assert_allclose(got, np.concatenate([folded, folded], axis=1))
+
+
+# -- a ring of ppermutes that adds up a partial sum (a ring all-reduce) -----------------------
+
+R = np.arange(32, dtype=np.float32).reshape(4, 8)
+STEP = [(j, (j + 1) % 4) for j in range(4)]
+
+
+def ring(trips, perm=STEP, combine=jnp.add, reduce=jnp.sum, loop=False):
+    def kernel(x: f32[b"r c/a"]) -> f32[b"r 1"]:
+        v = reduce(x, axis=1, keepdims=True)
+        if loop:
+            return jax.lax.fori_loop(0, trips, lambda i, c: (lambda t: (combine(c[0], t), t))(
+                jax.lax.ppermute(c[1], "a", perm)), (v, v))[0]
+        acc, t = v, v
+        for _ in range(trips):
+            t = jax.lax.ppermute(t, "a", perm)
+            acc = combine(acc, t)
+        return acc
+
+    return kernel
+
+
+def _run_ring(kind, kernel):
+    mesh = make_mesh(kind, (4,), ("a",))
+    with jax.set_mesh(mesh):
+        return np.asarray(jax.jit(typed_shard_map(kernel, check_vma=False))(put(mesh, R, None, "a")))
+
+
+@pytest.mark.parametrize("loop", [False, True], ids=["unrolled", "fori_loop"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_ring_that_visits_every_device_pays_a_partial_sum_or_max(kind, loop):
+    np.testing.assert_allclose(_run_ring(kind, ring(3, loop=loop)), R.sum(1, keepdims=True))
+    got = _run_ring(kind, ring(3, combine=jnp.maximum, reduce=jnp.max, loop=loop))
+    np.testing.assert_allclose(got, R.max(1, keepdims=True))
+
+
+@pytest.mark.parametrize("trips, perm, why", [
+    (2, STEP, "one device short"),
+    (4, STEP, "device 0's part twice"),
+    (3, [(j, (j + 2) % 4) for j in range(4)], "a shift of 2 visits half the ring"),
+    (3, [(0, 1), (1, 0), (2, 3), (3, 2)], "two rings of two"),
+], ids=["short", "once_too_often", "skip_by_two", "two_rings"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_ring_that_does_not_visit_every_device_once_is_refused(kind, trips, perm, why):
+    with pytest.raises(TypeCheckError, match=r"partial sum still owing a sum over mesh axis 'a'"):
+        _run_ring(kind, ring(trips, perm))

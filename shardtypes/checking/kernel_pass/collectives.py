@@ -11,7 +11,7 @@ from typing import Any
 
 from .registry import rule
 from .algebra import drop_rel, fact_of as _one
-from .facts import FOLD, Fact, Owed, UNKNOWN, axes_text, fmt, split_text
+from .facts import FOLD, Fact, Owed, UNKNOWN, axes_text, fmt, ring_of, split_text
 from .catalogue import ASYNC_DONES, standing_for
 from .jaxpr import axis_names, is_literal, name as prim_name, param, invars, outvars
 
@@ -174,7 +174,26 @@ def _ppermute(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     names = frozenset(axis_names(eqn))
     d = ins[0].dims
     dims = None if d is None else tuple(None if a is not None and names & set(a) else a for a in d)
-    return _one(p, eqn, ins, dims)
+    ring = ring_of(ins[0])
+    shift = cyclic_shift(p, eqn, ring[0]) if ring is not None else None
+    if ring is None or shift is None:
+        return _one(p, eqn, ins, dims)
+    n = p.sizes[ring[0]]
+    return _one(p, eqn, ins, dims, ring=(ring[0], ring[1], frozenset((o + shift) % n for o in ring[2])))
+
+
+def cyclic_shift(p: Any, eqn: Any, axis: str) -> int | None:
+    """The shift ``s`` of a ppermute over ``axis`` alone that sends every device's value ``s``
+    devices on, round the ring (``perm`` pairs ``(i, (i + s) % n)`` for every ``i``); None for
+    any other permutation."""
+    if tuple(axis_names(eqn)) != (axis,) or axis not in p.sizes:
+        return None
+    n = p.sizes[axis]
+    pairs = tuple(param(eqn, "perm"))
+    shifts = {(dst - src) % n for src, dst in pairs}
+    if len(pairs) != n or len({src for src, _ in pairs}) != n or len(shifts) != 1:
+        return None
+    return shifts.pop()
 
 
 @rule("pbroadcast", *standing_for("pbroadcast"))

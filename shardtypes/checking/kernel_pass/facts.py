@@ -24,6 +24,10 @@ meta-pytorch's spmd_types:
   own copy by JAX's typing (a plain ``all_gather``'s result, typed varying, and what is computed
   from it): a ``psum_scatter`` adds the copies up as JAX means it to (the transpose of a gather
   under ``jax.grad``), not a value counted once per device.
+* **a ring's partial sums** (``ring``): a partial sum (max, min) over one mesh axis, rotated by
+  ``ppermute`` cyclic shifts and added to (maxed with) itself: ``(axis, token, offsets)``, the partial sum it started from
+  (``token``) and which devices' parts it holds, as shifts along the axis. Once the offsets are
+  every device's, the sum is paid (a ring all-reduce, as collective matmuls accumulate them).
 * **each device's own** (``lost``): computed from a part in a way the parts cannot be combined
   back into the whole (a nonlinear function of a partial sum, blocks of different parts of a dim
   multiplied together). Each entry is ``(axes, finding)``. Right only as per-device values: put
@@ -34,13 +38,14 @@ meta-pytorch's spmd_types:
 from __future__ import annotations
 
 import enum
+import itertools
 from typing import Iterable
 
 from ...model.describe import _fmt_layout
 from .catalogue import is_cast
 
 __all__ = ["Owed", "FOLD", "folded", "Dims", "Fact", "Point", "UNKNOWN", "fmt", "axes_text",
-           "owed_text", "split_text", "KINDS", "lost_axes", "joined_lost"]
+           "owed_text", "split_text", "KINDS", "lost_axes", "joined_lost", "ring_of", "RING_OPS"]
 
 Dims = tuple  # per dim: a tuple of mesh axes, or None (unknown)
 
@@ -86,14 +91,17 @@ class Fact:
     (``origin``: the value it was computed from, and the last few primitives on the way, kept as
     names and only spelled out for a message)."""
 
-    __slots__ = ("dims", "owed", "kind", "vary", "rel", "counted", "mark", "base", "chain", "owed_by", "lost", "copies")
+    __slots__ = ("dims", "owed", "kind", "vary", "rel", "counted", "mark", "base", "chain", "owed_by", "lost", "copies", "ring",
+                 "serial")
 
     def __init__(self, dims: Dims | None, owed: frozenset = frozenset(), origin: str = "",
                  owed_by: str = "", chain: tuple = (), *, kind: Owed = Owed.SUM, vary: frozenset | None = None,
                  rel: tuple | None = (), counted: frozenset = frozenset(), mark: str = "", lost: tuple = (),
-                 copies: frozenset = frozenset()):
+                 copies: frozenset = frozenset(), ring: tuple = ()):
         self.dims = dims
         self.copies = copies
+        self.ring = ring
+        self.serial = next(_SERIALS)  # (names this value as the start of a ring: ``ring_of``)
         self.lost = lost
         self.owed = owed
         self.kind = Owed(kind) if owed else Owed.SUM
@@ -118,9 +126,11 @@ class Fact:
         if not is_cast(prim) and (not chain or chain[-1] != prim):
             chain = chain[1 - _CHAIN:] + (prim,) if len(chain) >= _CHAIN - 1 else chain + (prim,)
         owed = self.owed if owed is None else owed
+        # (A cast keeps the ring's parts; any other primitive makes a value of its own.)
+        ring = (ring_of(self) or ()) if is_cast(prim) and owed == self.owed else ()
         fact = Fact(dims, owed, self.base, owed_by or self.owed_by if owed else "", chain, kind=self.kind,
                     vary=self.vary, rel=self.rel, counted=self.counted, mark=self.mark, lost=self.lost,
-                    copies=self.copies)
+                    copies=self.copies, ring=ring)
         for key, value in changes.items():
             setattr(fact, key, value)
         if not fact.owed:
@@ -130,7 +140,8 @@ class Fact:
     def same_origin(self, dims: Dims | None, owed: frozenset, owed_by: str, **changes) -> Fact:
         """This fact's origin with another layout and sum (and other ``changes``)."""
         fact = Fact(dims, owed, self.base, owed_by, self.chain, kind=self.kind, vary=self.vary, rel=self.rel,
-                    counted=self.counted, mark=self.mark, lost=self.lost, copies=self.copies)
+                    counted=self.counted, mark=self.mark, lost=self.lost, copies=self.copies,
+                    ring=self.ring if owed == self.owed else ())
         for key, value in changes.items():
             setattr(fact, key, value)
         return fact
@@ -143,6 +154,7 @@ class Fact:
 
 
 _CHAIN = 6  # primitives named in an origin at most (the last ones)
+_SERIALS = itertools.count()
 
 
 class Point:
@@ -167,6 +179,22 @@ class Point:
 
 
 UNKNOWN = Fact(None, rel=None)
+
+
+# What combines two parts of a partial value into a larger part, by what it owes.
+RING_OPS = {Owed.SUM: "add", Owed.MAX: "max", Owed.MIN: "min"}
+
+
+def ring_of(fact: Fact) -> tuple | None:
+    """``(axis, token, offsets)`` of a partial sum over one mesh axis (``Fact.ring``): its own
+    (the value itself, offset 0) unless a ppermute or a sum of rotated parts made it; None for
+    any other value."""
+    if fact.kind not in RING_OPS or len(fact.owed) != 1:
+        return None
+    (axis,) = fact.owed
+    if fact.ring and fact.ring[0] == axis:
+        return fact.ring
+    return (axis, fact.serial, frozenset({0}))
 
 
 def lost_axes(fact: Fact) -> frozenset:

@@ -47,7 +47,7 @@ from . import collectives, loops, structural  # noqa: F401 - their rules registe
 from .algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_ones, rel_join, rel_mul, rel_neg
 from .algebra import zero as _zero, zeros as _zeros
 from .catalogue import CALLS, CASTS, COMPARISONS, ELEMENTWISE, LOOPS, NONLINEAR, STRUCTURAL, is_cast
-from .facts import FOLD, UNKNOWN, Fact, Owed, Point, axes_text, fmt, folded, joined_lost, owed_text, pay_text, split_text
+from .facts import FOLD, RING_OPS, UNKNOWN, Fact, Owed, ring_of, Point, axes_text, fmt, folded, joined_lost, owed_text, pay_text, split_text
 from ...language.shape import entry_axes
 from .jaxpr import KernelPassWarning, is_var, Unreadable, call_jaxpr, nested_map, is_literal, literal_number, shape, unreadable, invars, outvars, eqns, constvars
 from .jaxpr import name as prim_name
@@ -365,6 +365,13 @@ class Pass:
         vary: frozenset | None = frozenset()
         for f in ins:
             vary = None if vary is None or f.vary is None else vary | f.vary
+        ring: tuple = ()
+        if len(owing) == 2 == len(ins) and RING_OPS.get(owing[0].kind) == name:
+            ring = self.ring_sum(*owing)
+            if ring and len(ring[2]) == self.sizes.get(ring[0]):  # every device's part: the sum
+                axis = ring[0]
+                owed, by, ring = owed - {axis}, "", ()
+                vary = None if vary is None else vary - {axis}
         rel = self.combined_rel(name, ins)
         counted = frozenset().union(*(f.counted for f in ins))
         if counted and self.averages(name, eqn, counted):
@@ -375,7 +382,16 @@ class Pass:
         return base.derived(tuple(dims) if first is not None else None, name, owed, by, kind=kind, vary=vary,
                             rel=rel, counted=counted, mark=next((f.mark for f in ins if f.mark), ""),
                             lost=joined_lost(*ins) + tuple(lost),
-                            copies=frozenset().union(*(f.copies for f in ins)))
+                            copies=frozenset().union(*(f.copies for f in ins)), ring=ring)
+
+    @staticmethod
+    def ring_sum(a: Fact, b: Fact) -> tuple:
+        """The ring (``Fact.ring``) of the sum (max, min) of two rotations of one partial value
+        holding the parts of different devices; () for any other."""
+        ra, rb = ring_of(a), ring_of(b)
+        if ra is None or rb is None or ra[:2] != rb[:2] or ra[2] & rb[2]:
+            return ()
+        return (ra[0], ra[1], ra[2] | rb[2])
 
     def apart(self, name: str, dim: int, a: Fact, b: Fact, a_axes: tuple, b_axes: tuple) -> tuple:
         """The ``Fact.lost`` entry of an elementwise ``name`` whose operands split ``dim`` over

@@ -16,10 +16,6 @@ Layout = tuple  # per dim, the tuple of mesh axes it is split over
 # here, so the default run is green; take a name out when the pass is fixed (or set
 # SHARDTYPES_KERNEL_ORACLE_DRAW_OPEN=1 to draw them all) and the run finds it again if it is not.
 OPEN_FINDINGS: set[str] = {
-    # A ring of ppermutes that adds up the blocks of a partial sum (or max), a fori_loop of
-    # axis-size - 1 trips or unrolled, is refused: "a partial sum still owing a sum over mesh axis"
-    # (a false error; test_oracle_a_ppermute_ring_pays_a_partial_sum).
-    "ring_pays_a_partial_result",
     # A ring of ppermutes over an axis the value is the same on adds it to itself (x + x), and the
     # pass accepts it where it refuses the psum that does the same (a silent wrong factor;
     # test_oracle_a_ppermute_ring_over_an_axis_the_value_is_the_same_on).
