@@ -10,7 +10,7 @@ import jax
 from ..context.rule_resolution import layout as rules_layout
 from ..language.shape import ShapeSpec, ShapeSpecError
 from ..model.describe import Layout
-from .kernel_pass.facts import split_text
+from .kernel_pass.messages import split_text
 
 __all__ = ["Layout", "layout_of", "differences", "einsum_owed"]
 

@@ -7,8 +7,9 @@ registered beside its definition (``structural``, ``collectives``, ``loops``); o
 reads JAX's jaxprs (``jaxpr``: equations, params, avals, invars and outvars; the only importer of
 ``jax.extend.core`` and ``jax.core`` in the pass, read by the activation estimate too); one
 catalogue of the primitives it names, by kind and by the releases they were seen in
-(``catalogue``); what it knows of a value (``facts``) and how facts combine (``algebra``); where it
-meets the side table the checker writes (``interpreter.Pass.meet``; the table: ``checking/kernel_layouts.py``).
+(``catalogue``); what it knows of a value (``facts``) and how facts combine (``algebra``); every
+sentence it says, refusals and the provenance of partial values (``messages``); where it meets the
+side table the checker writes (``interpreter.Pass.meet``; the table: ``checking/kernel_layouts.py``).
 """
 
 from .driver import in_facts, infer, traced

@@ -11,7 +11,8 @@ from typing import Any
 
 from .registry import rule
 from .algebra import drop_rel, fact_of as _one
-from .facts import FOLD, Fact, Owed, UNKNOWN, axes_text, fmt, ring_of, split_text
+from . import messages as say
+from .facts import FOLD, Fact, Owed, UNKNOWN, ring_of
 from .catalogue import ASYNC_DONES, standing_for
 from .jaxpr import axis_names, is_literal, name as prim_name, param, invars, outvars
 
@@ -23,7 +24,7 @@ def combined(p: Any, f: Fact, axes: frozenset) -> None:
     over them: the finding that made them so is the refusal."""
     for apart, finding in f.lost:
         if apart & axes:
-            p.fail(f"{finding}; the per-device values are then combined over {axes_text(apart & axes)}")
+            p.fail(say.per_device_combined(finding, apart & axes))
 
 
 def gathered_lost(f: Fact, axes: frozenset) -> tuple:
@@ -39,9 +40,7 @@ def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     out = []
     for v, f in zip(invars(eqn), ins):
         if "psum" in name and f.rel:
-            p.fail(p.relative_text(f, f"JAX's {name!r} adds it up over {axes_text(paid)}") +
-                   "; rescale each device's part to the global maximum (exp(m_local - jax.lax.pmax(m_local, "
-                   "axes))) before adding them up")
+            p.fail(say.relative_psummed(p.head, f, name, paid))
         if not f.known and not is_literal(v):
             out.append(UNKNOWN)
             continue
@@ -54,9 +53,7 @@ def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
             counted = counted | (paid - f.vary - f.owed - folded)
         vary = None if f.vary is None else f.vary - paid
         if split:  # the blocks of a split dim added together, elementwise
-            dims_text = ", ".join(str(i) for i, _ in split)
-            by = (f"JAX's {name!r} over {axes_text(folded)}, which combines the blocks of dim {dims_text} "
-                  f"split over {'them' if len(folded) > 1 else 'it'} ({f.origin})")
+            by = say.fold_by(name, folded, [i for i, _ in split], f.origin)
             out.append(f.derived(f.dims, name, owed | folded, by, kind=FOLD[pays], vary=vary, counted=counted))
             continue
         out.append(f.derived(f.dims, name, owed, vary=vary, counted=counted))
@@ -77,18 +74,7 @@ def _gathered(p: Any, eqn: Any, fact: Fact, dim: int) -> tuple | None:
     if not names:
         return axes
     if tuple(axes[len(axes) - len(names):]) != names:
-        written = "(" + ", ".join(repr(a) for a in names) + ("," if len(names) == 1 else "") + ")"
-        if set(names) == set(axes) and len(names) == len(axes):
-            fix = (f"the gather puts the blocks back in the order {written}, so the result is the dim with its "
-                   f"blocks permuted; gather over {tuple(axes)!r}, the order the dim is split in (or annotate "
-                   f"the dim split {'/'.join(('',) + names)}, if that order is the layout meant)")
-        else:
-            fix = ("a tiled gather undoes the mesh axes a dim is split over from the last: all of them, or the "
-                   f"last ones, in order (here {tuple(axes)!r} or a suffix of it)")
-        p.fail(
-            f"{p.head}, JAX's {prim_name(eqn)!r} gathers dim {dim} over mesh axes {written}, in that order, but "
-            f"that dim of its operand is laid out {fmt(dims)} ({fact.origin}): split over {split_text(axes)}; "
-            + fix)
+        p.fail(say.gather_order(p.head, prim_name(eqn), dim, names, dims, fact.origin, axes))
         return None
     return tuple(axes[:len(axes) - len(names)])
 

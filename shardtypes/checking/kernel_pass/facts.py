@@ -39,13 +39,11 @@ from __future__ import annotations
 
 import enum
 import itertools
-from typing import Iterable
 
-from ...model.describe import _fmt_layout
 from .catalogue import is_cast
 
-__all__ = ["Owed", "FOLD", "folded", "Dims", "Fact", "Point", "UNKNOWN", "fmt", "axes_text",
-           "owed_text", "split_text", "KINDS", "lost_axes", "joined_lost", "ring_of", "RING_OPS"]
+__all__ = ["Owed", "FOLD", "folded", "Dims", "Fact", "Point", "UNKNOWN", "lost_axes", "joined_lost", "ring_of",
+           "RING_OPS"]
 
 Dims = tuple  # per dim: a tuple of mesh axes, or None (unknown)
 
@@ -69,21 +67,6 @@ FOLDS = frozenset(FOLD.values())
 def folded(kind: str) -> bool:
     """Whether ``kind`` is blocks of a split dim that a collective combined (``FOLD``)."""
     return kind in FOLDS
-
-
-KINDS = {Owed.SUM: ("partial sum", "a sum", "shardtypes.ops.psum or shardtypes.ops.psum_scatter"),
-         Owed.MAX: ("partial maximum", "a max", "jax.lax.pmax"),
-         Owed.MIN: ("partial minimum", "a min", "jax.lax.pmin"),
-         Owed.PREFIX: ("prefix over a split dim", "the total of the blocks before it",
-                    "an offset that differs per device: the all_gathered totals of the earlier blocks"),
-         # A psum (pmax, pmin) over an axis a dim is split over adds that dim's blocks together:
-         # right only once that dim is summed (maxed) over too.
-         Owed.FOLDSUM: ("sum of different blocks of a dim", "a sum over that dim",
-                     "jnp.sum over that dim (or gather the dim before the psum)"),
-         Owed.FOLDMAX: ("maximum of different blocks of a dim", "a max over that dim",
-                     "jnp.max over that dim (or gather the dim before the pmax)"),
-         Owed.FOLDMIN: ("minimum of different blocks of a dim", "a min over that dim",
-                     "jnp.min over that dim (or gather the dim before the pmin)")}
 
 
 class Fact:
@@ -209,32 +192,3 @@ def joined_lost(*facts: Fact) -> tuple:
         for entry in f.lost:
             out.setdefault(entry, None)
     return tuple(out)
-
-
-def fmt(dims: Dims | None) -> str:
-    if dims is None:
-        return "(layout unknown)"
-    return _fmt_layout(dims)
-
-
-def axes_text(axes: Iterable[str]) -> str:
-    axes = sorted(axes)
-    return f"mesh {'axes' if len(axes) > 1 else 'axis'} {', '.join(repr(a) for a in axes)}"
-
-
-def split_text(axes: tuple) -> str:
-    """``'d'/'t'``, or ``no mesh axis``: the axes a dim is split over, in a message."""
-    return "/".join(repr(a) for a in axes) if axes else "no mesh axis"
-
-
-def owed_text(fact: Fact) -> str:
-    name, what, _ = KINDS[fact.kind]
-    return f"is a {name} still owing {what} over {axes_text(fact.owed)} (made by {fact.owed_by})"
-
-
-def pay_text(fact: Fact) -> str:
-    """How to pay what ``fact`` owes."""
-    if fact.kind == Owed.PREFIX:
-        return f"add {KINDS[Owed.PREFIX][2]} first"
-    paid = fact.kind in (Owed.SUM, Owed.MAX, Owed.MIN)
-    return f"{'reduce it with ' if paid else 'follow with '}{KINDS[fact.kind][2]} first"

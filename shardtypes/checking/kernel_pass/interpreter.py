@@ -47,18 +47,15 @@ from . import collectives, loops, structural  # noqa: F401 - their rules registe
 from .algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_ones, rel_join, rel_mul, rel_neg
 from .algebra import zero as _zero, zeros as _zeros
 from .catalogue import CALLS, CASTS, COMPARISONS, ELEMENTWISE, LOOPS, NONLINEAR, STRUCTURAL, is_cast
-from .facts import FOLD, RING_OPS, UNKNOWN, Fact, Owed, ring_of, Point, axes_text, fmt, folded, joined_lost, owed_text, pay_text, split_text
+from . import messages as say
+from .facts import FOLD, RING_OPS, UNKNOWN, Fact, Owed, Point, folded, joined_lost, ring_of
 from ...language.shape import entry_axes
 from .jaxpr import KernelPassWarning, is_var, Unreadable, call_jaxpr, nested_map, is_literal, literal_number, shape, unreadable, invars, outvars, eqns, constvars
 from .jaxpr import name as prim_name
 from ..kernel_specs import differences
 from .registry import lookup, rule
 
-__all__ = ["Pass", "PER_DEVICE"]
-
-PER_DEVICE = ("if each device's part is meant to stay its own (a per-device statistic), say so with "
-              "shardtypes.ops.per_device(value, axes)")
-_PER_DEVICE = PER_DEVICE
+__all__ = ["Pass"]
 
 # What a partial maximum (minimum) may reach and stay one: the rest use it as a per-device value.
 _KEEPS = {Owed.MAX: frozenset({"max", "reduce_max", "pmax", "cummax"}),
@@ -187,52 +184,34 @@ class Pass:
                 return False
         return True
 
-    def relative_text(self, fact: Fact, where: str) -> str:
-        made = "; ".join(dict.fromkeys(t for t, _, _ in fact.rel or ()))
-        return (f"{self.head}, {where}, but it is computed from a partial maximum or minimum (each device's "
-                f"own, not the global one: {made}) ({fact.origin})")
-
     def compare(self, fact: Fact, point: Point) -> None:
         spec = "ops." in point.what
         for apart, finding in fact.lost:
             if not self.owned(fact, point, apart):
-                self.fail(f"{finding}; the per-device values then reach {point.what}, which does not keep them "
-                          f"apart along {axes_text(apart)}")
+                self.fail(say.per_device_checked(finding, point.what, apart))
         if fact.owed and not (point.sums_ok and fact.kind == Owed.SUM) and not self.owned(fact, point, fact.owed):
-            self.fail(f"{self.head}, {point.what}: it {owed_text(fact)}; {pay_text(fact)} "
-                      f"({PER_DEVICE})")
+            self.fail(say.owed_checked(self.head, point.what, fact))
         if fact.rel and not spec and not self.owned(fact, point, frozenset(a for e in fact.rel for a in e[1])):
-            self.fail(self.relative_text(fact, point.what) + "; take the global one with jax.lax.pmax (or pmin) "
-                      f"first, or rescale by exp(m_local - jax.lax.pmax(m_local, axes)) ({PER_DEVICE})")
+            self.fail(say.relative_checked(self.head, fact, point.what))
         if fact.counted and not spec:
-            self.fail(f"{self.head}, {point.what}: a psum (or psum_scatter) over {axes_text(fact.counted)} added "
-                      f"up a value that is already the same on every device along "
-                      f"{'them' if len(fact.counted) > 1 else 'it'} ({fact.origin}), counting it once per device; "
-                      "leave that sum out (for a psum_scatter, take this device's block of the value instead), "
-                      "or use jax.lax.pmean")
+            self.fail(say.counted_checked(self.head, point.what, fact))
         if fact.dims is None or len(fact.dims) != len(point.expected):
             want = None
         else:
             want = tuple(tuple(a for a in axes if a in self.manual) for axes in point.expected)
             have = tuple(w if h is None else h for h, w in zip(fact.dims, want))
             if have != want and not self.laid_out_ok(fact, point, have, want):
-                self.fail(
-                    f"{self.head}, {point.what}: it is laid out {fmt(fact.dims)} ({fact.origin}), but "
-                    f"{'the spec string' if spec else 'the annotation'} says {fmt(want)}: "
-                    f"{differences(have, want, 'the spec' if spec else 'the annotation')}")
+                self.fail(say.laid_out(self.head, point.what, fact, want, spec,
+                                       differences(have, want, 'the spec' if spec else 'the annotation')))
         if fact.vary is None and point.fallback:
-            self.fail(f"{self.head}, {point.what}: {point.fallback}")
+            self.fail(say.fallback(self.head, point.what, point.fallback))
         if fact.vary is None or spec or point.sums_ok:
             return
         named = {a for axes in point.expected for a in axes}
         extra = sorted(a for a in fact.vary if a in self.manual and a not in named)
         if extra:
             why = (f"marked so by {fact.mark}" if fact.mark else fact.origin)
-            self.fail(
-                f"{self.head}, {point.what}: it varies over {axes_text(extra)} (it differs from device to device "
-                f"along {'them' if len(extra) > 1 else 'it'}: {why}), but the annotation says it is the same on "
-                f"every device there ({fmt(point.expected)}); sum it with jax.lax.psum, gather it, or annotate a "
-                "dim split over that axis")
+            self.fail(say.varies(self.head, point.what, extra, why, point.expected))
 
     # -- the jaxpr -------------------------------------------------------------------------
 
@@ -314,10 +293,7 @@ class Pass:
         self.fail(self.nonlinear_text(name, fact))
 
     def nonlinear_text(self, name: str, fact: Fact) -> str:
-        return (f"{self.head}, a value that {owed_text(fact)} reaches JAX's {name!r}, which is not linear, so "
-                f"applying it to each device's part and combining afterwards is not applying it to the whole"
-                f"{'' if fact.owed_by in fact.origin else f' ({fact.origin})'}; {pay_text(fact)} "
-                f"(see \"Sums still owed\" in docs/shard-map.md; {_PER_DEVICE})")
+        return say.nonlinear(self.head, name, fact)
 
     @staticmethod
     def own_part(fact: Fact, finding: str) -> Fact:
@@ -397,10 +373,7 @@ class Pass:
         """The ``Fact.lost`` entry of an elementwise ``name`` whose operands split ``dim`` over
         different mesh axes."""
         axes = frozenset(x for x in (*a_axes, *b_axes) if x in self.manual)
-        return (axes, f"{self.head}, JAX's {name!r} combines dim {dim} of an operand laid out {fmt(a.dims)} "
-                      f"({a.origin}) with one laid out {fmt(b.dims)} ({b.origin}): the dim is split over "
-                      f"{split_text(a_axes)} in the first but over {split_text(b_axes)} in the second (move mesh "
-                      "axes with the collectives first); each device combines blocks of different parts of the dim")
+        return (axes, say.apart(self.head, name, dim, a, b, a_axes, b_axes))
 
     def averages(self, name: str, eqn: Any, counted: frozenset) -> bool:
         """Whether ``eqn`` divides by a multiple of the counted axes' size (``pmean``: a psum
@@ -450,10 +423,7 @@ class Pass:
             owed = frozenset().union(*(f.owed for f in owing))
             return owed, owing[0].owed_by, kind
         if name in ("mul", "dot_general") and len(owing) > 1:
-            self.fail(
-                f"{self.head}, JAX's {name!r} multiplies two partial sums ({owing[0].owed_by}; "
-                f"{owing[1].owed_by}): the product of sums is not the sum of products; reduce them "
-                f"with shardtypes.ops.psum first ({_PER_DEVICE})")
+            self.fail(say.product_of_sums(self.head, name, owing[0], owing[1]))
         if name == "div" and ins[1].owed:
             self.nonlinear("div (by a partial sum)", ins[1])
         if name == "select_n" and ins[0].owed:
@@ -469,11 +439,7 @@ class Pass:
             other = [f for f in ins if not f.owed and f.vary is not None and not (f.vary & owed)
                      and not _zeros(f)]
             if other:
-                self.fail(
-                    f"{self.head}, JAX's {name!r} adds a value that {owed_text(owing[0])} and one that "
-                    f"owes none and is the same on every device ({other[0].origin}): after the sum over the "
-                    "mesh the second is counted once per device; reduce the partial sum with shardtypes.ops.psum "
-                    "first (or add the other value on one device only)")
+                self.fail(say.adds_invariant(self.head, name, owing[0], other[0]))
         return owed, owing[0].owed_by, kind
 
     def offset(self, ins: list[Fact], owed: frozenset) -> bool:
@@ -551,8 +517,7 @@ def _blocks(fact: Fact, spec: Any, new: frozenset, split: bool) -> Fact:
     owed = (fact.owed - named) | kept
     if kept:
         kind = FOLD.get(fact.kind, fact.kind)
-        by = (f"a shard_map nested in the kernel, whose out_specs put each device's part over "
-              f"{axes_text(kept)} side by side ({fact.owed_by})")
+        by = say.nested_side_by_side(kept, fact.owed_by)
         return fact.same_origin(dims, owed, by, kind=kind, vary=vary, lost=lost)
     return fact.same_origin(dims, owed, fact.owed_by if owed else "", vary=vary, lost=lost)
 

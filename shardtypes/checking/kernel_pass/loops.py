@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .facts import Fact, Owed, UNKNOWN, joined_lost, owed_text, ring_of
+from . import messages as say
+from .facts import Fact, Owed, UNKNOWN, joined_lost, ring_of
 from .jaxpr import branches, eqns, inner_jaxpr, name, optional_param, param, scan_groups, while_groups, outvars
 from .algebra import rel_join
 from .registry import rule
@@ -151,9 +152,7 @@ def _cond(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
             for i, (a, b) in enumerate(zip(results, outs)):
                 if (a.owed, a.kind if a.owed else "") != (b.owed, b.kind if b.owed else ""):
                     owing = a if a.owed else b
-                    p.fail(f"{p.head}, the branches of a lax.cond (or switch) disagree on result {i}: in one "
-                           f"it {owed_text(owing)}, in branch {k} {'it ' + owed_text(b) if b.owed else 'it owes nothing'}; "
-                           "whichever branch runs, the result must be the same kind of value")
+                    p.fail(say.cond_disagrees(p.head, i, k, owing, b))
         results = outs if results is None else [_merge(a, b) for a, b in zip(results, outs)]
     if results is not None and ins[0].vary:  # a branch chosen per device: the results vary too
         results = [f.same_origin(f.dims, f.owed, f.owed_by, vary=None if f.vary is None else f.vary | ins[0].vary)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .facts import FOLD, Fact, Owed, UNKNOWN, axes_text, fmt, joined_lost, split_text
+from . import messages as say
+from .facts import FOLD, Fact, Owed, UNKNOWN, joined_lost
 from .algebra import fact_of as _one, ndim as _ndim, rel_mul, union as _union
 from .catalogue import EFFECTS, IDENTITY, OPAQUE
 from .registry import rule
@@ -156,7 +157,7 @@ def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     vary = None if ins[0].vary is None else ins[0].vary | summed
     if ins[0].owed and ins[0].kind == kind:
         return _one(p, eqn, ins, kept, ins[0].owed | summed, ins[0].owed_by, vary=vary)
-    by = f"{call} over dim {dims} of a value split over {axes_text(summed)} ({ins[0].origin})"
+    by = say.sum_by(call, dims, summed, ins[0].origin)
     return _one(p, eqn, ins, kept, summed, by, kind=kind, vary=vary)
 
 
@@ -172,7 +173,7 @@ def _cumulative(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         p.nonlinear(f"{prim_name(eqn)} (a prefix of a prefix)", ins[0])
     if not split or ins[0].owed:
         return _one(p, eqn, ins, d)
-    by = f"JAX's {prim_name(eqn)!r} along dim {axis} of a value split over {axes_text(split)} ({ins[0].origin})"
+    by = say.cumulative_by(prim_name(eqn), axis, split, ins[0].origin)
     return _one(p, eqn, ins, d, split, by, kind=Owed.PREFIX)
 
 
@@ -192,20 +193,14 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
             # Each device multiplies blocks of different parts of the dim: its own product, right
             # only kept per device (``Fact.lost``).
             apart = frozenset(x for x in (*a, *b) if x in p.manual)
-            lost.append((apart, 
-                f"{p.head}, JAX's 'dot_general' (jnp.einsum, @, jnp.dot) contracts dim {i} of an operand "
-                f"laid out {fmt(lhs.dims)} ({lhs.origin}) with dim {j} of one laid out {fmt(rhs.dims)} "
-                f"({rhs.origin}): the dim is split over {split_text(a)} in the first but over {split_text(b)} in the second "
-                "(move mesh axes with the collectives first); each device multiplies blocks of different parts "
-                "of the dim"))
+            lost.append((apart, say.contracted_apart(p.head, i, j, lhs, rhs, a, b)))
             continue
         axes = {x for x in (a or b or ()) if x in p.manual}
         if axes:
             where.append(f"dim {i}")
         contracted |= axes
     if contracted and not by:
-        by = (f"a dot_general (jnp.einsum, @, jnp.dot) contracting {', '.join(where)} split over "
-              f"{axes_text(contracted)} ({lhs.origin})")
+        by = say.contraction_by(where, contracted, lhs.origin)
     kind = Owed.SUM
     for f in owing:  # (a prefix, or blocks a psum added together, contracted: still wrong)
         if f.kind != Owed.SUM:
