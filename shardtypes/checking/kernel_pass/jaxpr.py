@@ -19,6 +19,8 @@ from typing import Any
 import jax
 import jax.extend.core as jex
 
+from . import messages as say
+
 __all__ = ["KNOWN_BUGS", "known_bug", "REFUSALS", "refused_op", "about_unreduced", "KernelPassWarning", "Unreadable", "name", "shape", "param", "optional_param", "axis_names",
            "scan_groups", "while_groups", "branches", "inner_jaxpr", "call_jaxpr", "is_literal", "literal_number",
            "unreadable", "aval", "sub_jaxprs", "frames", "eqns", "invars", "outvars", "constvars", "is_var", "has_effects"]
@@ -289,8 +291,4 @@ def unreadable(name: str, why: str) -> None:
     if key in _WARNED:
         return
     _WARNED.add(key)
-    warnings.warn(
-        f"shardtypes' kernel pass cannot follow JAX's {name!r} here ({why}; JAX {jax.__version__}): what it "
-        "computes is taken as unknown from there on, so layouts, partial sums and varying values are not "
-        "followed through it; the checks at the kernel's boundary still run. Please report it with the JAX "
-        "version.", KernelPassWarning, stacklevel=2)
+    warnings.warn(say.steps_aside(name, why, jax.__version__), KernelPassWarning, stacklevel=2)

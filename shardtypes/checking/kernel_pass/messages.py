@@ -15,7 +15,7 @@ __all__ = ["PER_DEVICE", "KINDS", "fmt", "axes_text", "split_text", "owed_text",
            "per_device_checked", "relative", "relative_psummed", "relative_checked", "owed_checked",
            "counted_checked", "laid_out", "varies", "fallback", "nonlinear", "apart", "contracted_apart",
            "product_of_sums", "adds_invariant", "cond_disagrees", "gather_order", "fold_by", "sum_by",
-           "cumulative_by", "contraction_by", "nested_side_by_side"]
+           "cumulative_by", "contraction_by", "nested_side_by_side", "steps_aside"]
 
 PER_DEVICE = ("if each device's part is meant to stay its own (a per-device statistic), say so with "
               "shardtypes.ops.per_device(value, axes)")
@@ -208,3 +208,11 @@ def contraction_by(where: list, contracted: set, origin: str) -> str:
 def nested_side_by_side(kept: frozenset, owed_by: str) -> str:
     return (f"a shard_map nested in the kernel, whose out_specs put each device's part over {axes_text(kept)} side "
             f"by side ({owed_by})")
+
+
+# -- where the pass steps aside ---------------------------------------------------------------
+
+def steps_aside(name: str, why: str, version: str) -> str:
+    return (f"shardtypes' kernel pass cannot follow JAX's {name!r} here ({why}; JAX {version}): what it computes "
+            "is taken as unknown from there on, so layouts, partial sums and varying values are not followed "
+            "through it; the checks at the kernel's boundary still run. Please report it with the JAX version.")
