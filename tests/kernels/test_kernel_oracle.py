@@ -708,7 +708,9 @@ def test_oracle_a_ppermute_ring_over_an_axis_the_value_is_the_same_on():
 
 
 @pytest.mark.xfail(strict=True, reason="open: called eagerly, a kernel that psums a concrete scalar it closes "
-                                       "over is accepted (refused under jit)")
+                                       "over is accepted (refused under jit): JAX itself folds the psum of a value "
+                                       "that is not varying into a multiplication by the axis size while tracing "
+                                       "(mul 2.0 s, with check_vma on or off), so no psum reaches the pass")
 def test_oracle_an_eager_kernel_psums_a_closed_over_concrete_scalar():
     """Accepted, wrong (eagerly; under jit, where ``s`` is a jit argument, refused: ``a psum ...
     over mesh axis 'a' added up a value that is already the same on every device``)."""
