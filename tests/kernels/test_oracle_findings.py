@@ -181,3 +181,28 @@ def test_a_ring_that_visits_every_device_pays_a_partial_sum_or_max(kind, loop):
 def test_a_ring_that_does_not_visit_every_device_once_is_refused(kind, trips, perm, why):
     with pytest.raises(TypeCheckError, match=r"partial sum still owing a sum over mesh axis 'a'"):
         _run_ring(kind, ring(trips, perm))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_ring_over_each_of_two_axes_pays_a_sum_owed_over_both(kind):
+    """A contraction split over 'a' and 'b' owes a sum over both; a ring over 'a' pays that
+    axis, a second ring over 'b' the other (found by the oracle: a 2x2 ring all-reduce)."""
+    swap = [(0, 1), (1, 0)]
+
+    def two_rings(x: f32[b"r c/a/b"], w: f32[b"c/a/b n"]) -> f32[b"r n"]:
+        v = x @ w
+        v = v + jax.lax.ppermute(v, "a", swap)
+        return v + jax.lax.ppermute(v, "b", swap)
+
+    def one_ring(x: f32[b"r c/a/b"], w: f32[b"c/a/b n"]) -> f32[b"r n"]:
+        v = x @ w
+        return v + jax.lax.ppermute(v, "a", swap)
+
+    mesh = make_mesh(kind, (2, 2), ("a", "b"))
+    w_host = np.arange(24, dtype=np.float32).reshape(8, 3) / 10
+    with jax.set_mesh(mesh):
+        x, w = put(mesh, R, None, ("a", "b")), put(mesh, w_host, ("a", "b"), None)
+        got = jax.jit(typed_shard_map(two_rings, check_vma=False))(x, w)
+        np.testing.assert_allclose(np.asarray(got), R @ w_host, rtol=1e-5)
+        with pytest.raises(TypeCheckError, match=r"partial sum still owing a sum over mesh axis 'b'"):
+            jax.jit(typed_shard_map(one_ring, check_vma=False))(x, w)

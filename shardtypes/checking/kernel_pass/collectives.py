@@ -160,7 +160,8 @@ def _ppermute(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     names = frozenset(axis_names(eqn))
     d = ins[0].dims
     dims = None if d is None else tuple(None if a is not None and names & set(a) else a for a in d)
-    ring = ring_of(ins[0])
+    along = tuple(a for a in axis_names(eqn) if a in p.manual)
+    ring = ring_of(ins[0], along[0]) if len(along) == 1 else None
     shift = cyclic_shift(p, eqn, ring[0]) if ring is not None else None
     if ring is None or shift is None:
         return _one(p, eqn, ins, dims)

@@ -110,7 +110,7 @@ class Fact:
             chain = chain[1 - _CHAIN:] + (prim,) if len(chain) >= _CHAIN - 1 else chain + (prim,)
         owed = self.owed if owed is None else owed
         # (A cast keeps the ring's parts; any other primitive makes a value of its own.)
-        ring = (ring_of(self) or ()) if is_cast(prim) and owed == self.owed else ()
+        ring = (self.ring or (None, self.serial, frozenset({0}))) if is_cast(prim) and owed == self.owed else ()
         fact = Fact(dims, owed, self.base, owed_by or self.owed_by if owed else "", chain, kind=self.kind,
                     vary=self.vary, rel=self.rel, counted=self.counted, mark=self.mark, lost=self.lost,
                     copies=self.copies, ring=ring)
@@ -168,15 +168,17 @@ UNKNOWN = Fact(None, rel=None)
 RING_OPS = {Owed.SUM: "add", Owed.MAX: "max", Owed.MIN: "min"}
 
 
-def ring_of(fact: Fact) -> tuple | None:
-    """``(axis, token, offsets)`` of a partial sum over one mesh axis (``Fact.ring``): its own
-    (the value itself, offset 0) unless a ppermute or a sum of rotated parts made it; None for
-    any other value."""
-    if fact.kind not in RING_OPS or len(fact.owed) != 1:
+def ring_of(fact: Fact, axis: str) -> tuple | None:
+    """``(axis, token, offsets)`` of a partial sum (max, min) owed over ``axis``, among others
+    (``Fact.ring``): its own (the value itself, offset 0) unless a ppermute along ``axis`` or a
+    sum of rotated parts made it; None for any other value. (A ring over one axis pays that
+    axis; a ring over the next starts afresh from the result.)"""
+    if fact.kind not in RING_OPS or axis not in fact.owed:
         return None
-    (axis,) = fact.owed
     if fact.ring and fact.ring[0] == axis:
         return fact.ring
+    if fact.ring and fact.ring[0] is None:  # (a cast of a value no ring has rotated yet)
+        return (axis, fact.ring[1], frozenset({0}))
     return (axis, fact.serial, frozenset({0}))
 
 

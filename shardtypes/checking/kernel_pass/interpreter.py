@@ -364,7 +364,10 @@ class Pass:
     def ring_sum(a: Fact, b: Fact) -> tuple:
         """The ring (``Fact.ring``) of the sum (max, min) of two rotations of one partial value
         holding the parts of different devices; () for any other."""
-        ra, rb = ring_of(a), ring_of(b)
+        axis = next((r[0] for r in (a.ring, b.ring) if r and r[0] is not None), None)
+        if axis is None:
+            return ()
+        ra, rb = ring_of(a, axis), ring_of(b, axis)
         if ra is None or rb is None or ra[:2] != rb[:2] or ra[2] & rb[2]:
             return ()
         return (ra[0], ra[1], ra[2] | rb[2])

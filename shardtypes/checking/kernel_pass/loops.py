@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import messages as say
-from .facts import Fact, Owed, UNKNOWN, joined_lost, ring_of
+from .facts import RING_OPS, Fact, Owed, UNKNOWN, joined_lost
 from .jaxpr import branches, eqns, inner_jaxpr, name, optional_param, param, scan_groups, while_groups, outvars
 from .algebra import rel_join
 from .registry import rule
@@ -106,7 +106,7 @@ def _scan(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     xs = [_slice(f) for f in ins[consts + carry:]]
     length = optional_param(eqn, "length")
     if isinstance(length, int) and 0 < length <= _UNROLL and _rotates(body) and \
-            any(ring_of(f) for f in ins[consts:consts + carry]):
+            any(f.owed and f.kind in RING_OPS for f in ins[consts:consts + carry]):
         carries, ys = _trips(p, body, length, list(ins[:consts]), list(ins[consts:consts + carry]), xs)
     else:
         carries, ys = _settle(p, body, list(ins[:consts]), list(ins[consts:consts + carry]), xs)
