@@ -30,7 +30,7 @@ jax.config.update("jax_num_cpu_devices", 8)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import AxisType  # noqa: E402
 
 import shardtypes  # noqa: E402
 from shardtypes import Array, axis_rules, f32, make_shape_dtype_structs, pytree_dataclass, typechecked, verify  # noqa: E402

@@ -63,8 +63,6 @@ from shardtypes import f32  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import measure as _measure, program_text  # noqa: E402
-
-
 from make_shardings import N_LAYERS, Layer  # noqa: E402
 
 # The peers (pip install -e '.[bench]'). Imported here, not in make_versions: the annotations are

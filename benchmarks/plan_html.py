@@ -36,7 +36,8 @@ def demo_reports() -> dict:
 
 def big_tree() -> dict:
     """2,000 arrays of one to four dims over a 64x64 mesh, some replicated."""
-    specs = [b"embed/d hidden/t", b"layers embed/d heads/t head_dim", b"embed", b"vocab/t embed/d", b"layers hidden/t embed"]
+    specs = [b"embed/d hidden/t", b"layers embed/d heads/t head_dim", b"embed", b"vocab/t embed/d",
+             b"layers hidden/t embed"]
     return {f"block_{j // 10}": {f"w{i % 10}": f32[jax.Array, specs[i % len(specs)]] for i in range(j, j + 10)}
             for j in range(0, 2000, 10)}
 

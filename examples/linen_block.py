@@ -20,8 +20,8 @@ import jax
 jax.config.update("jax_num_cpu_devices", 8)
 
 import flax.linen as nn  # noqa: E402
-from flax.linen.spmd import logical_to_mesh_sharding  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+from flax.linen.spmd import logical_to_mesh_sharding  # noqa: E402
 from jax.sharding import AxisType, PartitionSpec  # noqa: E402
 
 import shardtypes.linen  # noqa: E402

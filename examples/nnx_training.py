@@ -124,7 +124,8 @@ def main() -> None:
         checkpoint_round_trip(nnx.state((model, optimizer)), abstract, annotations)
 
         # A deliberate mistake: a parameter laid out replicated.
-        model.blocks[1].w_up = nnx.Param(jax.device_put(model.blocks[1].w_up[...], NamedSharding(mesh, PartitionSpec())))
+        replicated = NamedSharding(mesh, PartitionSpec())
+        model.blocks[1].w_up = nnx.Param(jax.device_put(model.blocks[1].w_up[...], replicated))
         try:
             step(model, optimizer, x)
         except shardtypes.TypeCheckError as e:

@@ -25,13 +25,17 @@ def rms_norm(x: f32[jax.Array, b"batch/d embed"], scale: f32[jax.Array, b"embed"
 
 
 @typechecked
-def mlp(x: f32[jax.Array, b"batch/d embed"], w_up: f32[jax.Array, b"embed hidden/t"]) -> f32[jax.Array, b"batch/d hidden/t"]:
+def mlp(
+    x: f32[jax.Array, b"batch/d embed"], w_up: f32[jax.Array, b"embed hidden/t"]
+) -> f32[jax.Array, b"batch/d hidden/t"]:
     h: f32[jax.Array, b"batch/d hidden/t"] = jax.nn.gelu(x @ w_up)  # annotated locals are checked too
     return h
 
 
 @typechecked
-def block(x: f32[jax.Array, b"batch/d embed"], scale: f32[jax.Array, b"embed"], w_up: f32[jax.Array, b"embed hidden/t"]):
+def block(
+    x: f32[jax.Array, b"batch/d embed"], scale: f32[jax.Array, b"embed"], w_up: f32[jax.Array, b"embed hidden/t"]
+):
     # Nested checked calls share one table: 'embed' means one size across this call tree.
     return mlp(rms_norm(x, scale), w_up)
 

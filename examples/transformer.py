@@ -51,9 +51,10 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P  # noqa: E4
 from shardtypes import (  # noqa: E402
     AxisRules,
     AxisRulesError,
+    Stacked,
     TypeCheckError,
-    config,
     axis_rules,
+    config,
     dims,
     explain,
     f32,
@@ -65,7 +66,6 @@ from shardtypes import (  # noqa: E402
     plan,
     plan_html,
     pytree_dataclass,
-    Stacked,
     shard,
     typechecked,
     typed_shard_map,
@@ -169,7 +169,9 @@ RESIDUAL = f32[jax.Array, b"batch/dp seq embed/tp"]  # the residual stream betwe
 
 
 @typechecked
-def rms_norm(x: f32[jax.Array, b"batch/dp seq embed"], scale: f32[jax.Array, b"embed"]) -> f32[jax.Array, b"batch/dp seq embed"]:
+def rms_norm(
+    x: f32[jax.Array, b"batch/dp seq embed"], scale: f32[jax.Array, b"embed"]
+) -> f32[jax.Array, b"batch/dp seq embed"]:
     return x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6) * scale
 
 
@@ -192,7 +194,9 @@ def apply_rope(
 
 
 @typechecked
-def attention(nx: f32[jax.Array, b"batch/dp seq embed"], layer: Layer, rope: Rope) -> f32[jax.Array, b"batch/dp seq embed/tp"]:
+def attention(
+    nx: f32[jax.Array, b"batch/dp seq embed"], layer: Layer, rope: Rope
+) -> f32[jax.Array, b"batch/dp seq embed/tp"]:
     # FSDP: gather each weight over its fsdp axes just before use; its heads stay split over tp.
     w_q = ops.all_gather("embed/fsdp heads/tp head_dim -> embed heads/tp head_dim", layer.w_q)
     w_k = ops.all_gather("embed/fsdp heads/tp head_dim -> embed heads/tp head_dim", layer.w_k)
@@ -234,7 +238,9 @@ def mlp(nx: f32[jax.Array, b"batch/dp seq embed"], layer: Layer) -> f32[jax.Arra
 
 
 @typechecked
-def block(x: f32[jax.Array, b"batch/dp seq embed/tp"], layer: Layer, rope: Rope) -> f32[jax.Array, b"batch/dp seq embed/tp"]:
+def block(
+    x: f32[jax.Array, b"batch/dp seq embed/tp"], layer: Layer, rope: Rope
+) -> f32[jax.Array, b"batch/dp seq embed/tp"]:
     """One pre-norm transformer layer. ``layer`` is the slice of the stacked weights that
     ``lax.scan`` hands over: it type-checks against ``Layer``."""
     gathered = "batch/dp seq embed/tp -> batch/dp seq embed"
@@ -270,7 +276,9 @@ def mesh_axes(annotation: typing.Any) -> tuple[str, ...]:
 
 
 @typechecked
-def cross_entropy(logits: f32[jax.Array, b"batch/dp seq vocab/tp"], targets: i32[jax.Array, b"batch/dp seq"]) -> f32[jax.Array, b""]:
+def cross_entropy(
+    logits: f32[jax.Array, b"batch/dp seq vocab/tp"], targets: i32[jax.Array, b"batch/dp seq"]
+) -> f32[jax.Array, b""]:
     """Mean next-token loss over the global batch, with the vocabulary split over tp."""
     vocab_axes, batch_axes = mesh_axes(f32[jax.Array, b"vocab/tp"]), mesh_axes(f32[jax.Array, b"batch/dp"])
     top = jax.lax.pmax(jnp.max(jax.lax.stop_gradient(logits), axis=-1, keepdims=True), vocab_axes)
@@ -559,7 +567,8 @@ LARGE_MESH = {"d": 64, "t": 64}
 def training_kernel_with_a_mistake(state: State, batch: Batch) -> tuple[State, Metrics]:
     """A copy of the training step's start with one wrong annotation, for verify to find."""
     loss, grads = jax.value_and_grad(loss_fn)(state.weights, batch)
-    w_down: f32[jax.Array, b"layers hidden embed/fsdp"] = grads.layers.w_down  # wrong: hidden is split over tp
+    # (An annotated local is checked: unused otherwise.)
+    w_down: f32[jax.Array, b"layers hidden embed/fsdp"] = grads.layers.w_down  # noqa: F841  # wrong: tp splits hidden
     return state, Metrics(loss=loss, grad_norm=loss)
 
 
@@ -701,7 +710,8 @@ def main(argv: list[str] | None = None) -> dict:
     decode = scale["decode"]
     decode = dataclasses.replace(decode, rows=tuple(
         dataclasses.replace(row, path="State.weights" + row.path.removeprefix("Weights")) for row in decode.rows))
-    page = plan_html({"train": state_plan, "decode": decode}, "h100", activations={"train": scale["report"].activations},
+    page = plan_html({"train": state_plan, "decode": decode}, "h100",
+                     activations={"train": scale["report"].activations},
                      title="The demo's training state and decode weights at 70B-class sizes on 64x64 chips")
     with open(args.html, "w", encoding="utf-8") as f:
         f.write(page)

@@ -12,9 +12,9 @@ the layers of the package (one subpackage each).
 
 from typing import TYPE_CHECKING
 
-from .layout.auto import auto_partition_spec as auto_partition_spec, auto_partition_specs as auto_partition_specs
 from .context.settings import config as config
 from .context.tables import Scope as Scope, dims as dims, scope as scope
+from .layout.auto import auto_partition_spec as auto_partition_spec, auto_partition_specs as auto_partition_specs
 from .model.annotations import number as number
 from .model.array_classes import HostOrDevice as HostOrDevice
 
@@ -31,12 +31,6 @@ if TYPE_CHECKING:
         c64 as c64,
         c128 as c128,
         complexfloating as complexfloating,
-        inexact as inexact,
-        key as key,
-        numeric as numeric,
-        real as real,
-        signed as signed,
-        unsigned as unsigned,
         f8e3m4 as f8e3m4,
         f8e4m3 as f8e4m3,
         f8e4m3b11fnuz as f8e4m3b11fnuz,
@@ -54,12 +48,18 @@ if TYPE_CHECKING:
         i16 as i16,
         i32 as i32,
         i64 as i64,
+        inexact as inexact,
         integer as integer,
+        key as key,
+        numeric as numeric,
+        real as real,
+        signed as signed,
         u4 as u4,
         u8 as u8,
         u16 as u16,
         u32 as u32,
         u64 as u64,
+        unsigned as unsigned,
     )
 else:
     from .model.annotations import (
@@ -102,17 +102,9 @@ else:
         unsigned as unsigned,
     )
     from .model.trees import Stacked as Stacked
-from .layout.least_sharding import (
-    convert_specs as convert_specs,
-    partition_specs_for_budget as partition_specs_for_budget,
-)
-from .layout.validate import ShardingProblem as ShardingProblem, validate_shardings as validate_shardings
+from .checking.kernel_pass import KernelPassWarning as KernelPassWarning
 from .context.hosts import default_mesh as default_mesh, hybrid_mesh as hybrid_mesh
-from .layout.data_layout import (
-    DataLayout as DataLayout,
-    data_layout as data_layout,
-    make_global_array as make_global_array,
-)
+from .context.rule_presets import eformer_rules as eformer_rules, t5x_rules as t5x_rules
 from .context.rules import (
     UNCONSTRAINED as UNCONSTRAINED,
     AxisRules as AxisRules,
@@ -120,34 +112,42 @@ from .context.rules import (
     axis_rules as axis_rules,
     current_rules as current_rules,
 )
-from .context.rule_presets import eformer_rules as eformer_rules, t5x_rules as t5x_rules
-from .layout.explanations import explain as explain
-from .language.shape import DimSpec as DimSpec, ShapeSpec as ShapeSpec, ShapeSpecError as ShapeSpecError
-from .layout.placement import shard as shard
 from .kernels.shard_map import typed_shard_map as typed_shard_map
-from .checking.kernel_pass import KernelPassWarning as KernelPassWarning
+from .language.shape import DimSpec as DimSpec, ShapeSpec as ShapeSpec, ShapeSpecError as ShapeSpecError
+from .layout.data_layout import (
+    DataLayout as DataLayout,
+    data_layout as data_layout,
+    make_global_array as make_global_array,
+)
+from .layout.explanations import explain as explain
+from .layout.least_sharding import (
+    convert_specs as convert_specs,
+    partition_specs_for_budget as partition_specs_for_budget,
+)
+from .layout.placement import shard as shard
 from .layout.specs import (
     is_fully_sharded as is_fully_sharded,
     make_partition_specs as make_partition_specs,
     make_shape_dtype_structs as make_shape_dtype_structs,
     make_shardings as make_shardings,
 )
+from .layout.validate import ShardingProblem as ShardingProblem, validate_shardings as validate_shardings
 from .model.trees import Array as Array, pytree_dataclass as pytree_dataclass
+
 if not TYPE_CHECKING:
     from .model.pytrees import PyTree as PyTree
 from dataclasses import field as field
 
-from .tools.memory_plan import PlanReport as PlanReport, plan as plan, plan_html as plan_html
-from .tools.verification import Problem as Problem, VerifyReport as VerifyReport, verify as verify
-
-from . import _legacy, linen as linen, nnx as nnx, ops as ops
-from .integrations.decorator import typechecked as typechecked
-from .checking.entry import check as check, is_instance as is_instance
-from .model.errors import ArrayError as ArrayError, FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
-from .integrations.typeguard_hook import register_with_typeguard as register_with_typeguard
 from typeguard import TypeCheckError as TypeCheckError
 
+from . import _legacy, linen as linen, nnx as nnx, ops as ops
 from ._version import __version__ as __version__
+from .checking.entry import check as check, is_instance as is_instance
+from .integrations.decorator import typechecked as typechecked
+from .integrations.typeguard_hook import register_with_typeguard as register_with_typeguard
+from .model.errors import ArrayError as ArrayError, FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
+from .tools.memory_plan import PlanReport as PlanReport, plan as plan, plan_html as plan_html
+from .tools.verification import Problem as Problem, VerifyReport as VerifyReport, verify as verify
 
 __all__ = [
     "Array",

@@ -11,6 +11,7 @@ are run-time only spellings, which checkers reject.
 """
 
 from typing import (
+    TYPE_CHECKING,
     Annotated as Stacked,
     Annotated as anydtype,
     Annotated as bf16,
@@ -18,12 +19,6 @@ from typing import (
     Annotated as c64,
     Annotated as c128,
     Annotated as complexfloating,
-    Annotated as inexact,
-    Annotated as key,
-    Annotated as numeric,
-    Annotated as real,
-    Annotated as signed,
-    Annotated as unsigned,
     Annotated as f8e3m4,
     Annotated as f8e4m3,
     Annotated as f8e4m3b11fnuz,
@@ -41,13 +36,18 @@ from typing import (
     Annotated as i16,
     Annotated as i32,
     Annotated as i64,
+    Annotated as inexact,
     Annotated as integer,
+    Annotated as key,
+    Annotated as numeric,
+    Annotated as real,
+    Annotated as signed,
     Annotated as u4,
     Annotated as u8,
     Annotated as u16,
     Annotated as u32,
     Annotated as u64,
-    TYPE_CHECKING,
+    Annotated as unsigned,
 )
 
 if not TYPE_CHECKING:

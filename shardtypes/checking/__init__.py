@@ -10,7 +10,6 @@ Offers the layers above: ``check_value`` (via ``check``), ``check``, ``check_wit
 ``check_named``, the signature checker, the call-table wrapper and the fast path.
 """
 
-from .value import check_value as check_value
 from .entry import (
     check as check,
     check_named as check_named,
@@ -22,6 +21,7 @@ from .fast_path import (
     fast_tree as fast_tree,
     learn_layout as learn_layout,
 )
+from .value import check_value as check_value
 
 __all__ = [
     "check",

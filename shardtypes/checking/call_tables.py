@@ -16,10 +16,10 @@ from typeguard import TypeCheckError
 
 from ..context.settings import _FORCED, config
 from ..context.tables import _BASE, _IN_TRACE, _TABLE, _UNCHECKED, Table, UncheckedCall, trace_key, tracing
+from ..model.errors import in_function
 from .compile_time import COMPILE_TIME_CHECKS
 from .fast_path import _ARRAY_TYPES
 from .frames import failed_function
-from ..model.errors import in_function
 
 __all__: list[str] = []
 

@@ -17,10 +17,10 @@ from jax.sharding import NamedSharding, PartitionSpec
 from typeguard import TypeCheckError
 
 from ..context.settings import config
-from ..model.describe import Layout, _adopt, _fmt_layout, _fmt_shape, _layout_problem, _missing_axes_problem, _normalise
 from ..language.shape import ShapeSpec, is_unconstrained
-from .sharding import _drop_size_one, _missing_axes, _unnamed_sharding_problem
+from ..model.describe import Layout, _adopt, _fmt_layout, _fmt_shape, _layout_problem, _missing_axes_problem, _normalise
 from .compile_errors import failed
+from .sharding import _drop_size_one, _missing_axes, _unnamed_sharding_problem
 from .sharding_primitive import compile_time_check
 
 __all__ = ["COMPILE_TIME_CHECKS"]
@@ -100,8 +100,9 @@ def _unnamed_block_problem(sharding: Any, shape: tuple, batch: int, expected: La
 
 def _inspect(value: Any, report: Callable, batch: int) -> None:
     """The fallback (effectful: every cached call of the jitted function runs in Python), used
-    where ``_sharding_primitive``'s self-test fails. ``report(sharding, shape)`` with the sharding XLA gives ``value`` (at compile time under
-    jit) and the inspected array's shape, whose first ``batch`` dims are vmap's.
+    where ``_sharding_primitive``'s self-test fails. ``report(sharding, shape)`` with the sharding
+    XLA gives ``value`` (at compile time under jit) and the inspected array's shape, whose first
+    ``batch`` dims are vmap's.
 
     * ``custom_vmap`` tells how many dims vmap adds (its rule sees the batched value with the
       batch dim first); JAX's spec of the batched array drops trailing unsharded dims, so the

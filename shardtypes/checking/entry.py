@@ -12,22 +12,21 @@ import functools
 from typing import Any, TypeGuard, TypeVar, overload
 
 import jax
-
 import numpy as np
 import typeguard
 from typeguard import TypeCheckError
 
-from .value import check_value
 from ..context.settings import _FORCED, checks_on, config
-from ..context.tracebacks import filter_traceback
-from ..model.describe import Mismatch
 from ..context.tables import _TABLE, Table
+from ..context.tracebacks import filter_traceback
+from ..language.shape import ShapeSpec
 from ..model.annotations import annotation_class, dtype_classes, install_instance_check, number, type_name
 from ..model.array_classes import union_members
+from ..model.describe import Mismatch
 from ..model.errors import _collect, _found, _qualified
 from ..model.plans import Plan, annotation_text, plan_for, plan_of
 from .fast_path import fast_check
-from ..language.shape import ShapeSpec
+from .value import check_value
 
 __all__ = ["check", "check_named", "check_with_plan", "is_instance"]
 
@@ -210,7 +209,8 @@ def check_named(value: Any, annotation: Any, where: str, who: str) -> None:
         raise RuntimeError(f"{who}: check_named needs a dimension table (a Scope)")
     if plan is None:
         try:
-            typeguard.check_type(value, annotation, collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS)
+            typeguard.check_type(value, annotation,
+                                 collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS)
         except TypeCheckError as e:
             raise TypeCheckError(f"{who}: {where}: {e}") from None
         return

@@ -12,8 +12,7 @@ import contextvars
 import sys
 import types
 
-from typeguard import TypeCheckMemo
-from typeguard import _functions as _tg_functions
+from typeguard import TypeCheckMemo, _functions as _tg_functions
 
 from ..context import tables as _dims
 from ..context.tables import _TABLE, Table

@@ -14,16 +14,15 @@ import inspect
 import types
 from typing import Any, Callable
 
-from typeguard import TypeCheckMemo
-from typeguard import _functions as _tg_functions
+from typeguard import TypeCheckMemo, _functions as _tg_functions
 
-from .call_tables import NO_TYPE_CHECK, _EMPTY
-from .frames import check_argument_types_internal, check_return_type_internal
-from .signature import _config
 from ..context.settings import _FORCED, config
 from ..context.tables import _TABLE, Table
 from ..model.forms import generator_types
 from ..model.hints import resolve_hints
+from .call_tables import _EMPTY, NO_TYPE_CHECK
+from .frames import check_argument_types_internal, check_return_type_internal
+from .signature import _config
 
 __all__ = ["generator_from_signature"]
 

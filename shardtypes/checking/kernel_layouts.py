@@ -36,14 +36,13 @@ import contextvars
 from typing import Any, Callable, Iterator
 
 import jax
-from jax.sharding import PartitionSpec
 from jax.core import Tracer
 from typeguard import TypeCheckError
 
 from ..context.compat import trace_state, varying_axes
 from ..context.settings import checks_on
+from ..language.shape import ShapeSpec
 from ..model.describe import Mismatch, _fmt_layout
-from ..language.shape import ShapeSpec, entry_axes
 from .kernel_pass.facts import Fact, Point
 from .kernel_specs import Layout, differences, einsum_owed, layout_of
 from .kernel_unreduced import is_staged as is_staged, jax_refusal

@@ -12,10 +12,10 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding
 
-from ..model.describe import Layout, Mismatch, _adopt, _fmt_layout, _layout_problem, _missing_axes_problem, _normalise
 from ..context.rule_resolution import layout as rules_layout
 from ..context.rules import AxisRulesError
 from ..language.shape import ShapeSpec, is_unconstrained
+from ..model.describe import Layout, Mismatch, _adopt, _fmt_layout, _layout_problem, _missing_axes_problem, _normalise
 
 
 def _expected_layout(spec: ShapeSpec, ndim: int, mesh_sizes: dict | None = None,

@@ -33,20 +33,19 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
-
-from .compile_errors import failed, install
-from ..model.errors import ShardtypesWarning
-
-__all__ = ["compile_time_check", "primitive_available", "self_test"]
-
-_inspect_array_sharding = jax.debug.inspect_array_sharding  # the original, captured at import
 
 # JAX's documented way to write a primitive (present in every supported JAX); whether JAX still
 # treats it as this module needs is what the self-test proves.
 from jax.extend.core import Primitive
-from jax.interpreters import ad, batching, mlir
-from jax.interpreters import partial_eval as pe
+from jax.interpreters import ad, batching, mlir, partial_eval as pe
+from jax.sharding import NamedSharding, PartitionSpec
+
+from ..model.errors import ShardtypesWarning
+from .compile_errors import failed, install
+
+__all__ = ["compile_time_check", "primitive_available", "self_test"]
+
+_inspect_array_sharding = jax.debug.inspect_array_sharding  # the original, captured at import
 
 
 class _Callback:

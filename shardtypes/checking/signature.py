@@ -18,19 +18,19 @@ import typeguard
 from jax.sharding import AxisType
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from .call_tables import _EMPTY, NO_TYPE_CHECK, _with_table, run_unchecked, sizing
-from .entry import check_with_plan
-from .inside import check_inside, looks_inside
 from ..context.settings import _FORCED, config
-from ..context.tracebacks import filter_traceback
 from ..context.tables import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
+from ..context.tracebacks import filter_traceback
 from ..model.errors import in_function
 from ..model.forms import literal_container
 from ..model.hints import resolve_hints
 from ..model.nodes import model
 from ..model.plans import plan_for
+from .call_tables import _EMPTY, NO_TYPE_CHECK, _with_table, run_unchecked, sizing
+from .entry import check_with_plan
 from .fast_path import _ARRAY_TYPES, fast_check, fast_tree, learn_layout, tree_node
 from .frames import check_argument_types_internal, check_return_type_internal
+from .inside import check_inside, looks_inside
 
 __all__: list[str] = []
 

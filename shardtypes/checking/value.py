@@ -33,19 +33,29 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from .compile_time import COMPILE_TIME_CHECKS, _check_at_compile_time
+from ..context.compat import varying_axes
+from ..context.rules import _ACTIVE as _ACTIVE_RULES
 from ..context.settings import config
-from ..model.describe import Mismatch, _adopt, _fmt_layout, _fmt_shape, _fmt_size, _missing_axes_problem, _n_dims, _normalise, _type_of
 from ..context.tables import Table
+from ..language.shape import BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, is_unconstrained
+from ..language.sizes import evaluate, size_equal
 from ..model.annotations import dtype_name, number, type_name
 from ..model.array_classes import accepts_host
+from ..model.describe import (
+    Mismatch,
+    _adopt,
+    _fmt_layout,
+    _fmt_shape,
+    _fmt_size,
+    _missing_axes_problem,
+    _n_dims,
+    _normalise,
+    _type_of,
+)
+from .compile_time import COMPILE_TIME_CHECKS, _check_at_compile_time
 from .fast_path import _ARRAY_TYPES, _MISSING
-from ..context.rules import _ACTIVE as _ACTIVE_RULES
-from ..language.shape import BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, is_unconstrained
-from .sharding import _expected_layout, _missing_axes, _named_sharding_problem, _unnamed_sharding_problem
-from ..language.sizes import evaluate, size_equal
 from .kernel_layouts import defer_varying, in_op, record_checked, undefer, vma_exempt
-from ..context.compat import varying_axes
+from .sharding import _expected_layout, _missing_axes, _named_sharding_problem, _unnamed_sharding_problem
 
 __all__ = ["check_value"]
 

@@ -15,19 +15,18 @@ from .compat import (
     JitKey as JitKey,
     jax_version as jax_version,
 )
-from .settings import config as config
-from .tables import (
-    Scope as Scope,
-    Table as Table,
-    dims as dims,
-    scope as scope,
-)
 from .hosts import default_mesh as default_mesh, hybrid_mesh as hybrid_mesh
 from .mesh import (
     abstract_mesh as abstract_mesh,
     current_mesh as current_mesh,
     legacy_mesh_open as legacy_mesh_open,
     no_mesh_error as no_mesh_error,
+)
+from .rule_presets import eformer_rules as eformer_rules, t5x_rules as t5x_rules
+from .rule_resolution import (
+    DimChoice as DimChoice,
+    choices as choices,
+    layout as layout,
 )
 from .rules import (
     UNCONSTRAINED as UNCONSTRAINED,
@@ -36,11 +35,12 @@ from .rules import (
     axis_rules as axis_rules,
     current_rules as current_rules,
 )
-from .rule_presets import eformer_rules as eformer_rules, t5x_rules as t5x_rules
-from .rule_resolution import (
-    DimChoice as DimChoice,
-    choices as choices,
-    layout as layout,
+from .settings import config as config
+from .tables import (
+    Scope as Scope,
+    Table as Table,
+    dims as dims,
+    scope as scope,
 )
 
 __all__ = [

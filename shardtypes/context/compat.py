@@ -8,8 +8,9 @@ Each difference is told by trying the feature, never by reading the version stri
 cannot tell says so (a ``JaxFeatureWarning``) and takes the path that works on every version.
 
 Three things differ. The varying manual axes of a value inside ``shard_map`` (``varying_axes``):
-``jax.typeof(x).vma`` on JAX 0.9, ``jax.typeof(x).mat.varying`` from 0.10. And a value that is part of ``jax.jit``'s cache key
-(``jax.make_user_context``). JAX 0.10 can set its process-wide value (``set_global``); older
+``jax.typeof(x).vma`` on JAX 0.9, ``jax.typeof(x).mat.varying`` from 0.10. And a value that is
+part of ``jax.jit``'s cache key (``jax.make_user_context``). JAX 0.10 can set its process-wide
+value (``set_global``); older
 JAX can only set it inside a ``with`` block. There, a process-wide setting that tracing depends
 on (``shardtypes.config``) empties jit's caches when it changes (``jax.clear_caches``), so no
 trace made under the old setting is reused. And a gather whose result JAX types as invariant
@@ -26,9 +27,9 @@ import warnings
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import jax.extend.core
 import jax.core
+import jax.extend.core
+import jax.numpy as jnp
 
 __all__ = ["OLDEST_JAX", "JaxFeatureWarning", "JitKey", "all_gather_invariant", "invariant_gather_native",
            "jax_version", "trace_state", "varying_axes"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .rules import AxisRules, Rule, _rule_list
 from ..language.sizes import _IDENT
+from .rules import AxisRules, Rule, _rule_list
 
 __all__ = ["t5x_rules", "eformer_rules"]
 
@@ -63,7 +63,8 @@ def eformer_rules(dp: str = "dp", fsdp: str = "fsdp", tp: str = "tp", sp: str = 
     for axis in set(given.values()):
         args = [arg for arg, a in given.items() if a == axis]
         if len(args) > 1:
-            raise ValueError(f"eformer_rules: {' and '.join(args)} name mesh axis {axis!r} twice; give each its own axis")
+            raise ValueError(f"eformer_rules: {' and '.join(args)} name mesh axis {axis!r} twice; "
+                             "give each its own axis")
     # eFormer's PartitionAxis defaults: batch over (fsdp, dp), the hidden state (embed) over tp
     # like heads, mlp and vocab. eFormer would put tp on two dims of a weight such as
     # 'embed heads'; here the tp rules of heads, mlp and vocab come first and embed falls back

@@ -15,10 +15,10 @@ import functools
 import math
 from typing import Any, Literal, Mapping, Sequence
 
-from .rules import _ACTIVE, Active, AxisRules, AxisRulesError, _fmt_target
 from ..language import shape as _shape
 from ..language.shape import UNCONSTRAINED_AXES, ShapeSpec, is_unconstrained
 from ..language.sizes import divides, size_equal
+from .rules import _ACTIVE, Active, AxisRules, AxisRulesError, _fmt_target
 
 __all__ = ["DimChoice", "layout", "choices"]
 
@@ -167,7 +167,8 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
             for a in target:
                 used[a] = i
             notes[i].extend(f"passed over {s}" for s in skipped[slot])
-            notes[i].append(f"{logical} -> {_fmt_target(target)}" + (f" (rule {nth} for {logical!r})" if nth > 1 else ""))
+            notes[i].append(f"{logical} -> {_fmt_target(target)}"
+                            + (f" (rule {nth} for {logical!r})" if nth > 1 else ""))
             break  # a rule places its axes on one dim only
 
     table = rules.table(mode)

@@ -34,9 +34,9 @@ from typing import Any, Iterable, Iterator, Mapping, TypeAlias
 
 import jax
 
-from .compat import JitKey
 from ..language.shape import UNCONSTRAINED_AXES, is_unconstrained
 from ..language.sizes import _IDENT
+from .compat import JitKey
 
 __all__ = [
     "UNCONSTRAINED",
@@ -68,7 +68,9 @@ class AxisRulesError(ValueError):
 Target: TypeAlias = "tuple[str, ...]"
 
 # One rule as written: (logical name, a mesh axis, a tuple of them, or None for replicated).
-Rule: TypeAlias = "tuple[str, str | tuple[str, ...] | list[str] | None] | list[str | tuple[str, ...] | list[str] | None]"
+Rule: TypeAlias = (
+    "tuple[str, str | tuple[str, ...] | list[str] | None] | list[str | tuple[str, ...] | list[str] | None]"
+)
 
 
 def _target(name: str, value: Any) -> Target:
@@ -194,7 +196,8 @@ class AxisRules:
                     f"{sorted(self.modes)}, got {auto_mode!r}"
                 )
             if auto_mode[1] < 0:
-                raise ValueError(f"{where}: the size in auto_mode {auto_mode!r} must be non-negative, got {auto_mode[1]}")
+                raise ValueError(f"{where}: the size in auto_mode {auto_mode!r} must be non-negative, "
+                                 f"got {auto_mode[1]}")
         self.auto_mode = auto_mode
         self.name = name
         policies = {"on_missing": on_missing, "on_unknown_axis": on_unknown_axis,
@@ -223,8 +226,8 @@ class AxisRules:
         return key
 
     def _build_key(self) -> tuple:
-        return (_rules_key(self.rules), tuple(sorted((m, _rules_key(r)) for m, r in self.modes.items())), self.auto_mode, self.name, self.on_missing,
-                self.on_unknown_axis, self.on_conflict, self.on_indivisible)
+        return (_rules_key(self.rules), tuple(sorted((m, _rules_key(r)) for m, r in self.modes.items())),
+                self.auto_mode, self.name, self.on_missing, self.on_unknown_axis, self.on_conflict, self.on_indivisible)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, AxisRules):
@@ -303,7 +306,8 @@ class AxisRules:
         def differ(a: tuple[Target, ...], b: tuple[Target, ...]) -> bool:
             return tuple(map(_tkey, a)) != tuple(map(_tkey, b))
 
-        conflicts: list[tuple[str, str | None]] = [(n, None) for n in mine if n in theirs and differ(mine[n], theirs[n])]
+        conflicts: list[tuple[str, str | None]] = [
+            (n, None) for n in mine if n in theirs and differ(mine[n], theirs[n])]
         for mode in sorted(set(self.modes) & set(other.modes)):
             a, b = self.table(mode), other.table(mode)
             conflicts += [(n, mode) for n in a if n in b and differ(a[n], b[n])]

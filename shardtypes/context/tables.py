@@ -40,9 +40,9 @@ import jax
 import jax.core
 import numpy as np
 
+from ..language.sizes import is_size
 from .compat import JitKey
 from .settings import checks_on
-from ..language.sizes import is_size
 
 __all__ = ["Scope", "scope", "dims", "Table"]
 

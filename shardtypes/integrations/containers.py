@@ -13,13 +13,13 @@ import jax
 import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from ..model.errors import ArrayError, FieldError, _qualified, field_path
-from ..model.hints import resolve_hints
-from ..model.forms import holds_shardtypes, type_text
-from ..model.nodes import PyTreeNode, model
-from ..model.value_trees import annotated_instances
-from ..model.trees import tree_info
 from ..checking.frames import _FIELD_PATH, _role, _snapshot
+from ..model.errors import ArrayError, FieldError, _qualified, field_path
+from ..model.forms import holds_shardtypes, type_text
+from ..model.hints import resolve_hints
+from ..model.nodes import PyTreeNode, model
+from ..model.trees import tree_info
+from ..model.value_trees import annotated_instances
 
 __all__: list[str] = []
 

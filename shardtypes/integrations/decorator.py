@@ -32,11 +32,11 @@ import typeguard
 
 from ..checking.call_tables import _with_table
 from ..checking.generators import generator_from_signature
-from ..model.annotations import number
-from ..context.tables import scope
-from .instrument import has_str_shapes, instrument_str_shapes, with_closure
-from ..model.errors import ShardtypesWarning
 from ..checking.signature import _SignatureChecker, looking_inside, signature_sizer
+from ..context.tables import scope
+from ..model.annotations import number
+from ..model.errors import ShardtypesWarning
+from .instrument import has_str_shapes, instrument_str_shapes, with_closure
 
 __all__ = ["typechecked"]
 

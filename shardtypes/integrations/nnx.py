@@ -8,10 +8,9 @@ import jax
 from jax.sharding import NamedSharding
 
 from ..context.tables import Scope
+from ..layout.specs import make_partition_specs, mesh_arg
 from ..model.forms import item_annotation, variable_annotation
 from ..model.hints import resolve_hints
-from ..layout.specs import make_partition_specs, mesh_arg
-from typeguard import TypeCheckError
 
 __all__ = ["annotations", "partition_specs", "shardings", "check"]
 

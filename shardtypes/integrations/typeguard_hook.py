@@ -14,23 +14,22 @@ import typing
 from typing import Any, Union
 
 import typeguard
-from typeguard import TypeCheckError, TypeCheckMemo
-from typeguard import _checkers as _tg_checkers
+from typeguard import TypeCheckError, TypeCheckMemo, _checkers as _tg_checkers
 
-from ..context.settings import _FORCED, config
-from ..checking.value import check_value
-from .containers import _all_or_nothing, _check_dataclass, _check_pytree, _check_union, public_error
-from ..model.forms import holds_shardtypes, is_checked_class, safe_is_checked_class
-from ..model.describe import Mismatch
-from ..model.annotations import annotation_class, is_annotation, number
-from ..model.errors import COLLECTED, ArrayError, _collect, _found, field_path
 from ..checking.fast_path import fast_check
-from ..model.plans import _PLANS, malformed, plan_of
-from ..model.trees import _INFO as _TREE_CLASSES
-from ..model.nodes import PYTREES
-from ..model.pytrees import install_pytree_instance_check
-from ..context.tables import _TABLE, Table
 from ..checking.frames import _FIELD_PATH, _get_table, _origin_phrase, _role, _set_table
+from ..checking.value import check_value
+from ..context.settings import _FORCED, config
+from ..context.tables import _TABLE, Table
+from ..model.annotations import annotation_class, is_annotation, number
+from ..model.describe import Mismatch
+from ..model.errors import COLLECTED, ArrayError, _collect, _found, field_path
+from ..model.forms import holds_shardtypes, is_checked_class, safe_is_checked_class
+from ..model.nodes import PYTREES
+from ..model.plans import _PLANS, malformed, plan_of
+from ..model.pytrees import install_pytree_instance_check
+from ..model.trees import _INFO as _TREE_CLASSES
+from .containers import _all_or_nothing, _check_dataclass, _check_pytree, _check_union, public_error
 
 __all__ = ["register_with_typeguard"]
 

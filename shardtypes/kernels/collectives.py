@@ -20,16 +20,16 @@ import jax
 import jax.numpy as jnp
 from typeguard import TypeCheckError
 
-from ..checking.value import check_value
-from ..model.describe import Mismatch, axis_hint, describe
 from ..checking.kernel_layouts import kernel_check_vma, op_check, with_op_context
+from ..checking.value import check_value
 from ..context.compat import varying_axes
-from ..context.rules import AxisRulesError
-from ..context.tables import _TABLE, _UNCHECKED, Table
-from ..context.settings import checks_on
-from ..model.categories import anydtype
 from ..context.rule_resolution import layout as rules_layout
+from ..context.rules import AxisRulesError
+from ..context.settings import checks_on
+from ..context.tables import _TABLE, _UNCHECKED, Table
 from ..language.shape import FIXED, NAMED, DimSpec, ShapeSpec, ShapeSpecError
+from ..model.categories import anydtype
+from ..model.describe import Mismatch, axis_hint, describe
 
 __all__ = [
     "check", "call", "arrow", "single", "same_dims", "own_table", "axes", "trailing_extra",

@@ -10,13 +10,13 @@ from typing import Any, Sequence, TypeVar
 import jax
 import jax.numpy as jnp
 
-from . import collectives as c
 from ..checking import kernel_layouts as kl
 from ..context.compat import all_gather_invariant
+from ..language.shape import NAMED, ShapeSpecError
 from ..model.categories import integer
+from . import collectives as c
 
 _T = TypeVar("_T")
-from ..language.shape import NAMED, ShapeSpecError
 
 __all__ = [
     "all_gather", "psum_scatter", "all_to_all", "psum", "pmean", "ppermute",

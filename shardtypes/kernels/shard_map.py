@@ -26,21 +26,20 @@ from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 from typeguard import TypeCheckError
 
 from ..checking.compile_time import COMPILE_TIME_CHECKS
-from ..integrations.decorator import _typechecked
-from ..context.tracebacks import filter_traceback
-from ..context.tables import scope
-from ..model.hints import resolve_hints
+from ..checking.kernel_layouts import flows, is_staged, tracking
+from ..checking.kernel_pass import KernelPassWarning, in_facts, known_bug, traced
+from ..checking.kernel_returns import returned
 from ..context.mesh import no_mesh_error
-from ..model.trees import tree_info
-from ..model.forms import holds_shardtypes
 from ..context.rules import axis_rules, current_rules
+from ..context.tables import scope
+from ..context.tracebacks import filter_traceback
+from ..integrations.decorator import _typechecked
 from ..language.shape import axes_entry, entry_axes
 from ..layout.specs import partition_specs as derive_specs
+from ..model.forms import holds_shardtypes, homogeneous_item
+from ..model.hints import resolve_hints
 from ..model.pytrees import holds_pytree
-from ..checking.kernel_pass import KernelPassWarning, in_facts, known_bug, traced
-from ..checking.kernel_layouts import flows, is_staged, tracking
-from ..checking.kernel_returns import returned
-from ..model.forms import homogeneous_item
+from ..model.trees import tree_info
 from .params import Each, bare_array_annotation, check_kernel, check_static, conform_result, conform_specs
 
 __all__ = ["typed_shard_map"]
@@ -246,7 +245,8 @@ class _TypedShardMap:
             specs = derive_specs(annotation)
         except (TypeError, ValueError) as e:
             raise TypeError(f"typed_shard_map: {what} of {self.name}: {e}") from None
-        for path, spec in jax.tree_util.tree_flatten_with_path(specs, is_leaf=lambda x: isinstance(x, PartitionSpec))[0]:
+        leaves = jax.tree_util.tree_flatten_with_path(specs, is_leaf=lambda x: isinstance(x, PartitionSpec))[0]
+        for path, spec in leaves:
             if isinstance(spec, PartitionSpec) and PartitionSpec.UNCONSTRAINED in tuple(spec):
                 raise TypeError(
                     f"typed_shard_map: {what} of {self.name}{jax.tree_util.keystr(path)}: dim "

@@ -185,7 +185,8 @@ def check_dims(dims: object, what: str, arg: str = "dims") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, size in dims.items():
         if not isinstance(name, str) or not _IDENT.match(name) or name == "_":
-            raise TypeError(f"{what}: {arg} has the key {name!r}; its keys are dim names (identifiers), as {{'batch': 8}}")
+            raise TypeError(f"{what}: {arg} has the key {name!r}; "
+                            "its keys are dim names (identifiers), as {'batch': 8}")
         sizes = size if isinstance(size, tuple) else (size,)
         if not all(is_size(s) for s in sizes):
             raise TypeError(

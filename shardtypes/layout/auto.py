@@ -195,7 +195,8 @@ def auto_partition_spec(
 def _check_options(min_sharding_size: Any, reverse: Any, what: str) -> None:
     if min_sharding_size is not None:
         if isinstance(min_sharding_size, bool) or not isinstance(min_sharding_size, (int, np.integer)):
-            raise TypeError(f"{what}: min_sharding_size must be an int number of elements or None, got {min_sharding_size!r}")
+            raise TypeError(f"{what}: min_sharding_size must be an int number of elements or None, "
+                            f"got {min_sharding_size!r}")
         if min_sharding_size < 0:
             raise ValueError(f"{what}: min_sharding_size must be non-negative, got {min_sharding_size!r}")
     if not isinstance(reverse, (bool, np.bool_)):

@@ -30,13 +30,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
+from ..checking.entry import check
 from ..context.settings import forced_checks
 from ..context.tables import Scope
-from ..model.annotations import annotation_class, number
 from ..language.shape import entry_axes
-from .specs import mesh_arg, shardings as derive_shardings
+from ..model.annotations import annotation_class, number
 from ..model.plans import plan_of
-from ..checking.entry import check
+from .specs import mesh_arg, shardings as derive_shardings
 
 __all__ = ["DataLayout", "data_layout", "make_global_array"]
 
@@ -313,7 +313,8 @@ def make_global_array(
     origin = array.dtype_class
     if not origin.accepts(canonical):
         raise TypeError(
-            f"make_global_array: {_text(annotation)} wants {origin.description if origin.dtype is None else origin.dtype}, "
+            f"make_global_array: {_text(annotation)} wants "
+            f"{origin.description if origin.dtype is None else origin.dtype}, "
             f"found local_data of dtype {dtype}" + (f" (as {canonical} in JAX)" if canonical != dtype else "")
             + "; convert it first, e.g. local_data.astype(...)"
         )

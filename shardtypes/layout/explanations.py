@@ -10,12 +10,12 @@ from typing import Any, Mapping
 
 from ..context.mesh import current_mesh
 from ..context.rule_resolution import choices as rules_choices
-from ..language.shape import is_unconstrained
 from ..context.rules import AxisRulesError, current_rules
+from ..language.shape import is_unconstrained
 from ..language.sizes import check_dims
+from ..model.walk import _Leaf, _walk
 from .dim_sizes import _dim_size
 from .specs import mesh_arg
-from ..model.walk import _Leaf, _walk
 
 __all__ = ["explain"]
 

@@ -17,11 +17,20 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
+from ..model import public_names
 from .auto import (
-    _Unit, _axis_sizes, _concrete, _entry_axes, _fmt_bytes, _is_spec_leaf, _itemsize, _shape_of, _spec, _units,
+    _axis_sizes,
+    _concrete,
+    _entry_axes,
+    _fmt_bytes,
+    _is_spec_leaf,
+    _itemsize,
+    _shape_of,
+    _spec,
+    _Unit,
+    _units,
     _where,
 )
-from ..model import public_names
 from .placement import tree_guard
 from .specs import mesh_arg
 
@@ -145,7 +154,8 @@ def partition_specs_for_budget(
     if failures:
         axes = {u.axes[0] if len(u.axes) == 1 else u.axes: u.size for u in units}
         raise ValueError(
-            f"{what}: {len(failures)} {'leaf' if len(failures) == 1 else 'leaves'} cannot fit in {_fmt_bytes(budget)} per device "
+            f"{what}: {len(failures)} {'leaf' if len(failures) == 1 else 'leaves'} "
+            f"cannot fit in {_fmt_bytes(budget)} per device "
             f"on this mesh (usable axes and sizes: {axes}):\n" + "\n".join(failures) + "\n"
             "Raise the budget, use a larger mesh, or pad the dims so that more axes divide them."
         )
@@ -184,7 +194,8 @@ def convert_specs(
         raise ValueError(f"{what}: unknown strategy {strategy!r}; use one of {CONVERT_STRATEGIES}")
     for arg, value in (("old_mesh", old_mesh), ("new_mesh", new_mesh)):
         if not isinstance(value, (Mesh, AbstractMesh)):
-            raise TypeError(f"{what}: {arg} must be a Mesh or an AbstractMesh, got {type(value).__name__} {value!r:.60}")
+            raise TypeError(f"{what}: {arg} must be a Mesh or an AbstractMesh, "
+                            f"got {type(value).__name__} {value!r:.60}")
     old_sizes = _axis_sizes(old_mesh)
     new_sizes = _axis_sizes(new_mesh)
     units = _units(new_mesh, None, what)

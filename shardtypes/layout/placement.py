@@ -13,15 +13,15 @@ from typing import Any, Iterator, TypeVar, overload
 import jax
 import jax.core
 import numpy as np
-from typeguard import TypeCheckError
 from jax.sharding import NamedSharding
+from typeguard import TypeCheckError
 
-from ..language.shape import entry_axes
 from ..context.tracebacks import filter_traceback
-from .dim_sizes import undivided
-from .specs import mesh_arg, shardings as derive_shardings
+from ..language.shape import entry_axes
 from ..model import ClassNode, describe, model
 from ..model.walk import _brief, _Leaf, _walk
+from .dim_sizes import undivided
+from .specs import mesh_arg, shardings as derive_shardings
 
 __all__ = ["shard", "tree_guard"]
 

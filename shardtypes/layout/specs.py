@@ -20,14 +20,14 @@ import jax
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from ..context.mesh import current_mesh, legacy_mesh_open, no_mesh_error
+from ..context.rule_resolution import layout as rules_layout
+from ..context.rules import AxisRulesError, current_rules
 from ..language.shape import ELLIPSIS, VARIADIC, axes_entry, entry_axes
 from ..language.sizes import check_dims, divides
 from ..model.describe import axis_hint
-from ..context.rule_resolution import layout as rules_layout
-from ..context.rules import AxisRulesError, current_rules
+from ..model.value_trees import is_value_tree
 from ..model.walk import _brief, _Leaf, _walk
 from .dim_sizes import _dim_size, check_dims_for, dims_used
-from ..model.value_trees import is_value_tree
 from .value_structs import structs_of_values
 
 __all__ = [
@@ -163,7 +163,8 @@ def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = Non
 def _refuse_unconstrained(leaf: _Leaf, mesh: Any, i: int, var: int | None, auto_ok: bool) -> None:
     dims = leaf.spec.dims
     head = (f"{leaf.path or 'the annotation'} ({leaf.text}): dim {i}"
-            f"{f' {str(dims[i])!r}' if (var is None or i < var) and i < len(dims) else ''} is UNCONSTRAINED (XLA decides its layout)")
+            f"{f' {str(dims[i])!r}' if (var is None or i < var) and i < len(dims) else ''}"
+            " is UNCONSTRAINED (XLA decides its layout)")
     if not auto_ok:
         raise ValueError(f"{head}, so it cannot be placed on devices: give the dim mesh axes (or replicate it), or "
                          "lay the value out with shardtypes.shard(x, annotation) inside jax.jit on Auto mesh "
@@ -228,7 +229,8 @@ def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any] | None = N
     sizes of its named dims taken from ``dims``. For ``jax.eval_shape``, AOT lowering and memory
     planning. ``mesh`` defaults to the current mesh; with no mesh at all the structs have no
     sharding (but inside JAX's legacy ``with mesh:`` context, which shardtypes cannot read, it is
-    the same error as ``make_shardings``'s: use ``jax.set_mesh``). A size that is not an int >= 0 (a tuple of them for a ``*name`` dim), and a key of
+    the same error as ``make_shardings``'s: use ``jax.set_mesh``). A size that is not an int >= 0
+    (a tuple of them for a ``*name`` dim), and a key of
     ``dims`` that no annotation uses but is close to one they do (a typo, as ``hiden``: the error
     names the close name), are errors naming the key. Other keys are allowed, so one table of
     sizes serves every part of a model. ``annotation`` may be a tree of values and ``like`` an
@@ -325,5 +327,6 @@ def is_fully_sharded(spec: PartitionSpec, mesh: Any = None) -> bool:
             raise ValueError(f"is_fully_sharded: unexpected entry {entry!r} in {spec}")
     unknown = [a for a in used if a not in every]
     if unknown:
-        raise ValueError(f"is_fully_sharded: {spec} names mesh axis {unknown[0]!r}, which is not in the mesh (axes: {every})")
+        raise ValueError(f"is_fully_sharded: {spec} names mesh axis {unknown[0]!r}, "
+                         f"which is not in the mesh (axes: {every})")
     return set(used) >= set(names)

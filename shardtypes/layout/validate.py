@@ -14,8 +14,8 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
-from .auto import _axis_sizes, _concrete, _entry_axes, _fmt_bytes, _is_spec_leaf, _shape_of, _where
 from ..model import public_names
+from .auto import _axis_sizes, _concrete, _entry_axes, _fmt_bytes, _is_spec_leaf, _shape_of, _where
 from .placement import tree_guard
 from .specs import mesh_arg
 

@@ -15,6 +15,7 @@ annotations of an annotation tree), ``plan_of``/``plan_for``, ``tree_info``, the
 classes, ``describe``/``Mismatch`` and the error classes.
 """
 
+from . import nesting as _nesting  # noqa: F401  (imported to install f32[floating[jax.Array, b'a'], b'b'])
 from .annotations import (
     annotation_class as annotation_class,
     dtype_names as dtype_names,
@@ -39,7 +40,7 @@ from .errors import (
     public_names as public_names,
 )
 from .hints import resolve_hints as resolve_hints
-from . import nesting as _nesting  # installs f32[floating[jax.Array, b'a'], b'b']
+from .linen_boxes import box_annotation as box_annotation, is_box as is_box
 from .nodes import (
     ArrayNode as ArrayNode,
     ClassNode as ClassNode,
@@ -52,6 +53,11 @@ from .nodes import (
     follow as follow,
     model as model,
 )
+from .plans import (
+    Plan as Plan,
+    plan_for as plan_for,
+    plan_of as plan_of,
+)
 from .pytrees import (
     PyTree as PyTree,
     holds_pytree as holds_pytree,
@@ -59,25 +65,19 @@ from .pytrees import (
     is_pytree as is_pytree,
     pytree_leaf as pytree_leaf,
 )
-from .plans import (
-    Plan as Plan,
-    plan_for as plan_for,
-    plan_of as plan_of,
-)
-from .linen_boxes import box_annotation as box_annotation, is_box as is_box
-from .value_trees import (
-    Like as Like,
-    annotated_instances as annotated_instances,
-    holds_annotated_class as holds_annotated_class,
-    is_value_tree as is_value_tree,
-    walk_value as walk_value,
-)
 from .trees import (
     Array as Array,
     Stacked as Stacked,
     pytree_dataclass as pytree_dataclass,
     stack_annotation as stack_annotation,
     tree_info as tree_info,
+)
+from .value_trees import (
+    Like as Like,
+    annotated_instances as annotated_instances,
+    holds_annotated_class as holds_annotated_class,
+    is_value_tree as is_value_tree,
+    walk_value as walk_value,
 )
 
 __all__ = [

@@ -17,10 +17,10 @@ import jax.core
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ..context.settings import config
-from .annotations import dtype_name, type_name
 from ..context.rules import _ACTIVE as _ACTIVE_RULES, RULES_HINT
+from ..context.settings import config
 from ..language.shape import entry_axes, is_unconstrained
+from .annotations import dtype_name, type_name
 
 __all__ = ["Mismatch", "describe", "axis_hint"]
 

@@ -68,7 +68,8 @@ class ArrayError(TypeCheckError):
     """A value failed its shardtypes annotation where typeguard checks it (``typeguard.check_type``,
     an instrumented function, a container, union, dataclass or ``PyTree`` holding the annotation);
     typeguard adds the value's path to the message, which names the value's class by its public
-    name (``jax.Array``, not ``jaxlib._jax.ArrayImpl``). A ``TypeCheckError``, so ``except TypeCheckError`` catches it."""
+    name (``jax.Array``, not ``jaxlib._jax.ArrayImpl``). A ``TypeCheckError``, so
+    ``except TypeCheckError`` catches it."""
 
     def __str__(self) -> str:
         return public_names(super().__str__())

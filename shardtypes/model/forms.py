@@ -13,9 +13,8 @@ import typing
 from typing import Any
 
 from .annotations import is_annotation
-from .nodes import ClassNode, model
+from .nodes import PYTREES, ClassNode, model
 from .trees import _INFO as _TREE_CLASSES
-from .nodes import PYTREES
 
 __all__ = ["generator_types", "holds_shardtypes", "is_checked_class", "safe_is_checked_class", "type_text",
            "variable_annotation", "item_annotation", "homogeneous_item", "literal_container"]

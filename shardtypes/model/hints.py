@@ -81,8 +81,9 @@ def _without_forward_refs(tp: Any, globalns: dict, localns: dict, where: str, wr
     origin = typing.get_origin(tp)
     if not args or origin is None:
         return tp
-    new: tuple[Any, ...] = tuple(_without_forward_refs(a, globalns, localns, where, written) if not isinstance(a, list) else
-                [_without_forward_refs(b, globalns, localns, where, written) for b in a] for a in args)
+    new: tuple[Any, ...] = tuple(
+        _without_forward_refs(a, globalns, localns, where, written) if not isinstance(a, list) else
+        [_without_forward_refs(b, globalns, localns, where, written) for b in a] for a in args)
     if new == args:
         return tp
     if origin is typing.Union:

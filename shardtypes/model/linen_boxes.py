@@ -3,7 +3,8 @@
 as ``jax.eval_shape(model.init, ...)`` returns them. A box reads as the array annotation of its
 value's dtype with one dim per axis, each dim its fixed size followed by the box's name for it:
 
->>> box_annotation(nn.LogicallyPartitioned(jax.ShapeDtypeStruct((8, 32), jnp.float32), ('embed', 'mlp')))  # doctest: +SKIP
+>>> box = nn.LogicallyPartitioned(jax.ShapeDtypeStruct((8, 32), jnp.float32), ('embed', 'mlp'))  # doctest: +SKIP
+>>> box_annotation(box)  # doctest: +SKIP
 f32[b'8/embed 32/mlp']
 
 Fixed sizes, not the names, say the sizes: a logical name may stand for dims of several sizes

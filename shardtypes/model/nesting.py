@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .annotations import dtype_classes, install_nested, number, subscript
 from ..language.shape import ShapeSpec
+from .annotations import dtype_classes, install_nested, number, subscript
 
 __all__: list[str] = []
 
@@ -31,7 +31,8 @@ def prepend(cls: type[number], inner: type[number], shape: Any) -> type[number]:
     try:
         ShapeSpec.parse(combined)
     except ValueError as e:
-        raise TypeError(f"{written} means shape {combined!r} (the outer dims first), which is not a shape: {e}") from None
+        raise TypeError(f"{written} means shape {combined!r} (the outer dims first), "
+                        f"which is not a shape: {e}") from None
     data = combined.encode("utf-8")
     return subscript(dtype_class, data if inner.array_type is None else (inner.array_type, data))
 

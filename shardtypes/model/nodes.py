@@ -23,9 +23,9 @@ from typing import Any, Union
 
 import jax
 
-from .plans import Plan, plan_of
 from .annotations import annotation_class
 from .hints import resolve_hints
+from .plans import Plan, plan_of
 from .trees import tree_info
 
 __all__ = ["Node", "ArrayNode", "ClassNode", "SeqNode", "DictNode", "UnionNode", "OtherNode", "PyTreeNode",

@@ -11,9 +11,9 @@ from typing import Any
 import jax
 from typeguard import TypeCheckError
 
+from ..language.shape import ANY, FIXED, NAMED, ShapeSpec
 from .annotations import annotation_class, number
 from .array_classes import union_members
-from ..language.shape import ANY, FIXED, NAMED, ShapeSpec
 
 __all__ = ["Plan", "plan_of", "plan_for", "malformed", "annotation_text"]
 

@@ -26,9 +26,9 @@ from typing import Any, Callable, TypeVar, Union, dataclass_transform, overload
 
 import jax
 
+from ..language.shape import FIXED, NAMED, ShapeSpec
 from .annotations import annotation_class, subscript
 from .hints import resolve_hints
-from ..language.shape import FIXED, NAMED, ShapeSpec
 
 __all__ = ["pytree_dataclass", "Array", "Stacked", "tree_info", "stack_annotation"]
 

@@ -28,7 +28,6 @@ from typing import Any, Callable
 import jax
 
 from .annotations import dtype_classes, subscript
-
 from .categories import anydtype
 from .describe import describe
 from .forms import safe_is_checked_class

@@ -13,12 +13,12 @@ from typing import Any, Callable, Union
 
 import jax
 
-from .annotations import annotation_class, is_annotation, number
-from .nodes import ArrayNode, ClassNode, PyTreeNode, follow, model
-from .pytrees import pytree_leaf
-from .errors import _qualified
-from .plans import plan_of
 from ..language.shape import ShapeSpec
+from .annotations import annotation_class, is_annotation, number
+from .errors import _qualified
+from .nodes import ClassNode, PyTreeNode, model
+from .plans import plan_of
+from .pytrees import pytree_leaf
 from .trees import tree_info
 from .value_trees import Like, is_array_value, is_value_tree, walk_value
 
@@ -139,7 +139,8 @@ def _walk(
     built = _model_class_or_instance(annotation, walk, path)
     if built is not _NOT_A_MODEL:
         return built
-    fields = getattr(annotation, "_fields", None) if isinstance(annotation, type) and issubclass(annotation, tuple) else None
+    is_tuple_class = isinstance(annotation, type) and issubclass(annotation, tuple)
+    fields = getattr(annotation, "_fields", None) if is_tuple_class else None
     if fields is not None:  # a NamedTuple
         hints = typing.get_type_hints(annotation)
         return annotation(*(walk(hints[n], f"{path}.{n}") for n in fields))

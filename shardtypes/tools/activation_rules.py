@@ -134,7 +134,8 @@ def auto_splits(eqn: Any, ins: list) -> list:
         lhs, rhs = split[0], split[1]
         lfree = [d for d in range(len(lhs)) if d not in lc and d not in lb]
         rfree = [d for d in range(len(rhs)) if d not in rc and d not in rb]
-        return [tuple([max(lhs[a], rhs[b]) for a, b in zip(lb, rb)] + [lhs[d] for d in lfree] + [rhs[d] for d in rfree])]
+        return [tuple([max(lhs[a], rhs[b]) for a, b in zip(lb, rb)]
+                      + [lhs[d] for d in lfree] + [rhs[d] for d in rfree])]
     if name == "broadcast_in_dim":
         out = [1] * len(kj.shape(outs[0]))
         for i, d in enumerate(kj.param(eqn, "broadcast_dimensions")):

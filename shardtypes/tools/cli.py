@@ -266,7 +266,8 @@ def _main(argv: Sequence[str] | None) -> int:
     plan_cmd = commands.add_parser("plan", parents=[common], help="per-array layout and memory per device",
                                    description="One row per array: path, annotation, dtype, shape, "
                                    "PartitionSpec, per-device shape and bytes; totals and warnings.",
-                                   epilog="examples:\n" + PLAN_EXAMPLES + TARGETS, formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   epilog="examples:\n" + PLAN_EXAMPLES + TARGETS,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     plan_cmd.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
     verify_cmd = commands.add_parser("verify", parents=[common], help="evaluate a checked function abstractly",
                                      description="Build abstract inputs from the function's annotations, "

@@ -33,18 +33,23 @@ MAX_ROWS = 5000
 CSS = """
 :root{--fg:#1d2733;--mut:#5b6877;--line:#dde3ea;--bg:#f6f8fa;--card:#fff;--acc:#1f3b63}
 *{box-sizing:border-box}
-body{margin:0;background:var(--bg);color:var(--fg);font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
+body{margin:0;background:var(--bg);color:var(--fg);
+font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif}
 main{max-width:1500px;margin:0 auto;padding:24px 28px 48px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:16px;margin:0 0 10px}
 .meta{color:var(--mut);margin:0 0 18px}
 code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"DejaVu Sans Mono",monospace;font-size:12px}
 .cards{display:flex;flex-wrap:wrap;gap:16px;margin-bottom:16px}
-.card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:14px 16px;min-width:280px;flex:1 1 300px}
+.card{background:var(--card);border:1px solid var(--line);border-radius:8px;padding:14px 16px;min-width:280px;
+flex:1 1 300px}
 .card.mesh-card{flex:0 0 auto}
-svg.mesh text{font:12px system-ui,sans-serif;fill:var(--fg)}svg.mesh .ax{font-weight:600}svg.mesh .sub{fill:var(--mut);font-size:11px}
-.mem .track{position:relative;height:22px;background:#eef1f4;border-radius:4px;overflow:visible;display:flex;margin:6px 0 10px}
+svg.mesh text{font:12px system-ui,sans-serif;fill:var(--fg)}
+svg.mesh .ax{font-weight:600}svg.mesh .sub{fill:var(--mut);font-size:11px}
+.mem .track{position:relative;height:22px;background:#eef1f4;border-radius:4px;overflow:visible;display:flex;
+margin:6px 0 10px}
 .mem .seg{height:100%;display:block}.mem .seg:first-child{border-radius:4px 0 0 4px}
-.mem .cap{position:absolute;top:-5px;bottom:-5px;width:0;border-left:2px dashed #1d2733}.mem .cap.over{border-color:#c62828}
+.mem .cap{position:absolute;top:-5px;bottom:-5px;width:0;border-left:2px dashed #1d2733}
+.mem .cap.over{border-color:#c62828}
 table{border-collapse:collapse}
 .legend td{padding:1px 8px 1px 0}.legend .tot td{border-top:1px solid var(--line);font-weight:600}
 .num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
@@ -55,7 +60,8 @@ ol.top,ul.msgs{margin:0;padding-left:20px}ol.top li,ul.msgs li{margin:2px 0}
 .wide{max-width:100%}
 @media (max-width:900px){.wide{overflow-x:auto}}
 .arrays{width:100%;background:var(--card);border:1px solid var(--line);border-radius:8px}
-.arrays th{position:sticky;top:0;background:#eef2f6;text-align:left;font-weight:600;padding:6px 10px;border-bottom:1px solid var(--line);white-space:nowrap}
+.arrays th{position:sticky;top:0;background:#eef2f6;text-align:left;font-weight:600;padding:6px 10px;
+border-bottom:1px solid var(--line);white-space:nowrap}
 .arrays th.mode{text-align:center;border-left:2px solid var(--line)}
 .arrays td{padding:6px 10px;border-top:1px solid var(--line);vertical-align:top}
 .arrays td.m0{border-left:2px solid var(--line)}
@@ -63,13 +69,16 @@ ol.top,ul.msgs{margin:0;padding-left:20px}ol.top li,ul.msgs li{margin:2px 0}
 .path{font-weight:600;word-break:break-all}.ann{color:var(--mut)}
 .split{display:grid;grid-template-columns:90px auto;gap:2px 6px;align-items:center;margin-top:4px}
 .bar{display:block;height:9px;border:1px solid #9aa7b4;border-radius:2px;position:relative;
-background:repeating-linear-gradient(90deg,#f4f6f8 0,#f4f6f8 calc(100%/var(--p) - 1px),#9aa7b4 calc(100%/var(--p) - 1px),#9aa7b4 calc(100%/var(--p)))}
+background:repeating-linear-gradient(90deg,#f4f6f8 0,#f4f6f8 calc(100%/var(--p) - 1px),
+#9aa7b4 calc(100%/var(--p) - 1px),#9aa7b4 calc(100%/var(--p)))}
 .bar.fine{background:#f4f6f8}
 .bar::before{content:"";position:absolute;left:0;top:0;bottom:0;width:max(2px,calc(100%/var(--p)));background:var(--c)}
 .dl{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11px;color:var(--mut);white-space:nowrap}
 .rep{grid-column:1/3;font-size:11px;color:#8a5a00}
-.badge{display:inline-block;padding:0 6px;border-radius:9px;font-size:11px;font-weight:600;background:#eef1f4;color:var(--mut)}
-.badge.err{background:#fde2e1;color:#a61b1b}.badge.warn{background:#fff1d6;color:#8a5a00}.badge.okb{background:#e2f3e5;color:#2e7d32}
+.badge{display:inline-block;padding:0 6px;border-radius:9px;font-size:11px;font-weight:600;background:#eef1f4;
+color:var(--mut)}
+.badge.err{background:#fde2e1;color:#a61b1b}.badge.warn{background:#fff1d6;color:#8a5a00}
+.badge.okb{background:#e2f3e5;color:#2e7d32}
 .problems li{margin:6px 0}.links a{margin-right:8px}
 a{color:#1a5fb4;text-decoration:none}a:hover{text-decoration:underline}
 .note{color:var(--mut);font-size:12px;margin-top:6px}
@@ -219,7 +228,8 @@ def _table(reports: Mapping[str, Any], paths: list[str], ids: Mapping[str, str],
         out.append('<tr><th colspan="3"></th>' + "".join(
             f'<th class="mode" colspan="3">{esc(m)}</th>' for m in modes) + "</tr>")
     out.append("<tr><th>array</th><th>dtype</th><th class=\"num\">shape</th>"
-               + '<th class="m0">layout (device 0\'s block)</th><th class="num">per device</th><th class="num">copies</th>' * len(modes)
+               + ('<th class="m0">layout (device 0\'s block)</th><th class="num">per device</th>'
+                  '<th class="num">copies</th>') * len(modes)
                + "</tr></thead><tbody>")
     for path in paths[:MAX_ROWS]:
         rows = [m.get(path) for m in by_mode]

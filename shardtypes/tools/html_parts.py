@@ -146,12 +146,14 @@ def mesh_svg(mesh: Mapping[str, int]) -> str:
                        f'height="{cell - 2}" rx="2" fill="{fill}"/>')
     out.append(f'<text x="{left}" y="{top - 20}" class="ax">{_axes_label(across, mesh)} →</text>')
     if cols > c_cells:
-        out.append(f'<text x="{left}" y="{top - 6}" class="sub">each column: {cols // c_cells if cols % c_cells == 0 else f"~{cols / c_cells:.1f}"} devices</text>')
+        per_column = cols // c_cells if cols % c_cells == 0 else f"~{cols / c_cells:.1f}"
+        out.append(f'<text x="{left}" y="{top - 6}" class="sub">each column: {per_column} devices</text>')
     if down:
         out.append(f'<text x="{left - 6}" y="{top + 10}" class="ax" text-anchor="end">{_axes_label(down, mesh)}</text>')
         out.append(f'<text x="{left - 6}" y="{top + 24}" class="ax" text-anchor="end">↓</text>')
         if rows > r_cells:
-            out.append(f'<text x="{left - 6}" y="{top + 40}" class="sub" text-anchor="end">row: {rows // r_cells if rows % r_cells == 0 else f"~{rows / r_cells:.1f}"}</text>')
+            per_row = rows // r_cells if rows % r_cells == 0 else f"~{rows / r_cells:.1f}"
+            out.append(f'<text x="{left - 6}" y="{top + 40}" class="sub" text-anchor="end">row: {per_row}</text>')
     out.append(f'<text x="{left}" y="{h - 8}" class="sub">■ device 0</text>')
     out.append("</svg>")
     return "".join(out)

@@ -24,16 +24,16 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from ..context.mesh import abstract_mesh
+from ..context.rules import AxisRulesError
 from ..language.shape import ELLIPSIS, VARIADIC, entry_axes
 from ..language.sizes import _mapping_of_sizes, check_dims
 from ..layout.dim_sizes import _dim_size, check_dims_for, dims_used
 from ..layout.specs import _partition_spec
 from ..model.describe import axis_hint
+from ..model.value_trees import holds_annotated_class, is_value_tree
 from ..model.walk import _Leaf, _walk
 from .html_page import render_page
 from .html_parts import parse_capacity
-from ..model.value_trees import holds_annotated_class, is_value_tree
-from ..context.rules import AxisRulesError
 
 __all__ = ["plan", "plan_html", "PlanReport", "PlanRow", "parse_fraction", "replicated_problem"]
 
@@ -105,7 +105,8 @@ class PlanReport:
         lines.insert(1, "  ".join("-" * w for w in widths))
         mesh = " x ".join(f"{k}={v}" for k, v in self.mesh.items())
         lines.append("")
-        lines.append(f"{len(self.rows)} array{'' if len(self.rows) == 1 else 's'} on a {mesh} mesh ({self.devices:,} devices): "
+        lines.append(f"{len(self.rows)} array{'' if len(self.rows) == 1 else 's'} "
+                     f"on a {mesh} mesh ({self.devices:,} devices): "
                      f"{_fmt_bytes(self.bytes_per_device)} per device, {_fmt_bytes(self.global_bytes)} in all; "
                      f"{self.replicated_fraction:.1%} of the memory they take holds replicated copies")
         for w in self.warnings:
@@ -226,7 +227,8 @@ def plan(
     value tree with ``like`` (``make_shardings``'), is planned with the values' own shapes and the
     layout the annotations give (a value's own NamedSharding, where it has one, wins).
 
-    >>> print(plan(Array['layers', Layer], {'d': 64, 't': 64}, {'layers': 80, 'embed': 8192, 'hidden': 28672}))  # doctest: +SKIP
+    >>> sizes = {'layers': 80, 'embed': 8192, 'hidden': 28672}
+    >>> print(plan(Array['layers', Layer], {'d': 64, 't': 64}, sizes))  # doctest: +SKIP
     """
     tolerance = None if max_replicated is None else parse_fraction(max_replicated, "plan: max_replicated")
     mesh = abstract_mesh(mesh)
@@ -394,5 +396,6 @@ def _is_value_tree(tree: Any) -> bool:
         leaves = jax.tree.leaves(tree)
     except Exception:  # a tree JAX cannot flatten (nested too deeply): walked as an annotation
         return False
-    return bool(leaves) and all(hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves) and not isinstance(tree, type)
+    return (bool(leaves) and all(hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves)
+            and not isinstance(tree, type))
 

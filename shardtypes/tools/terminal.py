@@ -84,7 +84,8 @@ def plan_lines(report: Any, capacity: tuple[int, str] | None = None, width: int 
             lines.append([
                 (f"  {r.path:<{path_w}}  ", None), (f"{r.spec:<{spec_w}}", "cyan"),
                 (f"  {fmt_bytes(r.bytes_per_device):>10}  ", None),
-                (MARKS[group_of(r.path, r.annotation)] * max(1, round(share * 20)), STYLES[group_of(r.path, r.annotation)]),
+                (MARKS[group_of(r.path, r.annotation)] * max(1, round(share * 20)),
+                 STYLES[group_of(r.path, r.annotation)]),
                 (f" {share:.0%}", None), (copies, "yellow" if copies else None),
             ])
     return lines

@@ -25,18 +25,18 @@ from typing import Any, Callable, Mapping
 import jax
 from typeguard import TypeCheckError
 
-from ..integrations.decorator import typechecked
-from ..context.tables import Scope
-from ..model.hints import resolve_hints
 from ..context.mesh import abstract_mesh
 from ..context.rules import AxisRulesError
+from ..context.settings import forced_checks
+from ..context.tables import Scope
+from ..integrations.decorator import typechecked
 from ..language.shape import BROADCAST, NAMED, VARIADIC, entry_axes
 from ..language.sizes import _mapping_of_sizes, check_dims
 from ..layout.dim_sizes import check_dims_for
 from ..layout.specs import _partition_spec, structs
-from ..model.walk import _Leaf, _walk
-from ..context.settings import forced_checks
 from ..model.errors import COLLECTED
+from ..model.hints import resolve_hints
+from ..model.walk import _Leaf, _walk
 from .activations import SYMBOLIC, ActivationEstimate, trace_step
 from .html_parts import parse_capacity
 from .memory_checks import memory_problems, step_activations
@@ -208,7 +208,8 @@ def verify(
     ``opt_state`` is ``Any``) is given in ``inputs`` as a tree of values, abstract or real
     (``inputs={'state': jax.eval_shape(init, key)}``): it is laid out over ``mesh`` from the
     annotated classes inside it (optimizer moments take the parameters' layout) and checked
-    against its annotation, whose named dims it sizes. ``raise_on_error=True`` raises a VerificationError (a TypeCheckError) instead.
+    against its annotation, whose named dims it sizes. ``raise_on_error=True`` raises a
+    VerificationError (a TypeCheckError) instead.
     A size in ``dims`` that is not an int >= 0 is an error naming it, and so is a name close to
     one ``fn``'s annotations use that they do not (a typo, as ``hiden``); other names are bound
     too, for the body (``dims()``) and nested checked calls. ``max_replicated`` (``0.05`` or
@@ -276,7 +277,8 @@ def verify(
         annotation = hints.get(p.name)
         if annotation is None:
             if p.default is inspect.Parameter.empty:
-                problems.append(Problem("setup", f'argument "{p.name}" of {name}() has no annotation: give it in static={{...}}'))
+                problems.append(Problem("setup", f'argument "{p.name}" of {name}() has no annotation: '
+                                                 "give it in static={...}"))
             continue
         array_params[p.name] = annotation
     returns = hints.get("return")
@@ -290,13 +292,15 @@ def verify(
                 problems.append(Problem("check", str(e)))
     report_dims.update(inferred)
 
-    multiples, variadic = _names_and_multiples(list(array_params.values()) + ([returns] if returns is not None else []), mesh)
+    annotated = list(array_params.values()) + ([returns] if returns is not None else [])
+    multiples, variadic = _names_and_multiples(annotated, mesh)
     # A name no annotation of fn uses may still be read by its body (dims()) or bound by a nested
     # checked call, so only one close to a name fn's annotations use is an error (a typo).
     check_dims_for(dims, set(multiples) - variadic, variadic, "verify", strict=False)
     missing_variadic = sorted(n for n in variadic if n not in dims)
     if missing_variadic:
-        problems.append(Problem("setup", f"dims {missing_variadic} stand for several dims ('*name'): give each as a tuple in dims"))
+        problems.append(Problem("setup", f"dims {missing_variadic} stand for several dims ('*name'): "
+                                         "give each as a tuple in dims"))
     symbolic = sorted(n for n in multiples if n not in dims and n not in inferred and n not in variadic)
     sizes: dict[str, Any] = {**dims, **inferred}
     if symbolic:
@@ -312,17 +316,19 @@ def verify(
         except TypeError:
             p = signature.parameters[pname]
             if p.default is inspect.Parameter.empty:
-                problems.append(Problem("setup", f'argument "{pname}" of {name}() is annotated {annotation!r}, which is not an array tree: give it in static={{...}}'))
+                problems.append(Problem("setup", f'argument "{pname}" of {name}() is annotated {annotation!r}, '
+                                                 "which is not an array tree: give it in static={...}"))
         except ValueError as e:
             problems.append(Problem("dims", f'argument "{pname}" of {name}(): {e}'))
     for pname, value in args.items():
         plain = [leaf for leaf in jax.tree.leaves(value) if dataclasses.is_dataclass(leaf)]
         if plain:  # (JAX would say "Error interpreting argument ... as an abstract array")
             cls = type(plain[0])
-            problems.append(Problem("setup", f'argument "{pname}" of {name}() holds {cls.__module__}.{cls.__qualname__}, '
-                                    "a plain dataclass JAX does not know as a pytree, so jax.eval_shape cannot trace "
-                                    "it: register the class (shardtypes.pytree_dataclass, jax.tree_util.register_dataclass, "
-                                    "flax.struct.dataclass or an equinox.Module)"))
+            problems.append(Problem("setup", f'argument "{pname}" of {name}() holds '
+                                    f"{cls.__module__}.{cls.__qualname__}, "
+                                    "a plain dataclass JAX does not know as a pytree, so jax.eval_shape cannot "
+                                    "trace it: register the class (shardtypes.pytree_dataclass, "
+                                    "jax.tree_util.register_dataclass, flax.struct.dataclass or an equinox.Module)"))
     if problems:
         return finish()
 

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import typeguard
+from jax.sharding import NamedSharding, PartitionSpec as P
 
-from conftest import put
 from shardtypes import (
     HostOrDevice,
     TypeCheckError,
@@ -22,7 +22,8 @@ from shardtypes import (
     shard,
     typechecked,
 )
-from jax.sharding import NamedSharding, PartitionSpec as P
+
+from conftest import put
 
 HOST_OR_DEVICE = f32[jax.Array | np.ndarray, b"batch/d embed"]
 

@@ -54,6 +54,7 @@ from shardtypes import (
     typechecked,
     u8,
 )
+
 from conftest import examples_from_env
 
 # ---------------------------------------------------------------------------------------------

@@ -11,10 +11,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import put
 from jax.sharding import AxisType
 
 from shardtypes import TypeCheckError, f32, typechecked
+
+from conftest import put
 
 MESHES = {
     "none": None,

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from shardtypes.context import OLDEST_JAX, JitKey, compat, jax_version
+
 from conftest import make_mesh, put
-from shardtypes.context import OLDEST_JAX, JitKey, jax_version
-from shardtypes.context import compat
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import typeguard
-from conftest import make_mesh, put
+from jax.sharding import PartitionSpec as P
 
 import shardtypes
 from shardtypes import (
@@ -26,7 +26,8 @@ from shardtypes import (
     typed_shard_map,
     verify,
 )
-from jax.sharding import PartitionSpec as P
+
+from conftest import make_mesh, put
 
 
 @pytest.fixture

@@ -6,11 +6,12 @@ import warnings
 import jax
 import numpy as np
 import pytest
-from conftest import make_mesh
 from jax.sharding import Mesh
 
 from shardtypes import f32, is_fully_sharded, make_shardings
 from shardtypes.context import current_mesh
+
+from conftest import make_mesh
 
 LEGACY = "If you opened JAX's legacy `with Mesh(...):` context (seqax, older examples), that is why"
 

@@ -4,7 +4,6 @@ rules did (a repeated logical name, a mode that auto_mode chose)."""
 
 import re
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
@@ -21,6 +20,7 @@ from shardtypes import (
     t5x_rules,
     typechecked,
 )
+
 from conftest import make_mesh, put
 
 EFORMER_MESH = AbstractMesh((2, 2, 2, 2, 1), ("dp", "fsdp", "tp", "sp", "ep"))

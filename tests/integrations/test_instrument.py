@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from typeguard import TypeCheckError
 
-from shardtypes import Array, Scope, ShardtypesWarning, Stacked, dims, f32, i32, pytree_dataclass, typechecked
+from shardtypes import Array, Scope, ShardtypesWarning, Stacked, dims, f32, pytree_dataclass, typechecked
 
 
 @pytree_dataclass

@@ -9,9 +9,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 import typeguard
-from conftest import make_mesh, put
 
 from shardtypes import FieldError, TypeCheckError, f32, typechecked
+
+from conftest import make_mesh, put
 
 eqx = pytest.importorskip("equinox")
 struct = pytest.importorskip("flax.struct")

@@ -4,10 +4,11 @@ shardings of nnx.state(model) derived from them."""
 import jax
 import jax.numpy as jnp
 import pytest
-from conftest import make_mesh
 from jax.sharding import PartitionSpec as P
 
 from shardtypes import TypeCheckError, f32, i32
+
+from conftest import make_mesh
 
 nnx = pytest.importorskip("flax.nnx")
 import shardtypes.nnx as st_nnx  # noqa: E402

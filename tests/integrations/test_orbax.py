@@ -10,10 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from jax.sharding import PartitionSpec as P
+
+from shardtypes import f32, i32, make_shape_dtype_structs, make_shardings, pytree_dataclass
 
 from conftest import make_mesh
-from jax.sharding import PartitionSpec as P
-from shardtypes import f32, i32, make_shape_dtype_structs, make_shardings, pytree_dataclass
 
 ocp = pytest.importorskip("orbax.checkpoint")
 

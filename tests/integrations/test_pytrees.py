@@ -20,7 +20,6 @@ from shardtypes import (
     pytree_dataclass,
     typechecked,
 )
-
 from shardtypes.model import model
 
 from conftest import put

@@ -17,7 +17,7 @@ from shardtypes import ShardtypesWarning, f32, typechecked
 optax = pytest.importorskip("optax")
 
 # What optax.OptState is: an alias whose forward reference only optax's module resolves.
-ThirdParty = typing.Union[int, typing.Iterable["NotDefinedHere"], typing.Mapping[str, "NotDefinedHere"]]
+ThirdParty = typing.Union[int, typing.Iterable["NotDefinedHere"], typing.Mapping[str, "NotDefinedHere"]]  # noqa: F821
 
 
 def test_an_optax_opt_state_annotation_decorates_and_checks():
@@ -62,7 +62,7 @@ def test_a_name_the_user_wrote_that_does_not_resolve_is_still_an_error():
 
 # A library's unresolved name that is part of a longer name the user wrote (the user's own class
 # NotDefinedAsWell) is still the library's: only a whole name the user wrote is the user's.
-Longer = typing.Union[int, typing.Mapping[str, "NotDefined"]]
+Longer = typing.Union[int, typing.Mapping[str, "NotDefined"]]  # noqa: F821
 
 
 class NotDefinedAsWell:

@@ -12,7 +12,6 @@ import pytest
 import typeguard
 
 import shardtypes
-from conftest import make_mesh, put
 from shardtypes import (
     Array,
     Scope,
@@ -29,6 +28,8 @@ from shardtypes import (
     pytree_dataclass,
     typechecked,
 )
+
+from conftest import make_mesh, put
 
 
 @pytree_dataclass

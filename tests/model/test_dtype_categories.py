@@ -26,6 +26,7 @@ from shardtypes import (
     u32,
     unsigned,
 )
+
 from conftest import put
 
 # Every dtype JAX has, in the family it belongs to (written independently of the library).

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 import shardtypes
-from shardtypes import ShapeSpec, ShapeSpecError, TypeCheckError, check
-from shardtypes import anydtype, bf16, f32, floating, integer, number
+from shardtypes import ShapeSpec, ShapeSpecError, TypeCheckError, anydtype, bf16, check, f32, floating, integer, number
 from shardtypes.model import dtype_names
 
 # Every dtype class and the JAX dtype it stands for (written independently of the library).

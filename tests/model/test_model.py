@@ -10,11 +10,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_mesh, put
 from hypothesis import given, settings, strategies as st
 
 from shardtypes import Array, Scope, TypeCheckError, f32, i32, pytree_dataclass, typechecked
 from shardtypes.model import ArrayNode, ClassNode, DictNode, OtherNode, SeqNode, UnionNode, model
+
+from conftest import make_mesh, put
 
 
 @pytree_dataclass

@@ -18,7 +18,6 @@ import numpy as np
 from hypothesis import strategies as st
 from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec as P
 
-import shardtypes
 from shardtypes import Array, Stacked, anydtype, bf16, f32, floating, i32, integer, pytree_dataclass, u8
 
 # Failures that other items of issue 19 fix: the fuzzer keeps away from them while the switch is

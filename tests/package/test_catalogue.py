@@ -16,9 +16,6 @@ pending now.
 
 from __future__ import annotations
 
-from shardtypes.context import compat as _compat
-from shardtypes.checking.kernel_pass import Unreadable as _Unreadable
-from shardtypes.model import hints as _hints
 import contextlib
 import copy
 import dataclasses
@@ -29,7 +26,7 @@ import re
 import traceback
 import typing
 import warnings
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -96,9 +93,12 @@ from shardtypes import (
     verify,
 )
 from shardtypes.__main__ import main as cli_main
-from shardtypes.model import Mismatch
+from shardtypes.checking.kernel_pass import Unreadable as _Unreadable
+from shardtypes.context import compat as _compat
+
 # Private exception classes, imported by path: every exception of the package must pickle.
 from shardtypes.language.sizes import _DimError
+from shardtypes.model import Mismatch, hints as _hints
 from shardtypes.tools.cli import _StdoutClosed
 
 # ---------------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ import contextlib
 import importlib.util
 import io
 import math
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,10 +16,11 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
+
+from shardtypes import TypeCheckError, axis_rules, make_partition_specs
 
 from conftest import make_mesh
-from jax.sharding import PartitionSpec as P
-from shardtypes import TypeCheckError, axis_rules, make_partition_specs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -46,9 +46,9 @@ from hypothesis import HealthCheck, given, seed, settings
 
 from shardtypes import AxisRulesError, Scope, ShapeSpecError, TypeCheckError, config, current_rules, dims
 
+from conftest import examples_from_env
 from fuzz_calls import FAMILIES, scope_calls
 from fuzz_strategies import PENDING, Call
-from conftest import examples_from_env
 
 # ---------------------------------------------------------------------------------------------
 # How many cases
@@ -199,7 +199,7 @@ def test_pending_scope_exit_out_of_order_leaves_nothing() -> None:
 
 
 def test_pending_walk_messages_name_the_entry_point() -> None:
-    from shardtypes import make_partition_specs, f32
+    from shardtypes import f32, make_partition_specs
 
     with pytest.raises(TypeError, match=r"make_partition_specs.*\[1\] is 3"):
         make_partition_specs([f32[b"a"], 3])

@@ -24,8 +24,19 @@ from typeguard import TypeCheckError, typechecked  # seqax checks with plain typ
 
 import shardtypes
 import shardtypes.ops as shardops  # seqax: import shardlib.shardops as shardops
-from shardtypes import Array, bool_, f32, make_partition_specs, make_shardings, pytree_dataclass, u32
-from shardtypes import Scope, is_fully_sharded, shard, typed_shard_map
+from shardtypes import (
+    Array,
+    Scope,
+    bool_,
+    f32,
+    is_fully_sharded,
+    make_partition_specs,
+    make_shardings,
+    pytree_dataclass,
+    shard,
+    typed_shard_map,
+    u32,
+)
 
 shardtypes.register_with_typeguard()  # seqax's first line; importing shardtypes already did it
 

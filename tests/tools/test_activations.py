@@ -3,8 +3,8 @@ device (``VerifyReport.activation_bytes_per_device``), the ``hbm=`` fit check, t
 and the estimate against XLA's own figure for the compiled step."""
 
 import importlib.util
-import math
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -47,7 +47,7 @@ def test_a_step_worked_out_by_hand(kind):
         assert estimate.assumed.startswith("on Auto axes (d=8) XLA chooses layouts: each value was assumed split")
     else:
         assert estimate.assumed == ""
-    assert f"activations: 8.0 KiB per device at the peak, largest live then: 4.0 KiB" in str(report)
+    assert "activations: 8.0 KiB per device at the peak, largest live then: 4.0 KiB" in str(report)
     assert json.loads(report.to_json())["activations"]["bytes_per_device"] == 2 * per_value
 
 

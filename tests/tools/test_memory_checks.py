@@ -10,8 +10,8 @@ import pytest
 from jax.sharding import AbstractMesh, AxisType
 
 from shardtypes import f32, plan, pytree_dataclass, typechecked, verify
-from shardtypes.tools import VerificationError
 from shardtypes.__main__ import main
+from shardtypes.tools import VerificationError
 
 
 @pytree_dataclass

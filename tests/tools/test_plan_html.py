@@ -10,9 +10,9 @@ demo's screenshot (docs/images/plan.png is made this way).
 
 import importlib.util
 import os
+import re
 import shutil
 import struct
-import re
 import subprocess
 import sys
 import time
@@ -21,14 +21,13 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
 
-from conftest import put
-from shardtypes import Array, axis_rules, f32, plan, plan_html, pytree_dataclass, verify
+from shardtypes import axis_rules, f32, plan, plan_html, verify
 from shardtypes.__main__ import main
 from shardtypes.tools import PlanReport
+
+from conftest import put
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
