@@ -3,10 +3,9 @@ rule for, or params in a shape it does not know (as a future JAX release may giv
 that equation computes unknown, with one KernelPassWarning naming the primitive and the JAX
 version, and the kernel runs with the right numbers. Also ``ops.per_device``'s input checks."""
 
+import re
 import warnings
 from functools import partial
-
-import re
 
 import jax
 import jax.numpy as jnp

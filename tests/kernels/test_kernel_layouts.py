@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import PartitionSpec as P
 from typeguard import TypeCheckError
 
 from shardtypes import ShapeSpecError, f32, ops, pytree_dataclass, typechecked, typed_shard_map, verify

@@ -100,9 +100,19 @@ import pytest
 from hypothesis import HealthCheck, assume, given, note, seed, settings
 
 from shardtypes import bool_, f32
+
 from conftest import examples_from_env
-from oracle_grammar import (OPEN_FINDINGS, Program, Unrunnable, Verdicts, assert_agrees, judge, programs, report,
-                            stepped_aside)
+from oracle_grammar import (
+    OPEN_FINDINGS,
+    Program,
+    Unrunnable,
+    Verdicts,
+    assert_agrees,
+    judge,
+    programs,
+    report,
+    stepped_aside,
+)
 
 # ---------------------------------------------------------------------------------------------
 # How many kernels

@@ -12,7 +12,7 @@ from typeguard import TypeCheckError
 
 from shardtypes import KernelPassWarning, f32, typed_shard_map
 
-from conftest import AXIS_TYPES, make_mesh, put
+from conftest import make_mesh, put
 
 X = np.arange(32, dtype=np.float32).reshape(8, 4)
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from typeguard import TypeCheckError
 
-from shardtypes.context import jax_version
 from shardtypes import Array, f32, ops, pytree_dataclass, typed_shard_map
+from shardtypes.context import jax_version
 
 from conftest import AXIS_TYPES, make_mesh, put
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .facts import Dims, Fact, UNKNOWN
-from .jaxpr import literal_number, name, optional_param, shape, invars
+from .facts import UNKNOWN, Dims, Fact
+from .jaxpr import invars, literal_number, name, optional_param, shape
 
 __all__ = ["ndim", "union", "rel_mul", "rel_neg", "rel_join", "drop_rel", "fact_of", "monotone", "over_ones",
            "zero", "zeros", "ZERO"]

@@ -7,8 +7,8 @@ every CI JAX and fails on a ``KernelPassWarning``.
 
 from __future__ import annotations
 
-__all__ = ["CASTS", "VARIANTS", "ASYNC_STARTS", "ASYNC_DONES", "CALLS", "ELEMENTWISE_ADDED", "NONLINEAR",
-           "ELEMENTWISE", "COMPARISONS", "STRUCTURAL", "OPAQUE", "IDENTITY", "EFFECTS", "LOOPS", "is_cast", "standing_for"]
+__all__ = ["CASTS", "VARIANTS", "ASYNC_STARTS", "ASYNC_DONES", "CALLS", "ELEMENTWISE_ADDED", "NONLINEAR", "ELEMENTWISE",
+           "COMPARISONS", "STRUCTURAL", "OPAQUE", "IDENTITY", "EFFECTS", "LOOPS", "is_cast", "standing_for"]
 
 #: check_vma's casts between varying, unreduced and reduced types: the value is unchanged.
 CASTS: dict[str, str] = {

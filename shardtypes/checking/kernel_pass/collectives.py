@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .registry import rule
-from .algebra import drop_rel, fact_of as _one
 from . import messages as say
-from .facts import FOLD, Fact, Owed, UNKNOWN, ring_of
+from .algebra import drop_rel, fact_of as _one
 from .catalogue import ASYNC_DONES, standing_for
-from .jaxpr import axis_names, is_literal, name as prim_name, param, invars, outvars
+from .facts import FOLD, UNKNOWN, Fact, Owed, ring_of
+from .jaxpr import axis_names, invars, is_literal, name as prim_name, outvars, param
+from .registry import rule
 
 __all__: list[str] = []  # (its rules register themselves: registry.RULES)
 

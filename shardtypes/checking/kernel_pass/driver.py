@@ -12,10 +12,10 @@ import jax
 from jax.sharding import PartitionSpec
 
 from ...language.shape import entry_axes
+from .. import kernel_layouts  # (the side table; it imports facts from here: read at call time)
 from . import jaxpr as kj
 from .facts import UNKNOWN, Fact
 from .interpreter import Pass
-from .. import kernel_layouts  # (the side table; it imports facts from here: read at call time)
 
 __all__ = ["infer", "traced", "in_facts"]
 

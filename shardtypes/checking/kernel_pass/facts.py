@@ -25,9 +25,10 @@ meta-pytorch's spmd_types:
   from it): a ``psum_scatter`` adds the copies up as JAX means it to (the transpose of a gather
   under ``jax.grad``), not a value counted once per device.
 * **a ring's partial sums** (``ring``): a partial sum (max, min) over one mesh axis, rotated by
-  ``ppermute`` cyclic shifts and added to (maxed with) itself: ``(axis, token, offsets)``, the partial sum it started from
-  (``token``) and which devices' parts it holds, as shifts along the axis. Once the offsets are
-  every device's, the sum is paid (a ring all-reduce, as collective matmuls accumulate them).
+  ``ppermute`` cyclic shifts and added to (maxed with) itself: ``(axis, token, offsets)``, the
+  partial sum it started from (``token``) and which devices' parts it holds, as shifts along the
+  axis. Once the offsets are every device's, the sum is paid (a ring all-reduce, as collective
+  matmuls accumulate them).
 * **each device's own** (``lost``): computed from a part in a way the parts cannot be combined
   back into the whole (a nonlinear function of a partial sum, blocks of different parts of a dim
   multiplied together). Each entry is ``(axes, finding)``. Right only as per-device values: put
@@ -74,8 +75,8 @@ class Fact:
     (``origin``: the value it was computed from, and the last few primitives on the way, kept as
     names and only spelled out for a message)."""
 
-    __slots__ = ("dims", "owed", "kind", "vary", "rel", "counted", "mark", "base", "chain", "owed_by", "lost", "copies", "ring",
-                 "serial")
+    __slots__ = ("dims", "owed", "kind", "vary", "rel", "counted", "mark", "base", "chain", "owed_by", "lost", "copies",
+                 "ring", "serial")
 
     def __init__(self, dims: Dims | None, owed: frozenset = frozenset(), origin: str = "",
                  owed_by: str = "", chain: tuple = (), *, kind: Owed = Owed.SUM, vary: frozenset | None = None,

@@ -42,17 +42,37 @@ from typing import Any, Sequence
 
 from typeguard import TypeCheckError
 
-
-from . import collectives, loops, structural  # noqa: F401 - their rules register themselves
-from .algebra import ZERO as _ZERO, monotone as _monotone, over_ones as _over_ones, rel_join, rel_mul, rel_neg
-from .algebra import zero as _zero, zeros as _zeros
-from .catalogue import CALLS, CASTS, COMPARISONS, ELEMENTWISE, LOOPS, NONLINEAR, STRUCTURAL, is_cast
-from . import messages as say
-from .facts import FOLD, RING_OPS, UNKNOWN, Fact, Owed, Point, folded, joined_lost, ring_of
 from ...language.shape import entry_axes
-from .jaxpr import KernelPassWarning, is_var, Unreadable, call_jaxpr, nested_map, is_literal, literal_number, shape, unreadable, invars, outvars, eqns, constvars
-from .jaxpr import name as prim_name
 from ..kernel_specs import differences
+from . import collectives, loops, messages as say, structural  # noqa: F401 - the rule modules register themselves
+from .algebra import (
+    ZERO as _ZERO,
+    monotone as _monotone,
+    over_ones as _over_ones,
+    rel_join,
+    rel_mul,
+    rel_neg,
+    zero as _zero,
+    zeros as _zeros,
+)
+from .catalogue import CALLS, CASTS, COMPARISONS, ELEMENTWISE, LOOPS, NONLINEAR, STRUCTURAL, is_cast
+from .facts import FOLD, RING_OPS, UNKNOWN, Fact, Owed, Point, folded, joined_lost, ring_of
+from .jaxpr import (
+    KernelPassWarning,
+    Unreadable,
+    call_jaxpr,
+    constvars,
+    eqns,
+    invars,
+    is_literal,
+    is_var,
+    literal_number,
+    name as prim_name,
+    nested_map,
+    outvars,
+    shape,
+    unreadable,
+)
 from .registry import lookup, rule
 
 __all__ = ["Pass"]

@@ -21,9 +21,10 @@ import jax.extend.core as jex
 
 from . import messages as say
 
-__all__ = ["KNOWN_BUGS", "known_bug", "REFUSALS", "refused_op", "about_unreduced", "KernelPassWarning", "Unreadable", "name", "shape", "param", "optional_param", "axis_names",
-           "scan_groups", "while_groups", "branches", "inner_jaxpr", "call_jaxpr", "is_literal", "literal_number",
-           "unreadable", "aval", "sub_jaxprs", "frames", "eqns", "invars", "outvars", "constvars", "is_var", "has_effects"]
+__all__ = ["KNOWN_BUGS", "known_bug", "REFUSALS", "refused_op", "about_unreduced", "KernelPassWarning", "Unreadable",
+           "name", "shape", "param", "optional_param", "axis_names", "scan_groups", "while_groups", "branches",
+           "inner_jaxpr", "call_jaxpr", "is_literal", "literal_number", "unreadable", "aval", "sub_jaxprs", "frames",
+           "eqns", "invars", "outvars", "constvars", "is_var", "has_effects"]
 
 
 class KernelPassWarning(UserWarning):

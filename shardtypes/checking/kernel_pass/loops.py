@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from . import messages as say
-from .facts import RING_OPS, Fact, Owed, UNKNOWN, joined_lost
-from .jaxpr import branches, eqns, inner_jaxpr, name, optional_param, param, scan_groups, while_groups, outvars
 from .algebra import rel_join
+from .facts import RING_OPS, UNKNOWN, Fact, Owed, joined_lost
+from .jaxpr import branches, eqns, inner_jaxpr, name, optional_param, outvars, param, scan_groups, while_groups
 from .registry import rule
 
 __all__: list[str] = []  # (its rules register themselves: registry.RULES)
@@ -50,7 +50,8 @@ def _same(a: Fact, b: Fact) -> bool:
         (b.dims, b.owed, b.kind, b.vary, b.rel, b.counted, b.lost)
 
 
-def _settle(p: Any, body: Any, fixed: list[Fact], carries: list[Fact], tail: list[Fact]) -> tuple[list[Fact], list[Fact]]:
+def _settle(p: Any, body: Any, fixed: list[Fact], carries: list[Fact],
+            tail: list[Fact]) -> tuple[list[Fact], list[Fact]]:
     """Runs ``body`` on ``fixed + carries + tail`` until its carries come out as they went in
     (layouts first, then what is owed), quietly; then once with findings raised, unless the
     last quiet run had the settled carries and found nothing. Returns (carries, the body's other

@@ -79,7 +79,8 @@ def per_device_combined(finding: str, axes: frozenset) -> str:
 
 
 def per_device_checked(finding: str, what: str, apart: frozenset) -> str:
-    return f"{finding}; the per-device values then reach {what}, which does not keep them apart along {axes_text(apart)}"
+    return (f"{finding}; the per-device values then reach {what}, "
+            f"which does not keep them apart along {axes_text(apart)}")
 
 
 def apart(head: str, name: str, dim: int, a: Any, b: Any, a_axes: tuple, b_axes: tuple) -> str:

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from . import messages as say
-from .facts import FOLD, Fact, Owed, UNKNOWN, joined_lost
 from .algebra import fact_of as _one, ndim as _ndim, rel_mul, union as _union
 from .catalogue import EFFECTS, IDENTITY, OPAQUE
+from .facts import FOLD, UNKNOWN, Fact, Owed, joined_lost
+from .jaxpr import invars, name as prim_name, optional_param, outvars, param, shape
 from .registry import rule
-from .jaxpr import name as prim_name, optional_param, param, shape, invars, outvars
 
 __all__: list[str] = []  # (its rules register themselves: registry.RULES)
 

@@ -312,7 +312,7 @@ add("post_process", T + "test_post_process", *XY, (P("x"), P()), P("x"),
     modes=("eager",), note="the caller's x, closed over in the source, is a replicated argument")
 
 for _jit in (False, True):
-    _f = (lambda: lax.axis_index("x")[None])
+    _f = (lambda: lax.axis_index("x")[None])  # noqa: E731
     add(f"axis_index_basic/jit={_jit}", T + "test_axis_index_basic", *X4, (), P("x"),
         jax.jit(_f) if _jit else _f, lambda: (), modes=("eager",))
 

@@ -22,12 +22,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), HERE]  # this checkout's shardtypes, conftest, the corpus
 
 import conftest  # noqa: E402,F401  (8 simulated CPU devices, before JAX starts)
+
+# isort: split
 import jax  # noqa: E402
 
 import harness  # noqa: E402
 import kernels  # noqa: E402
 from test_corpus import known  # noqa: E402
-
 
 # What a message says, in a few words (first match wins): for grouping the report.
 CAUSES = [

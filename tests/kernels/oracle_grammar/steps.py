@@ -7,7 +7,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from .draft import (REDUCE, Collective, Draft, Step, Value, axes_arg, draw_collective, drawn, product, wrap)
+from .draft import REDUCE, Collective, Draft, Step, Value, axes_arg, draw_collective, drawn, product, wrap
 
 UNARY = {
     "tanh": ("jnp.tanh(v * 0.01)", "np.tanh(v * 0.01)"),  # (scaled: a saturated tanh hides wrong sums)
