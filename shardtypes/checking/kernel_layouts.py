@@ -25,8 +25,6 @@ A kernel (check_vma on) that returns a value JAX types as varying over axes a pl
 The table is keyed by ``id()`` and holds the value itself, so no id is reused while it lives
 (tracers are unhashable, and a bare ``id()`` is reused within one trace once a temporary dies).
 It lives for one trace of the body (``tracking``) and is emptied after it, even on failure.
-
-Imports: the shape language, rules, config and descriptions; nothing above the checker.
 """
 
 from __future__ import annotations

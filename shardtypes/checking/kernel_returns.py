@@ -1,7 +1,5 @@
 """A kernel's return value: a kernel (check_vma on) may not return a value JAX types varying
 over mesh axes a plain ``ops.all_gather`` gathered while its out_specs replicate it (``returned``).
-
-Imports: the side table (``kernel_layouts``) and the shape language.
 """
 
 from __future__ import annotations

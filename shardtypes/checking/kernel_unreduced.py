@@ -1,8 +1,6 @@
 """JAX's own unreduced type in a kernel: whether a body is staged (``is_staged``), so JAX can
 type a partial sum, and JAX's refusal of an op on one said in shardtypes' words
 (``jax_refusal``).
-
-Imports: jax and typeguard only.
 """
 
 from __future__ import annotations

@@ -9,8 +9,6 @@ kernel never fails with JAX's own error about shardtypes' input:
 * a dataclass argument whose annotation is a stacked class (``Array['layers', Layer]``) is a
   ``Layer`` value: its ``in_specs`` are laid out in the value's own tree structure; a returned
   one is handed to ``shard_map`` in its ``out_specs``' structure and back (``conform_result``).
-
-Imports: JAX and the annotation model only.
 """
 
 from __future__ import annotations

@@ -2,8 +2,6 @@
 ``loops``): the varying axes of several operands, the offsets of values relative to local
 maxima (``Fact.rel``) under products, quotients and sums, and a rule's result derived from its
 first operand.
-
-Imports: the facts only.
 """
 
 from __future__ import annotations

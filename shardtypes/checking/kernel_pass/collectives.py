@@ -1,8 +1,6 @@
 """How the collectives move layouts, varying axes and what is owed (the interpreter's rules for
 ``psum``/``pmax``/``pmin``, ``all_gather``, ``all_to_all``, ``reduce_scatter``, ``ppermute`` and
 ``axis_index``; ``p`` is the running pass).
-
-Imports: the facts, their algebra and the JAX adapter.
 """
 
 from __future__ import annotations

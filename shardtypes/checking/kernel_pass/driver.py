@@ -1,7 +1,5 @@
 """The kernel pass's driver: a body traced once, its jaxpr followed by ``interpreter.Pass``
 from the layouts of its in_specs, then bound in the shard_map's trace (``traced``).
-
-Imports: jax, the shape language, the side table and the pass.
 """
 
 from __future__ import annotations

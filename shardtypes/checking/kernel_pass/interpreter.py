@@ -31,8 +31,6 @@ argument, an ops operand, whose layout it did not know) that the inferred layout
 partial sum reaching a nonlinear primitive, an annotation, an op other than a reduction, or the
 kernel's return; a ``dot_general`` contracting dims split over different axes; a tiled
 ``all_gather``/``all_to_all`` over axes its dim is not split over last.
-
-Imports: jax, the shape language, the side table and the facts; nothing above the checker.
 """
 
 

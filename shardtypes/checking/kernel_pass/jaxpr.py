@@ -6,8 +6,6 @@ reader here tries the shapes of the supported releases by what the params hold, 
 version string, and raises ``Unreadable`` when none fits. The pass (``interpreter``) then takes
 what that equation computes as unknown and warns once (``unreadable``): the checker steps aside
 where it cannot follow JAX, and never breaks the user's program.
-
-Imports: jax and the standard library only.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ stacked along a new leading dim that is not split. A carry's fact is what holds 
 iteration: first its layout and varying axes settle (what the initial value and the body's
 result agree on: a block ``ppermute`` rotates round a ring is unknown from the first iteration
 on), then, with those layouts, what it owes. The body is followed quietly until its carries come
-out as they went in, then once more with findings raised. A ``cond``'s results are what all its
-branches agree on.
-
-Imports: the facts and the JAX adapter (the pass is handed in as ``p``).
+out as they went in, then once more with findings raised. A short ``scan`` (16 trips at most) that
+rotates a partial value with ``ppermute`` is followed trip by trip instead: which devices' parts
+a ring has added up grows each trip (``Fact.ring``), which no fixed point says. A ``cond``'s
+results are what all its branches agree on.
 """
 
 from __future__ import annotations
