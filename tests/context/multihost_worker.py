@@ -1,6 +1,6 @@
-"""One JAX process of a two-process job on localhost, for tests/layout/test_hosts.py.
+"""One JAX process of a two-process job on localhost, for tests/context/test_hosts.py.
 
-    python tests/layout/multihost_worker.py PROCESS_ID NUM_PROCESSES COORDINATOR_PORT
+    python tests/context/multihost_worker.py PROCESS_ID NUM_PROCESSES COORDINATOR_PORT
 
 Each process has 4 CPU devices. For each scenario it computes its DataLayout, loads ITS part of a
 deterministic global dataset (np.arange), builds the global array with make_global_array, passes

@@ -4,7 +4,7 @@ data_layout and make_global_array (issue 4, item 6).
 Single-process tests run on the 8 simulated CPU devices of conftest. Layouts of several processes
 are tested twice: with a made-up process for each device (``_layout``, the same code
 ``data_layout`` runs), and for real with two JAX processes of 4 CPU devices each on localhost
-(``test_two_processes``, which starts tests/layout/multihost_worker.py twice).
+(``test_two_processes``, which starts tests/context/multihost_worker.py twice).
 """
 
 import json
