@@ -1,6 +1,6 @@
 """Differential test: an independent oracle for the annotation language and the sharding rule.
 
-The oracle below is written from the contract (DESIGN.md) and the user docs
+The oracle below is written from the contract (docs/design.md) and the user docs
 (docs/annotation-language.md, docs/checking.md) only, never from shardtypes' implementation. It
 parses a shape string, checks sizes against a dimension table (binding rules across several values
 of one call, pre-bound sizes from ``Scope``), checks dtypes, and decides whether an array's layout

@@ -1,5 +1,5 @@
 """Dimension tables: one table per call, shared by nested calls, isolated by scopes, threads and
-asyncio tasks, and never left dirty by a failed check (DESIGN.md, "Dimension tables (scopes)").
+asyncio tasks, and never left dirty by a failed check (docs/design.md, "Dimension tables (scopes)").
 
 The annotations here are unsharded: these tests are about tables, not layouts.
 """

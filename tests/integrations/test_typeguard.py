@@ -1,5 +1,5 @@
 """Typeguard integration: plain typeguard, ``shardtypes.typechecked`` in its forms, the fallback
-for functions typeguard cannot instrument, ``check`` and the error messages (DESIGN.md,
+for functions typeguard cannot instrument, ``check`` and the error messages (docs/design.md,
 "Checking" and "Errors").
 
 The annotations here are unsharded: these tests are about checking and messages, not layouts.

@@ -184,7 +184,7 @@ READS = re.compile(r"(?<!kj)\.(params|aval|primitive|val|invars|outvars|eqns|con
 
 
 def test_only_the_adapter_reads_jax_equations():
-    """DESIGN.md: every read of JAX's primitives, their params, their values' avals and a jaxpr's
+    """docs/design.md: every read of JAX's primitives, their params, their values' avals and a jaxpr's
     equations, inputs and outputs goes through checking/kernel_pass/jaxpr.py (which knows each
     release's shape of them), the only module of the pass (and of the activation estimate) that
     imports jax.extend.core or jax.core; the others ask it."""

@@ -1,5 +1,5 @@
 """Deriving layouts from annotations (shardtypes.layout.specs): make_partition_specs, make_shardings,
-make_shape_dtype_structs, shard and is_fully_sharded (DESIGN.md, "Trees"; issue 3, item 3).
+make_shape_dtype_structs, shard and is_fully_sharded (docs/design.md, "Trees"; issue 3, item 3).
 """
 
 import importlib

@@ -44,7 +44,7 @@ INTS = ["i4", "i8", "i16", "i32", "i64", "u4", "u8", "u16", "u32", "u64"]
 OTHERS = ["bool_", "c64", "c128"]
 CATEGORIES = ["floating", "integer", "anydtype"]
 
-# DESIGN.md's required names.
+# docs/design.md's required names.
 REQUIRED = [
     "bool_", "bf16", "f16", "f32", "f64", "i8", "i16", "i32", "i64",
     "u8", "u16", "u32", "u64", "c64", "c128", "f8e4m3fn", "f8e5m2",

@@ -1,6 +1,6 @@
 """Trees (shardtypes.model.trees and the dataclass checker in shardtypes.integrations): pytree
 dataclasses, checking them field by field with paths in the messages, and stacking with
-``Array[axes, cls]`` (DESIGN.md, "Trees"; issue 3, items 1 and 2).
+``Array[axes, cls]`` (docs/design.md, "Trees"; issue 3, items 1 and 2).
 """
 
 import dataclasses

@@ -2,7 +2,7 @@
 ``shardtypes.ops`` functions and the ``shardtypes`` command), each with the error class it must
 raise and fragments of the message, which must be ours and name the argument.
 
-DESIGN.md, "Every public entry point validates its input": a wrong type or value gets a shardtypes
+docs/design.md, "Every public entry point validates its input": a wrong type or value gets a shardtypes
 error (or TypeError/ValueError with our message) naming the argument; never an AttributeError,
 KeyError, ZeroDivisionError, UnicodeDecodeError, RecursionError or another library's error about
 our input. Our exceptions pickle and deep-copy (last tests of this file). What a user sees of
