@@ -110,8 +110,11 @@ class Fact:
         if not is_cast(prim) and (not chain or chain[-1] != prim):
             chain = chain[1 - _CHAIN:] + (prim,) if len(chain) >= _CHAIN - 1 else chain + (prim,)
         owed = self.owed if owed is None else owed
-        # (A cast keeps the ring's parts; any other primitive makes a value of its own.)
-        ring = (self.ring or (None, self.serial, frozenset({0}))) if is_cast(prim) and owed == self.owed else ()
+        # (A cast of a partial value keeps the ring's parts; any other primitive makes a value of
+        # its own. Only partial values a ring can pay carry one: nothing is built for the rest.)
+        ring: tuple = ()
+        if owed and owed == self.owed and self.kind in RING_OPS and is_cast(prim):
+            ring = self.ring or (None, self.serial, _START)
         fact = Fact(dims, owed, self.base, owed_by or self.owed_by if owed else "", chain, kind=self.kind,
                     vary=self.vary, rel=self.rel, counted=self.counted, mark=self.mark, lost=self.lost,
                     copies=self.copies, ring=ring)
@@ -139,6 +142,7 @@ class Fact:
 
 _CHAIN = 6  # primitives named in an origin at most (the last ones)
 _SERIALS = itertools.count()
+_START = frozenset({0})  # a partial value's own part: no shift
 
 
 class Point:
@@ -179,8 +183,8 @@ def ring_of(fact: Fact, axis: str) -> tuple | None:
     if fact.ring and fact.ring[0] == axis:
         return fact.ring
     if fact.ring and fact.ring[0] is None:  # (a cast of a value no ring has rotated yet)
-        return (axis, fact.ring[1], frozenset({0}))
-    return (axis, fact.serial, frozenset({0}))
+        return (axis, fact.ring[1], _START)
+    return (axis, fact.serial, _START)
 
 
 def lost_axes(fact: Fact) -> frozenset:
