@@ -14,11 +14,11 @@ from typing import Any, Callable, Iterator
 
 from typeguard import TypeCheckError
 
-from ..context.settings import _FORCED, config
-from ..context.tables import _BASE, _IN_TRACE, _TABLE, _UNCHECKED, Table, UncheckedCall, trace_key, tracing
+from ..context.settings import FORCED, config
+from ..context.tables import BASE, IN_TRACE, TABLE, UNCHECKED, Table, UncheckedCall, trace_key, tracing
 from ..model.errors import in_function
 from .compile_time import COMPILE_TIME_CHECKS
-from .fast_path import _ARRAY_TYPES
+from .fast_path import ARRAY_TYPES
 from .frames import failed_function
 
 __all__: list[str] = []
@@ -28,7 +28,7 @@ __all__: list[str] = []
 NO_TYPE_CHECK = "__no_type_check__"
 
 
-_EMPTY = Table()  # tables are immutable, so every top-level call can start from this one
+EMPTY = Table()  # tables are immutable, so every top-level call can start from this one
 
 
 @contextlib.contextmanager
@@ -36,30 +36,30 @@ def sizing() -> Iterator[None]:
     """Where the sizes of a call made with checks off are worked out, when ``dims()`` asks: the
     checks forced on, in a table of their own, with no compile-time check registered (the
     program stays as it was traced) and no warning (the user turned the checks off)."""
-    forced, compile_time = _FORCED.set(True), COMPILE_TIME_CHECKS.set(False)
-    table, unchecked = _TABLE.set(_EMPTY), _UNCHECKED.set(None)
+    forced, compile_time = FORCED.set(True), COMPILE_TIME_CHECKS.set(False)
+    table, unchecked = TABLE.set(EMPTY), UNCHECKED.set(None)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        _UNCHECKED.reset(unchecked)
-        _TABLE.reset(table)
+        UNCHECKED.reset(unchecked)
+        TABLE.reset(table)
         COMPILE_TIME_CHECKS.reset(compile_time)
-        _FORCED.reset(forced)
+        FORCED.reset(forced)
 
 
 def run_unchecked(sizer: Callable[[tuple, dict], dict], target: Callable, args: tuple, kwargs: dict) -> Any:
     """``target(*args, **kwargs)`` called with checks off, recorded so that ``dims()`` read in it
     can work out the sizes its arguments give (``sizer``; see ``UncheckedCall``)."""
-    token = _UNCHECKED.set(UncheckedCall(sizer, args, kwargs, _UNCHECKED.get()))
+    token = UNCHECKED.set(UncheckedCall(sizer, args, kwargs, UNCHECKED.get()))
     try:
         return target(*args, **kwargs)
     finally:
-        _UNCHECKED.reset(token)
+        UNCHECKED.reset(token)
 
 
-def _with_table(target: Callable, checked: Callable,
+def with_table(target: Callable, checked: Callable,
                 sizer: Callable[[tuple, dict], dict] | None = None) -> Callable:
     """Wraps ``checked`` so that a call outside any table runs with a fresh one. With checks off
     a plain function's call is recorded with ``sizer`` (the sizes its arguments give, for
@@ -68,20 +68,20 @@ def _with_table(target: Callable, checked: Callable,
 
         @functools.wraps(target)
         async def async_wrapper(*args, **kwargs):
-            if not config._checks and not _FORCED.get() or NO_TYPE_CHECK in async_wrapper.__dict__:
+            if not config._checks and not FORCED.get() or NO_TYPE_CHECK in async_wrapper.__dict__:
                 return await target(*args, **kwargs)
-            start = _TABLE.get()
+            start = TABLE.get()
             if start is not None:
                 try:
                     return await checked(*args, **kwargs)
                 except TypeCheckError:
-                    _TABLE.set(start)  # a failed call leaves the caller's table as it was
+                    TABLE.set(start)  # a failed call leaves the caller's table as it was
                     raise
-            token = _TABLE.set(_EMPTY)
+            token = TABLE.set(EMPTY)
             try:
                 return await checked(*args, **kwargs)
             finally:
-                _TABLE.reset(token)
+                TABLE.reset(token)
 
         return async_wrapper
 
@@ -93,38 +93,38 @@ def _with_table(target: Callable, checked: Callable,
 
             @functools.wraps(target)
             def async_generator_wrapper(*args, **kwargs):
-                if not config._checks and not _FORCED.get() or NO_TYPE_CHECK in async_generator_wrapper.__dict__:
+                if not config._checks and not FORCED.get() or NO_TYPE_CHECK in async_generator_wrapper.__dict__:
                     return target(*args, **kwargs)
-                return _async_generator_in_table(checked(*args, **kwargs), _TABLE.get() or _EMPTY)
+                return _async_generator_in_table(checked(*args, **kwargs), TABLE.get() or EMPTY)
 
             return async_generator_wrapper
 
         @functools.wraps(target)
         def generator_wrapper(*args, **kwargs):
-            if not config._checks and not _FORCED.get() or NO_TYPE_CHECK in generator_wrapper.__dict__:
+            if not config._checks and not FORCED.get() or NO_TYPE_CHECK in generator_wrapper.__dict__:
                 return target(*args, **kwargs)
-            return _generator_in_table(checked(*args, **kwargs), _TABLE.get() or _EMPTY)
+            return _generator_in_table(checked(*args, **kwargs), TABLE.get() or EMPTY)
 
         return generator_wrapper
 
     @functools.wraps(target)
     def wrapper(*args, **kwargs):
-        if not config._checks and not _FORCED.get():
+        if not config._checks and not FORCED.get():
             if sizer is None or NO_TYPE_CHECK in own:
                 return target(*args, **kwargs)
             return run_unchecked(sizer, target, args, kwargs)
         if NO_TYPE_CHECK in own:
             return target(*args, **kwargs)
-        start = _TABLE.get()
+        start = TABLE.get()
         table, traced = _call_table(start, args)
         if table is None:
             try:
                 return checked(*args, **kwargs)
             except TypeCheckError as e:
-                _TABLE.set(start)  # a failed call leaves the caller's table as it was
+                TABLE.set(start)  # a failed call leaves the caller's table as it was
                 _raise_named(e)
                 raise
-        token = _TABLE.set(table)
+        token = TABLE.set(table)
         if not traced:
             try:
                 return checked(*args, **kwargs)
@@ -132,8 +132,8 @@ def _with_table(target: Callable, checked: Callable,
                 _raise_named(e)
                 raise
             finally:
-                _TABLE.reset(token)
-        trace_token = _IN_TRACE.set(True)
+                TABLE.reset(token)
+        trace_token = IN_TRACE.set(True)
         try:
             with trace_key():
                 return checked(*args, **kwargs)
@@ -141,8 +141,8 @@ def _with_table(target: Callable, checked: Callable,
             _raise_named(e)
             raise
         finally:
-            _IN_TRACE.reset(trace_token)
-            _TABLE.reset(token)
+            IN_TRACE.reset(trace_token)
+            TABLE.reset(token)
 
     own = wrapper.__dict__
     return wrapper
@@ -165,18 +165,18 @@ def _call_table(start: Table | None, args: tuple) -> tuple[Table | None, bool]:
     call inside an eager call tree starts from the innermost Scope's table, so that what it
     compares with is part of jit's cache key and what it binds ends with it (see ``_dims``)."""
     if start is None:
-        concrete = bool(args) and type(args[0]) in _ARRAY_TYPES
-        return _EMPTY, not concrete and tracing()
-    if _IN_TRACE.get() or not tracing():
+        concrete = bool(args) and type(args[0]) in ARRAY_TYPES
+        return EMPTY, not concrete and tracing()
+    if IN_TRACE.get() or not tracing():
         return None, False
-    return _BASE.get() or _EMPTY, True
+    return BASE.get() or EMPTY, True
 
 
 def _generator_in_table(gen: Any, table: Table) -> Any:
     """Runs each step of ``gen`` with ``table`` as the current one, keeping what it binds."""
     method, arg = gen.send, None
     while True:
-        token = _TABLE.set(table)
+        token = TABLE.set(table)
         try:
             item = method(arg)
         except StopIteration as stop:
@@ -185,8 +185,8 @@ def _generator_in_table(gen: Any, table: Table) -> Any:
             _raise_named(e)
             raise
         finally:
-            table = _TABLE.get() or table
-            _TABLE.reset(token)
+            table = TABLE.get() or table
+            TABLE.reset(token)
         try:
             arg = yield item
             method = gen.send
@@ -201,7 +201,7 @@ async def _async_generator_in_table(gen: Any, table: Table) -> Any:
     """``_generator_in_table`` for an async generator."""
     method, arg = gen.asend, None
     while True:
-        token = _TABLE.set(table)
+        token = TABLE.set(table)
         try:
             item = await method(arg)
         except StopAsyncIteration:
@@ -210,8 +210,8 @@ async def _async_generator_in_table(gen: Any, table: Table) -> Any:
             _raise_named(e)
             raise
         finally:
-            table = _TABLE.get() or table
-            _TABLE.reset(token)
+            table = TABLE.get() or table
+            TABLE.reset(token)
         try:
             arg = yield item
             method = gen.asend

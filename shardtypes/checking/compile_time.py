@@ -18,9 +18,9 @@ from typeguard import TypeCheckError
 
 from ..context.settings import config
 from ..language.shape import ShapeSpec, is_unconstrained
-from ..model.describe import Layout, _adopt, _fmt_layout, _fmt_shape, _layout_problem, _missing_axes_problem, _normalise
+from ..model.describe import Layout, adopt, fmt_layout, fmt_shape, layout_problem, missing_axes_problem, normalise
 from .compile_errors import failed
-from .sharding import _drop_size_one, _missing_axes, _unnamed_sharding_problem
+from .sharding import drop_size_one, missing_axes, unnamed_sharding_problem
 from .sharding_primitive import compile_time_check
 
 __all__ = ["COMPILE_TIME_CHECKS"]
@@ -33,7 +33,7 @@ COMPILE_TIME_CHECKS: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 
 
-def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset, context,
+def check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset, context,
                            expected: Layout, sizes: dict) -> None:
     """Registers a check of the sharding XLA chooses; runs during compilation, costs nothing after.
     ``expected`` is resolved now, at trace time, under the axis rules active now; ``sizes`` are
@@ -48,21 +48,21 @@ def _check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset,
         batch = len(shape) - ndim
         if isinstance(sharding, NamedSharding):
             mesh_sizes = dict(sharding.mesh.shape)
-            missing = _missing_axes(expected, sharding.mesh.axis_names)
+            missing = missing_axes(expected, sharding.mesh.axis_names)
             found = tuple(sharding.spec) + (None,) * (len(shape) - len(sharding.spec))
-            actual = _normalise(PartitionSpec(*found[batch:]), ndim, mesh_sizes)
+            actual = normalise(PartitionSpec(*found[batch:]), ndim, mesh_sizes)
             want = tuple(axes if is_unconstrained(axes) else tuple(a for a in axes if a not in manual)
-                         for axes in _drop_size_one(expected, mesh_sizes))
+                         for axes in drop_size_one(expected, mesh_sizes))
             problem: str | None
             if missing:
-                problem = _missing_axes_problem(missing, sharding.mesh.axis_names, "the array's mesh")
+                problem = missing_axes_problem(missing, sharding.mesh.axis_names, "the array's mesh")
             else:
-                problem = None if actual == _adopt(actual, want) else _layout_problem(actual, want)
+                problem = None if actual == adopt(actual, want) else layout_problem(actual, want)
         else:
             problem = _unnamed_block_problem(sharding, shape, batch, expected, sizes, spec, ndim,
                                              order)
         if problem is not None:
-            fix = _fmt_layout(tuple(axes if is_unconstrained(axes) else tuple(a for a in axes if a not in manual)
+            fix = fmt_layout(tuple(axes if is_unconstrained(axes) else tuple(a for a in axes if a not in manual)
                                     for axes in expected))
             raise failed(TypeCheckError(
                 f"shardtypes (compile-time check): {where}: {problem} (the sharding XLA chose "
@@ -80,8 +80,8 @@ def _unnamed_block_problem(sharding: Any, shape: tuple, batch: int, expected: La
     over a mesh): compared through the block each device holds, which the axis sizes fix.
     ``order``: where each dim of ``shape`` is in the array ``sharding`` describes (vmap's)."""
     if not sizes or sharding.is_fully_replicated:
-        return _unnamed_sharding_problem(sharding, spec, ndim, expected=expected)
-    want = _drop_size_one(expected, sizes)
+        return unnamed_sharding_problem(sharding, spec, ndim, expected=expected)
+    want = drop_size_one(expected, sizes)
     if order:
         original = [0] * len(shape)
         for position, dim in enumerate(order):
@@ -94,8 +94,8 @@ def _unnamed_block_problem(sharding: Any, shape: tuple, batch: int, expected: La
                    for size, axes, got in zip(shape[batch:], want, block))  # UNCONSTRAINED: any block
     if block == wanted:
         return None
-    return (f"the array's blocks are {_fmt_shape(block)} but the annotation's layout "
-            f"{_fmt_layout(want)} gives blocks of {_fmt_shape(wanted)}")
+    return (f"the array's blocks are {fmt_shape(block)} but the annotation's layout "
+            f"{fmt_layout(want)} gives blocks of {fmt_shape(wanted)}")
 
 
 def _inspect(value: Any, report: Callable, batch: int) -> None:

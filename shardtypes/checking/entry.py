@@ -16,14 +16,14 @@ import numpy as np
 import typeguard
 from typeguard import TypeCheckError
 
-from ..context.settings import _FORCED, checks_on, config
-from ..context.tables import _TABLE, Table
+from ..context.settings import FORCED, checks_on, config
+from ..context.tables import TABLE, Table
 from ..context.tracebacks import filter_traceback
 from ..language.shape import ShapeSpec
 from ..model.annotations import annotation_class, dtype_classes, install_instance_check, number, type_name
 from ..model.array_classes import union_members
 from ..model.describe import Mismatch
-from ..model.errors import _collect, _found, _qualified
+from ..model.errors import collect, found_text, qualified
 from ..model.plans import Plan, annotation_text, plan_for, plan_of
 from .fast_path import fast_check
 from .value import check_value
@@ -38,7 +38,7 @@ def check_with_plan(value: Any, plan: Plan, role: str, func: str, origin: str,
                     tried_fast: bool = False) -> None:
     """Checks one value where the caller knows its place (the decorator). Needs a table.
     ``tried_fast``: the caller has just tried ``fast_check`` and it had no answer."""
-    table = _TABLE.get()
+    table = TABLE.get()
     if table is None:
         raise RuntimeError(f"shardtypes: checking {origin} needs a dimension table (a Scope)")
     new = None if tried_fast else fast_check(value, plan, table.sizes)
@@ -48,14 +48,14 @@ def check_with_plan(value: Any, plan: Plan, role: str, func: str, origin: str,
                               lambda: f"{origin}, annotated {plan.text}", plan.array_type)
         except Mismatch as m:
             error = TypeCheckError(
-                f"{role} ({_qualified(value)}) of {func}() is not {plan.text}: {m.problem}"
-                f"{_found(value, m)}"
+                f"{role} ({qualified(value)}) of {func}() is not {plan.text}: {m.problem}"
+                f"{found_text(value, m)}"
             )
-            if _collect(error):
+            if collect(error):
                 return
             raise error from None
     if new:
-        _TABLE.set(table.bind(new, origin))
+        TABLE.set(table.bind(new, origin))
 
 
 @functools.lru_cache(maxsize=None)
@@ -115,7 +115,7 @@ def check(dtype: Any, shape_spec: ShapeSpec | str | bytes, value: Any) -> None:
 
     >>> check(jnp.float32, 'batch embed', jnp.zeros((2, 3)))
     """
-    if not config._checks and not _FORCED.get():
+    if not config._checks and not FORCED.get():
         return
     try:
         dtype_cls = _check_dtype_argument(dtype)
@@ -125,14 +125,14 @@ def check(dtype: Any, shape_spec: ShapeSpec | str | bytes, value: Any) -> None:
                 f"{shape_spec!r}"
             )
         spec = shape_spec if isinstance(shape_spec, ShapeSpec) else ShapeSpec.parse(shape_spec)
-        table = _TABLE.get()
+        table = TABLE.get()
         text = annotation_text(dtype_cls, str(spec).encode())
         try:
             new = check_value(value, dtype_cls, spec, table or Table(), lambda: f"check() of {text}")
         except Mismatch as m:
-            raise TypeCheckError(f"check(): value is not {text}: {m.problem}{_found(value, m)}") from None
+            raise TypeCheckError(f"check(): value is not {text}: {m.problem}{found_text(value, m)}") from None
         if new and table is not None:
-            _TABLE.set(table.bind(new, "check()"))
+            TABLE.set(table.bind(new, "check()"))
     except TypeCheckError as e:
         filter_traceback(e)  # the user's frames only (config.traceback_filtering)
         raise
@@ -145,7 +145,7 @@ def instance_check(annotation: type[number], value: object) -> bool:
     it, as ``check`` does; elsewhere each ``isinstance`` gets a fresh table. Runs whether or not
     ``config.checks`` is on: it is a question, not a check that can be switched off."""
     plan = plan_of(annotation)
-    table = _TABLE.get()
+    table = TABLE.get()
     new = fast_check(value, plan, table.sizes if table is not None else {})
     if new is None:
         try:
@@ -154,7 +154,7 @@ def instance_check(annotation: type[number], value: object) -> bool:
         except Mismatch:
             return False
     if new and table is not None:
-        _TABLE.set(table.bind(new, f"isinstance() of {plan.text}"))
+        TABLE.set(table.bind(new, f"isinstance() of {plan.text}"))
     return True
 
 
@@ -204,7 +204,7 @@ def check_named(value: Any, annotation: Any, where: str, who: str) -> None:
     if not checks_on():
         return  # checks off (shardtypes.nnx.check, the Linen checks): as check() does
     plan = plan_for(annotation)
-    table = _TABLE.get()
+    table = TABLE.get()
     if table is None:
         raise RuntimeError(f"{who}: check_named needs a dimension table (a Scope)")
     if plan is None:
@@ -217,6 +217,6 @@ def check_named(value: Any, annotation: Any, where: str, who: str) -> None:
     try:
         new = check_value(value, plan.dtype_cls, plan.spec, table, lambda: f"{where} ({who})", plan.array_type)
     except Mismatch as m:
-        raise TypeCheckError(f"{who}: {where} is not {plan.text}: {m.problem}{_found(value, m)}") from None
+        raise TypeCheckError(f"{who}: {where} is not {plan.text}: {m.problem}{found_text(value, m)}") from None
     if new:
-        _TABLE.set(table.bind(new, where))
+        TABLE.set(table.bind(new, where))

@@ -15,19 +15,19 @@ from typing import Any, Union
 import jax
 from jax.sharding import NamedSharding
 
-from ..context.rules import _ACTIVE as _ACTIVE_RULES
+from ..context.rules import ACTIVE as _ACTIVE_RULES
 from ..model.nodes import ArrayNode, ClassNode, DictNode, Node, PyTreeNode, SeqNode, follow
 from ..model.plans import Plan
-from .sharding import _named_sharding_problem
+from .sharding import named_sharding_problem
 
 __all__ = ["fast_check", "leaf_memo", "fast_tree", "tree_node", "learn_layout"]
 
 
-_MISSING = object()
+MISSING = object()
 _NOTHING_NEW: dict = {}  # shared: never mutated
 
 # Concrete (non-tracer) jax.Array classes seen so far; lets the fast path skip ABC isinstance.
-_ARRAY_TYPES: set[type] = set()
+ARRAY_TYPES: set[type] = set()
 _CACHE_LIMIT = 512
 
 
@@ -38,7 +38,7 @@ def fast_check(value: Any, plan: Plan, sizes: dict) -> dict | None:
     memoised per annotation as the list of (name, size) pairs to bind or compare. Returns the new
     bindings, or None when the value needs the full check (which also explains any failure).
     """
-    if type(value) not in _ARRAY_TYPES or plan.strict_type is not None:
+    if type(value) not in ARRAY_TYPES or plan.strict_type is not None:
         return None
     sharding = value.sharding
     memo = plan.by_id.get(id(sharding))
@@ -54,10 +54,10 @@ def fast_check(value: Any, plan: Plan, sizes: dict) -> dict | None:
         return _NOTHING_NEW  # this table already holds every pair (tables never change)
     new: dict = {}
     for name, size in memo[4]:
-        bound = sizes.get(name, _MISSING)
-        if bound is _MISSING:
-            bound = new.get(name, _MISSING)
-            if bound is _MISSING:
+        bound = sizes.get(name, MISSING)
+        if bound is MISSING:
+            bound = new.get(name, MISSING)
+            if bound is MISSING:
                 new[name] = size
                 continue
         if bound != size:
@@ -104,7 +104,7 @@ def _simple_pairs(plan: Plan, key: tuple) -> tuple | None:
     if names is None or len(shape) != plan.ndim or not plan.dtype_cls.accepts(dtype):
         return None
     if isinstance(sharding, NamedSharding):
-        if _named_sharding_problem(sharding, plan.spec, plan.ndim, active, shape) is not None:
+        if named_sharding_problem(sharding, plan.spec, plan.ndim, active, shape) is not None:
             return None
     elif plan.spec.is_sharded or active is not None or not sharding.is_fully_replicated:
         return None  # compared against the current mesh, so not memoised
@@ -148,7 +148,7 @@ def fast_tree(value: Any, node: TreeNode, sizes: dict) -> tuple | None:
     which the full check then explains)."""
     leaves, treedef = jax.tree_util.tree_flatten(value)
     layout = node.layouts.get(treedef)
-    if layout is None or not set(map(type, leaves)) <= _ARRAY_TYPES:
+    if layout is None or not set(map(type, leaves)) <= ARRAY_TYPES:
         return None
     plans = layout.plans
     active = _ACTIVE_RULES.get()
@@ -183,10 +183,10 @@ def _merge(memos: list, sizes: dict, treedef: Any) -> tuple | None:
             continue  # the same pairs as a leaf before: already consistent
         done.add(id(pairs))
         for name, size in pairs:
-            bound = sizes.get(name, _MISSING)
-            if bound is _MISSING:
-                bound = new.get(name, _MISSING)
-                if bound is _MISSING:
+            bound = sizes.get(name, MISSING)
+            if bound is MISSING:
+                bound = new.get(name, MISSING)
+                if bound is MISSING:
                     new[name] = size
                     first_leaf[name] = i
                     continue

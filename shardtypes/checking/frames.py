@@ -3,7 +3,7 @@
 typeguard passes no argument name to its checkers, so the role of a value (``argument "x" of
 f()``, the return value, an assignment, ``check_type()``) is read from typeguard's own frame, only
 when a dim is first bound or a check fails. The table such a check uses is the current one inside
-a shardtypes call or ``Scope``, else one kept with the typeguard call (see ``_get_table``).
+a shardtypes call or ``Scope``, else one kept with the typeguard call (see ``get_table``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import types
 from typeguard import TypeCheckMemo, _functions as _tg_functions
 
 from ..context import tables as _dims
-from ..context.tables import _TABLE, Table
+from ..context.tables import TABLE, Table
 from ..model.errors import field_path
 
 __all__ = ["check_argument_types_internal", "check_return_type_internal", "failed_function"]
@@ -62,7 +62,7 @@ def _typeguard_frame() -> types.FrameType | None:
     return None
 
 
-def _role() -> tuple[str, str | None, str]:
+def checked_role() -> tuple[str, str | None, str]:
     """(what is checked, in which function, which typeguard entry point), e.g.
     ('argument "x"', 'center', 'argument') or ('check_type()', None, 'check_type')."""
     frame = _typeguard_frame()
@@ -85,10 +85,10 @@ def _role() -> tuple[str, str | None, str]:
     return "check_type()", None, kind
 
 
-def _origin_phrase() -> str:
-    role, func, kind = _role()
+def origin_phrase() -> str:
+    role, func, kind = checked_role()
     phrase = f"{role} of {func}()" if func else role
-    fields = _FIELD_PATH.get()
+    fields = FIELD_PATH.get()
     if fields:
         path = field_path(fields)
         if kind == "argument" and role.startswith('argument "'):
@@ -109,7 +109,7 @@ def failed_function(error: BaseException) -> str | None:
 
 
 # The attribute path of the dataclass field being checked, for "bound by" phrases.
-_FIELD_PATH: contextvars.ContextVar[tuple] = contextvars.ContextVar("shardtypes.field_path", default=())
+FIELD_PATH: contextvars.ContextVar[tuple] = contextvars.ContextVar("shardtypes.field_path", default=())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,8 +121,8 @@ _FIELD_PATH: contextvars.ContextVar[tuple] = contextvars.ContextVar("shardtypes.
 _CHECK_TYPE_TABLE = "_shardtypes_dimension_table"
 
 
-def _get_table(memo: TypeCheckMemo) -> tuple[Table, bool]:
-    table = _TABLE.get()
+def get_table(memo: TypeCheckMemo) -> tuple[Table, bool]:
+    table = TABLE.get()
     if table is not None:
         return table, True
     frame = _typeguard_frame()
@@ -136,9 +136,9 @@ def _get_table(memo: TypeCheckMemo) -> tuple[Table, bool]:
     return Table(), False
 
 
-def _set_table(memo: TypeCheckMemo, table: Table, scoped: bool) -> None:
+def set_table(memo: TypeCheckMemo, table: Table, scoped: bool) -> None:
     if scoped:
-        _TABLE.set(table)
+        TABLE.set(table)
         return
     frame = _typeguard_frame()
     kind = _CODES[frame.f_code] if frame is not None else None
@@ -151,10 +151,10 @@ def _set_table(memo: TypeCheckMemo, table: Table, scoped: bool) -> None:
         _dims.commit_memo_table(memo, table)
 
 
-def _snapshot(memo: TypeCheckMemo):
-    table = _TABLE.get()
+def snapshot(memo: TypeCheckMemo):
+    table = TABLE.get()
     if table is not None:
-        return lambda: _TABLE.set(table)
+        return lambda: TABLE.set(table)
     config_table = getattr(memo.config, _CHECK_TYPE_TABLE, None)
     local_vars = memo.locals
     frame_table = _dims.memo_table(memo)

@@ -16,13 +16,13 @@ from typing import Any, Callable
 
 from typeguard import TypeCheckMemo, _functions as _tg_functions
 
-from ..context.settings import _FORCED, config
-from ..context.tables import _TABLE, Table
+from ..context.settings import FORCED, config
+from ..context.tables import TABLE, Table
 from ..model.forms import generator_types
 from ..model.hints import resolve_hints
-from .call_tables import _EMPTY, NO_TYPE_CHECK
+from .call_tables import EMPTY, NO_TYPE_CHECK
 from .frames import check_argument_types_internal, check_return_type_internal
-from .signature import _config
+from .signature import typeguard_config
 
 __all__ = ["generator_from_signature"]
 
@@ -68,13 +68,13 @@ class _Checks:
             elif kind is inspect.Parameter.VAR_KEYWORD:
                 annotation = types.GenericAlias(dict, (str, annotation))
             checked[name] = (value, annotation)
-        memo = TypeCheckMemo(self.target.__globals__, dict(bound.arguments), config=_config())
-        token = _TABLE.set(_TABLE.get() or _EMPTY)
+        memo = TypeCheckMemo(self.target.__globals__, dict(bound.arguments), config=typeguard_config())
+        token = TABLE.set(TABLE.get() or EMPTY)
         try:
             _check_arguments(self.func_name, checked, memo)
-            return _TABLE.get() or _EMPTY, memo
+            return TABLE.get() or EMPTY, memo
         finally:
-            _TABLE.reset(token)
+            TABLE.reset(token)
 
 
 def generator_from_signature(target: Callable, scope_vars: dict) -> Callable:
@@ -85,7 +85,7 @@ def generator_from_signature(target: Callable, scope_vars: dict) -> Callable:
 
         @functools.wraps(target)
         def async_wrapper(*args, **kwargs):
-            if not config._checks and not _FORCED.get() or NO_TYPE_CHECK in async_wrapper.__dict__:
+            if not config._checks and not FORCED.get() or NO_TYPE_CHECK in async_wrapper.__dict__:
                 return target(*args, **kwargs)
             table, memo = checks.arguments(args, kwargs)
             return _async_steps(checks, target(*args, **kwargs), table, memo)
@@ -94,7 +94,7 @@ def generator_from_signature(target: Callable, scope_vars: dict) -> Callable:
 
     @functools.wraps(target)
     def wrapper(*args, **kwargs):
-        if not config._checks and not _FORCED.get() or NO_TYPE_CHECK in wrapper.__dict__:
+        if not config._checks and not FORCED.get() or NO_TYPE_CHECK in wrapper.__dict__:
             return target(*args, **kwargs)
         table, memo = checks.arguments(args, kwargs)
         return _steps(checks, target(*args, **kwargs), table, memo)
@@ -107,7 +107,7 @@ def _steps(checks: _Checks, gen: Any, table: Table, memo: TypeCheckMemo) -> Any:
     name = checks.func_name
     method, arg, sent = gen.send, None, False
     while True:
-        token = _TABLE.set(table)
+        token = TABLE.set(table)
         try:
             if sent and send_type is not None:
                 _check_send(name, arg, send_type, memo)
@@ -120,8 +120,8 @@ def _steps(checks: _Checks, gen: Any, table: Table, memo: TypeCheckMemo) -> Any:
             if yield_type is not None:
                 _check_yield(name, item, yield_type, memo)
         finally:
-            table = _TABLE.get() or table
-            _TABLE.reset(token)
+            table = TABLE.get() or table
+            TABLE.reset(token)
         try:
             arg = yield item
             method, sent = gen.send, True
@@ -137,7 +137,7 @@ async def _async_steps(checks: _Checks, gen: Any, table: Table, memo: TypeCheckM
     name = checks.func_name
     method, arg, sent = gen.asend, None, False
     while True:
-        token = _TABLE.set(table)
+        token = TABLE.set(table)
         try:
             if sent and send_type is not None:
                 _check_send(name, arg, send_type, memo)
@@ -148,8 +148,8 @@ async def _async_steps(checks: _Checks, gen: Any, table: Table, memo: TypeCheckM
             if yield_type is not None:
                 _check_yield(name, item, yield_type, memo)
         finally:
-            table = _TABLE.get() or table
-            _TABLE.reset(token)
+            table = TABLE.get() or table
+            TABLE.reset(token)
         try:
             arg = yield item
             method, sent = gen.asend, True

@@ -14,10 +14,10 @@ from typing import Any, Callable
 
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from ..model.errors import FieldError, _qualified
+from ..model.errors import FieldError, qualified
 from ..model.forms import holds_shardtypes
 from ..model.value_trees import annotated_instances
-from .frames import _FIELD_PATH, check_argument_types_internal, check_return_type_internal
+from .frames import FIELD_PATH, check_argument_types_internal, check_return_type_internal
 
 __all__ = ["looks_inside", "check_inside"]
 
@@ -42,7 +42,7 @@ def check_inside(name: str | None, value: Any, func_name: str, memo: TypeCheckMe
     if isinstance(value, _SCALARS) or hasattr(value, "dtype"):
         return
     for path, instance in annotated_instances(value):
-        token = _FIELD_PATH.set((path.lstrip("."),) if path else ())  # for compile-time messages
+        token = FIELD_PATH.set((path.lstrip("."),) if path else ())  # for compile-time messages
         try:
             if name is None:
                 run(check_return_type_internal, func_name, instance, type(instance), memo)
@@ -53,7 +53,7 @@ def check_inside(name: str | None, value: Any, func_name: str, memo: TypeCheckMe
         except TypeCheckError as e:  # pragma: no cover - an instance fails its own class as a whole
             raise _inside_error(name, value, path, [], str(e), func_name) from None
         finally:
-            _FIELD_PATH.reset(token)
+            FIELD_PATH.reset(token)
 
 
 def _inside_error(name: str | None, value: Any, path: str, fields: list[str], core: str,
@@ -63,5 +63,5 @@ def _inside_error(name: str | None, value: Any, path: str, fields: list[str], co
     error = FieldError(f"of {func_name}(): {root}{where} {core}", [path.lstrip("."), *fields] if path else fields,
                        core)
     role = f'argument "{name}"' if name is not None else "the return value"
-    error.append_path_element(f"{role} ({_qualified(value)})")
+    error.append_path_element(f"{role} ({qualified(value)})")
     return error

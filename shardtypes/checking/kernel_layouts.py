@@ -40,7 +40,7 @@ from typeguard import TypeCheckError
 from ..context.compat import trace_state, varying_axes
 from ..context.settings import checks_on
 from ..language.shape import ShapeSpec
-from ..model.describe import Mismatch, _fmt_layout
+from ..model.describe import Mismatch, fmt_layout
 from .kernel_pass.facts import Fact, Point
 from .kernel_specs import Layout, differences, einsum_owed, layout_of
 from .kernel_unreduced import is_staged as is_staged, jax_refusal
@@ -154,7 +154,7 @@ def in_op() -> bool:
 
 def gathered(axes: Any, op_call: str) -> None:
     """Mesh axes ``axes`` were gathered by ``op_call`` (a plain, varying gather)."""
-    trace = _active()
+    trace = active()
     if trace is not None:
         for axis in axes:
             trace.gathered.setdefault(axis, op_call)
@@ -163,7 +163,7 @@ def gathered(axes: Any, op_call: str) -> None:
 def kernel_check_vma() -> tuple[str, bool | None] | None:
     """``(kernel, check_vma)`` of the typed_shard_map kernel traced here (None outside one, or
     with tracking off)."""
-    trace = _active()
+    trace = active()
     return None if trace is None else (trace.kernel, trace.check_vma)
 
 
@@ -183,13 +183,13 @@ def _state() -> Any:
 
 def flows() -> bool:
     """Whether kernel bodies traced here are followed by the jaxpr pass (tracking on)."""
-    return FLOW and _active() is not None
+    return FLOW and active() is not None
 
 
 def flow_start(inputs: Any) -> None:
     """The body is being traced into a jaxpr for the pass (``kernel_pass``) from here on, with
     ``inputs`` (its arguments' leaves)."""
-    trace = _active()
+    trace = active()
     if trace is not None:
         trace.flow = True
         trace.flow_state = trace_state()
@@ -199,7 +199,7 @@ def flow_start(inputs: Any) -> None:
 def flow_points() -> tuple[list, list[Point]]:
     """The values this trace's table met in the pass's own trace (made there, so outputs of its
     jaxpr) and, for each, what the pass must compare or take: (values, points)."""
-    trace = _active()
+    trace = active()
     if trace is None or not trace.flow:
         return [], []
     here = trace_state()
@@ -215,13 +215,13 @@ def flow_points() -> tuple[list, list[Point]]:
     return values, points
 
 
-def _active() -> _Trace | None:
+def active() -> _Trace | None:
     trace = _TRACE.get()
     return None if trace is _OFF else trace
 
 
 def known(value: Any) -> Known | None:
-    trace = _active()
+    trace = active()
     if trace is None:
         return None
     entry = trace.entries.get(id(value))
@@ -229,7 +229,7 @@ def known(value: Any) -> Known | None:
 
 
 def record(value: Any, layout: Layout, origin: str, owed: frozenset = frozenset(), owed_by: str = "") -> None:
-    trace = _active()
+    trace = active()
     if trace is not None and isinstance(value, jax.Array):
         trace.entries[id(value)] = Known(value, tuple(layout), origin, frozenset(owed), owed_by)
 
@@ -272,7 +272,7 @@ def record_checked(value: Any, expected: Layout, context: Callable[[], str], nam
     the names it reads, ``names``, None where variadic): a known value must be laid out so and owe no sum (else
     ``Mismatch``), but along the kernel result's own dims (``own_dims``); an unknown one is
     known from now on. Returns the value's entry from before the check (None if it was unknown)."""
-    trace = _active()
+    trace = active()
     if trace is None or not isinstance(value, jax.Array):
         return None
     what = context()
@@ -293,8 +293,8 @@ def record_checked(value: Any, expected: Layout, context: Callable[[], str], nam
             raise Mismatch(f"it {owed_message(entry)}; reduce it with shardtypes.ops.psum or "
                            "shardtypes.ops.psum_scatter first")
         if have != want and len(have) == len(want):
-            raise Mismatch(f"it is laid out {_fmt_layout(have)} (as {entry.origin}), but the "
-                           f"annotation says {_fmt_layout(want)}: {differences(have, want, 'the annotation')}")
+            raise Mismatch(f"it is laid out {fmt_layout(have)} (as {entry.origin}), but the "
+                           f"annotation says {fmt_layout(want)}: {differences(have, want, 'the annotation')}")
         return entry
     if trace.flow and id(value) not in trace.inputs and trace.flow_state == trace_state():
         # The jaxpr pass compares it with the layout it infers, and takes the annotation's
@@ -308,7 +308,7 @@ def record_checked(value: Any, expected: Layout, context: Callable[[], str], nam
 def defer_varying(value: Any, problem: str) -> bool:
     """JAX types ``value``, just deferred to the pass, varying where its annotation says not: the
     pass reports ``problem`` unless it knows better what the value varies over."""
-    trace = _active()
+    trace = active()
     if trace is None or not trace.deferred or trace.deferred[-1][0] is not value:
         return False
     trace.deferred[-1][1].fallback = problem
@@ -317,7 +317,7 @@ def defer_varying(value: Any, problem: str) -> bool:
 
 def undefer(value: Any) -> None:
     """Drops the pass's comparisons of ``value`` (a check of it failed already)."""
-    trace = _active()
+    trace = active()
     if trace is not None and trace.deferred:
         trace.deferred[:] = [d for d in trace.deferred if d[0] is not value]
 
@@ -337,7 +337,7 @@ def operand(op_call: str, what: str, value: Any, spec: ShapeSpec, op: str) -> fr
     operand in the op: 'operand', 'operand 1', 'table'); returns the axes it still owes a sum
     over (none if unknown). Raises TypeCheckError on any difference."""
     entry = known(value)
-    trace = _active()
+    trace = active()
     if entry is None:
         if trace is not None and trace.flow and isinstance(value, jax.Array):
             trace.deferred.append((value, Point(layout_of(spec, value.ndim), f"{op_call}: {what}",
@@ -355,8 +355,8 @@ def operand(op_call: str, what: str, value: Any, spec: ShapeSpec, op: str) -> fr
     expected = layout_of(spec, ndim)
     if expected != entry.layout:
         raise TypeCheckError(
-            f"{head}: {what} ({entry.origin}) is laid out {_fmt_layout(entry.layout)}, but the spec "
-            f"string's input {str(spec)!r} says {_fmt_layout(expected)}: "
+            f"{head}: {what} ({entry.origin}) is laid out {fmt_layout(entry.layout)}, but the spec "
+            f"string's input {str(spec)!r} says {fmt_layout(expected)}: "
             f"{differences(entry.layout, expected, 'the spec')}"
         )
     return entry.owed
@@ -365,7 +365,7 @@ def operand(op_call: str, what: str, value: Any, spec: ShapeSpec, op: str) -> fr
 def op_operand(op: str, spec_text: Any, what: str, value: Any, spec: ShapeSpec) -> Known | None:
     """``operand`` for op ``op`` called with ``spec_text``; the operand's entry (None if
     unknown)."""
-    if _active() is None:
+    if active() is None:
         return None
     operand(f"shardtypes.ops.{op}({spec_text!r})", what, value, spec, op)
     return known(value)
@@ -382,7 +382,7 @@ def op_result(op: str, spec_text: Any, value: Any, spec: ShapeSpec, owed: frozen
               owed_by: str = "", jax_typed: bool = False) -> None:
     """Records an op's result as laid out by ``spec``, owing a sum over ``owed`` (``jax_typed``:
     JAX types it unreduced too, see ``mark_unreduced``)."""
-    trace = _active()
+    trace = active()
     if trace is None or not isinstance(value, jax.Array):
         return
     call = f"shardtypes.ops.{op}({spec_text!r})"
@@ -400,7 +400,7 @@ def op_result(op: str, spec_text: Any, value: Any, spec: ShapeSpec, owed: frozen
 def mark_unreduced(value: Any, owed: frozenset) -> Any:
     """``value`` typed unreduced over ``owed`` for JAX too, where JAX can type it: the kernel's
     body is staged and JAX types it as varying over every owed axis (check_vma on)."""
-    trace = _active()
+    trace = active()
     if trace is None or not trace.staged or not owed or not isinstance(value, jax.Array):
         return value
     if not owed <= varying_axes(jax.typeof(value)):
@@ -410,7 +410,7 @@ def mark_unreduced(value: Any, owed: frozenset) -> Any:
 
 def with_op_context(error: Exception, op: str, spec_text: Any) -> Exception:
     """``error`` (an AxisRulesError from an op's spec string) saying the kernel, op and spec."""
-    trace = _active()
+    trace = active()
     where = f"in kernel {trace.kernel}(), " if trace is not None else ""
     return type(error)(f"{where}shardtypes.ops.{op}({spec_text!r}): the spec string's {error}")
 
@@ -418,7 +418,7 @@ def with_op_context(error: Exception, op: str, spec_text: Any) -> Exception:
 def mark_per_device(values: list, axes: frozenset, call: str) -> None:
     """``shardtypes.ops.per_device``: ``values`` differ per device along ``axes`` by intent; the
     side table forgets what they owe over them, and the pass is told where they are made."""
-    trace = _active()
+    trace = active()
     if trace is None:
         return
     for value in values:

@@ -12,7 +12,7 @@ from typeguard import TypeCheckError
 
 from ..context.compat import varying_axes
 from ..language.shape import entry_axes
-from .kernel_layouts import _active
+from .kernel_layouts import active
 
 __all__ = ["returned"]
 
@@ -22,7 +22,7 @@ def returned(out: Any, out_specs: Any) -> None:
     plain ``ops.all_gather`` gathered while its out_specs replicate it over that axis: shard_map
     would reject the out_specs with a ValueError naming neither the value nor the gather. Raises
     TypeCheckError naming them and the fix (``invariant=True``)."""
-    trace = _active()
+    trace = active()
     if trace is None or not trace.gathered or trace.check_vma is False:
         return
     def one(path: Any, spec: Any, value: Any) -> None:

@@ -15,10 +15,10 @@ from jax.sharding import NamedSharding
 from ..context.rule_resolution import layout as rules_layout
 from ..context.rules import AxisRulesError
 from ..language.shape import ShapeSpec, is_unconstrained
-from ..model.describe import Layout, Mismatch, _adopt, _fmt_layout, _layout_problem, _missing_axes_problem, _normalise
+from ..model.describe import Layout, Mismatch, adopt, fmt_layout, layout_problem, missing_axes_problem, normalise
 
 
-def _expected_layout(spec: ShapeSpec, ndim: int, mesh_sizes: dict | None = None,
+def expected_layout(spec: ShapeSpec, ndim: int, mesh_sizes: dict | None = None,
                      shape: tuple | None = None, active: Any = False) -> Layout:
     """The annotation's mesh axes per dim: as written, or through the active axis rules (whose
     errors, such as a logical name with no rule, are mismatches of this value)."""
@@ -28,16 +28,16 @@ def _expected_layout(spec: ShapeSpec, ndim: int, mesh_sizes: dict | None = None,
         raise Mismatch(str(e)) from None
 
 
-def _drop_size_one(layout: Layout, axis_sizes: dict) -> Layout:
+def drop_size_one(layout: Layout, axis_sizes: dict) -> Layout:
     return tuple(axes if is_unconstrained(axes) else tuple(a for a in axes if axis_sizes.get(a, 2) != 1)
                  for axes in layout)
 
 
-def _missing_axes(layout: Layout, axis_names) -> list[str]:
+def missing_axes(layout: Layout, axis_names) -> list[str]:
     return [a for axes in layout for a in axes if a not in axis_names]
 
 
-def _named_sharding_problem(sharding: NamedSharding, spec: ShapeSpec, ndim: int,
+def named_sharding_problem(sharding: NamedSharding, spec: ShapeSpec, ndim: int,
                             active: Any = None, shape: tuple | None = None) -> str | None:
     """Compares a concrete NamedSharding with the annotation (through ``active`` axis rules,
     with ``shape`` for their divisibility checks)."""
@@ -53,30 +53,30 @@ def _named_sharding_problem_cached(sharding, spec, ndim, active, shape) -> str |
     mesh = sharding.mesh
     sizes = dict(mesh.shape)
     try:
-        expected = _expected_layout(spec, ndim, sizes, shape, active)
+        expected = expected_layout(spec, ndim, sizes, shape, active)
     except Mismatch as m:
         return m.problem
-    missing = _missing_axes(expected, mesh.axis_names)
+    missing = missing_axes(expected, mesh.axis_names)
     if missing:
-        return _missing_axes_problem(missing, mesh.axis_names, "the array's mesh")
-    actual = _normalise(sharding.spec, ndim, sizes)
-    expected = _drop_size_one(expected, sizes)
-    if actual != _adopt(actual, expected):
-        return _layout_problem(actual, expected)
+        return missing_axes_problem(missing, mesh.axis_names, "the array's mesh")
+    actual = normalise(sharding.spec, ndim, sizes)
+    expected = drop_size_one(expected, sizes)
+    if actual != adopt(actual, expected):
+        return layout_problem(actual, expected)
     return None
 
 
-def _unnamed_sharding_problem(sharding: Any, spec: ShapeSpec, ndim: int, active: Any = None,
+def unnamed_sharding_problem(sharding: Any, spec: ShapeSpec, ndim: int, active: Any = None,
                               shape: tuple | None = None, expected: Layout | None = None) -> str | None:
     """A sharding that names no mesh axes (SingleDeviceSharding, GSPMDSharding, ...)."""
     sizes = _current_axis_sizes()
     if expected is None:
         try:
-            expected = _expected_layout(spec, ndim, sizes or None, shape, active)
+            expected = expected_layout(spec, ndim, sizes or None, shape, active)
         except Mismatch as m:
             return m.problem
     if sizes:
-        expected = _drop_size_one(expected, sizes)
+        expected = drop_size_one(expected, sizes)
     wanted = [a for axes in expected for a in axes]
     if not wanted and sharding.is_fully_replicated:
         return None
@@ -84,12 +84,12 @@ def _unnamed_sharding_problem(sharding: Any, spec: ShapeSpec, ndim: int, active:
     if wanted:
         return (
             f"the array has a {kind} (not sharded over any named mesh axis) but the annotation "
-            f"shards it as {_fmt_layout(expected)}; lay it out with "
-            f"jax.device_put(x, NamedSharding(mesh, {_fmt_layout(expected)}))"
+            f"shards it as {fmt_layout(expected)}; lay it out with "
+            f"jax.device_put(x, NamedSharding(mesh, {fmt_layout(expected)}))"
         )
     return (
         f"the array has a {kind} that is not fully replicated, so its layout cannot be compared "
-        f"with the annotation's {_fmt_layout(expected)}; use a NamedSharding"
+        f"with the annotation's {fmt_layout(expected)}; use a NamedSharding"
     )
 
 

@@ -18,24 +18,24 @@ import typeguard
 from jax.sharding import AxisType
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from ..context.settings import _FORCED, config
-from ..context.tables import _BASE, _IN_TRACE, _TABLE, Table, trace_key, tracing
+from ..context.settings import FORCED, config
+from ..context.tables import BASE, IN_TRACE, TABLE, Table, trace_key, tracing
 from ..context.tracebacks import filter_traceback
 from ..model.errors import in_function
 from ..model.forms import literal_container
 from ..model.hints import resolve_hints
 from ..model.nodes import model
 from ..model.plans import plan_for
-from .call_tables import _EMPTY, NO_TYPE_CHECK, _with_table, run_unchecked, sizing
+from .call_tables import EMPTY, NO_TYPE_CHECK, run_unchecked, sizing, with_table
 from .entry import check_with_plan
-from .fast_path import _ARRAY_TYPES, fast_check, fast_tree, learn_layout, tree_node
+from .fast_path import ARRAY_TYPES, fast_check, fast_tree, learn_layout, tree_node
 from .frames import check_argument_types_internal, check_return_type_internal
 from .inside import check_inside, looks_inside
 
 __all__: list[str] = []
 
 
-def _config() -> Any:
+def typeguard_config() -> Any:
     """typeguard's configuration as it is now, except that every item of a list or dict of
     arrays is checked (typeguard checks only the first by default, which would let the second
     layer of a list through unchecked)."""
@@ -68,7 +68,7 @@ class _Param:
         self.first: tuple = (None, None)
 
 
-class _SignatureChecker:
+class SignatureChecker:
     """Checks arguments and return value of one function from its signature.
 
     Annotations are resolved at the first call (so forward references and PEP 563 strings may
@@ -126,10 +126,10 @@ class _SignatureChecker:
         target = self.target
         checker = self
         func_name = self.func_name
-        get_table, set_table, reset_table = _TABLE.get, _TABLE.set, _TABLE.reset
-        cfg, forced = config, _FORCED.get
-        get_in_trace, set_in_trace, reset_in_trace = _IN_TRACE.get, _IN_TRACE.set, _IN_TRACE.reset
-        get_base, array_types = _BASE.get, _ARRAY_TYPES
+        get_table, set_table, reset_table = TABLE.get, TABLE.set, TABLE.reset
+        cfg, forced = config, FORCED.get
+        get_in_trace, set_in_trace, reset_in_trace = IN_TRACE.get, IN_TRACE.set, IN_TRACE.reset
+        get_base, array_types = BASE.get, ARRAY_TYPES
 
         def check_one(param: _Param, value: Any, table: Table, tried_fast: bool = False) -> Table:
             """Checks one argument or return value; returns the table with its bindings.
@@ -143,7 +143,7 @@ class _SignatureChecker:
                     return table
                 set_table(table)  # the full check, which also explains a failure
                 check_with_plan(value, plan, param.role, func_name, param.origin, tried_fast=True)
-                return get_table() or _EMPTY
+                return get_table() or EMPTY
             if param.annotation is None:
                 return table
             node = param.node
@@ -155,17 +155,17 @@ class _SignatureChecker:
             # Any other annotation: typeguard's own check, with typeguard's messages.
             set_table(table)
             if param.kind is None:
-                memo = TypeCheckMemo(target.__globals__, {}, config=_config())
+                memo = TypeCheckMemo(target.__globals__, {}, config=typeguard_config())
                 _transactional(check_return_type_internal, func_name, value, param.annotation, memo)
             else:
-                memo = TypeCheckMemo(target.__globals__, {param.name: value}, config=_config())
+                memo = TypeCheckMemo(target.__globals__, {param.name: value}, config=typeguard_config())
                 _transactional(check_argument_types_internal, func_name,
                                {param.name: (value, param.annotation)}, memo)
             if param.inside:
                 check_inside(param.name if param.kind is not None else None, value, func_name, memo, _transactional)
             if node is not None:
                 learn_layout(value, node)  # it passed: the next value of its structure is fast
-            return get_table() or _EMPTY
+            return get_table() or EMPTY
 
         def check_arguments(args, kwargs, table: Table) -> Table:
             if checker.params is None:
@@ -189,7 +189,7 @@ class _SignatureChecker:
                 bound = checker.signature.bind(*args, **kwargs)
                 bound.apply_defaults()
                 pairs = [(checker.by_name[name], value) for name, value in bound.arguments.items()]
-            table, slow = _EMPTY, []
+            table, slow = EMPTY, []
             for param, value in pairs:  # concrete arrays first, through the fast path
                 new = fast_check(value, param.plan, table[0]) if param.plan is not None else None
                 if new:
@@ -208,15 +208,15 @@ class _SignatureChecker:
         if inspect.iscoroutinefunction(target):
 
             async def async_checked(*args, **kwargs):
-                if not cfg._checks and not forced():  # (no_type_check: on _with_table's wrapper)
+                if not cfg._checks and not forced():  # (no_type_check: on with_table's wrapper)
                     return await target(*args, **kwargs)
-                set_table(check_arguments(args, kwargs, (get_table() or _EMPTY)))
+                set_table(check_arguments(args, kwargs, (get_table() or EMPTY)))
                 result = await target(*args, **kwargs)
                 if checker.returns is not None:
-                    set_table(check_one(checker.returns, result, (get_table() or _EMPTY)))
+                    set_table(check_one(checker.returns, result, (get_table() or EMPTY)))
                 return result
 
-            return _with_table(target, async_checked)
+            return with_table(target, async_checked)
 
         # The wrapper of every call, so its common case is inline: all arguments positional,
         # each checked by the fast path, in order (messages name the argument that bound a dim
@@ -232,13 +232,13 @@ class _SignatureChecker:
             table = start = get_table()
             token = trace_token = key = None
             if table is None:
-                table = _EMPTY
-                token = set_table(_EMPTY)
+                table = EMPTY
+                token = set_table(EMPTY)
                 if not (args and type(args[0]) in array_types) and tracing():
                     trace_token = set_in_trace(True)
             elif not get_in_trace() and tracing():
                 # The outermost traced call in an eager call tree (see _dims).
-                table = get_base() or _EMPTY
+                table = get_base() or EMPTY
                 token = set_table(table)
                 trace_token = set_in_trace(True)
             if trace_token is not None:
@@ -268,7 +268,7 @@ class _SignatureChecker:
                 result = target(*args, **kwargs)
                 ret = checker.returns
                 if ret is not None:
-                    table = get_table() or _EMPTY  # (set above: a Table, never None)
+                    table = get_table() or EMPTY  # (set above: a Table, never None)
                     plan = ret.plan
                     new = fast_check(result, plan, table[0]) if plan is not None else None
                     if new:
@@ -290,7 +290,7 @@ class _SignatureChecker:
                     reset_in_trace(trace_token)
 
         own = checked.__dict__
-        setattr(checked, "sizes_of", sizes_of)  # (for _with_table's sizer, see signature_sizer)
+        setattr(checked, "sizes_of", sizes_of)  # (for with_table's sizer, see signature_sizer)
         return checked
 
 
@@ -317,7 +317,7 @@ def signature_sizer(target: Callable, scope_vars: dict) -> Callable[[tuple, dict
 
     def sizes_of(args: tuple, kwargs: dict) -> dict:
         if not made:
-            made.append(getattr(_SignatureChecker(target, scope_vars).wrap(), "sizes_of"))
+            made.append(getattr(SignatureChecker(target, scope_vars).wrap(), "sizes_of"))
         return made[0](args, kwargs)
 
     return sizes_of
@@ -344,11 +344,11 @@ def _bind_leaves(param: _Param, treedef: Any, value: Any, table: Table, new: dic
 
 def _transactional(fn: Callable, *args) -> Any:
     """Runs one of typeguard's checks; if it fails, the table is left as it was before."""
-    before = _TABLE.get()
+    before = TABLE.get()
     try:
         return fn(*args)
     except TypeCheckError as e:
-        _TABLE.set(before)
+        TABLE.set(before)
         if type(e) is TypeCheckError:  # typeguard's own message: name the function (args[0])
             raise in_function(e, args[0]) from None
         raise
@@ -378,7 +378,7 @@ def looking_inside(target: Callable, instrumented: Callable, scope_vars: dict) -
 
     @functools.wraps(instrumented)
     def inside(*args, **kwargs):
-        memo = TypeCheckMemo(target.__globals__, {}, config=_config())
+        memo = TypeCheckMemo(target.__globals__, {}, config=typeguard_config())
         if names:
             arguments = signature.bind(*args, **kwargs).arguments
             for name in names:

@@ -34,7 +34,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from ..context.compat import varying_axes
-from ..context.rules import _ACTIVE as _ACTIVE_RULES
+from ..context.rules import ACTIVE as _ACTIVE_RULES
 from ..context.settings import config
 from ..context.tables import Table
 from ..language.shape import BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, is_unconstrained
@@ -43,19 +43,19 @@ from ..model.annotations import dtype_name, number, type_name
 from ..model.array_classes import accepts_host
 from ..model.describe import (
     Mismatch,
-    _adopt,
-    _fmt_layout,
-    _fmt_shape,
-    _fmt_size,
-    _missing_axes_problem,
-    _n_dims,
-    _normalise,
-    _type_of,
+    adopt,
+    fmt_layout,
+    fmt_shape,
+    fmt_size,
+    missing_axes_problem,
+    n_dims,
+    normalise,
+    type_of,
 )
-from .compile_time import COMPILE_TIME_CHECKS, _check_at_compile_time
-from .fast_path import _ARRAY_TYPES, _MISSING
+from .compile_time import COMPILE_TIME_CHECKS, check_at_compile_time
+from .fast_path import ARRAY_TYPES, MISSING
 from .kernel_layouts import defer_varying, in_op, record_checked, undefer, vma_exempt
-from .sharding import _expected_layout, _missing_axes, _named_sharding_problem, _unnamed_sharding_problem
+from .sharding import expected_layout, missing_axes, named_sharding_problem, unnamed_sharding_problem
 
 __all__ = ["check_value"]
 
@@ -80,13 +80,13 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
     var_sizes: tuple = ()
     if var is None:
         if ndim != len(dims):
-            raise Mismatch(f"has {_n_dims(ndim)} {_fmt_shape(shape)} but the annotation has {len(dims)}")
+            raise Mismatch(f"has {n_dims(ndim)} {fmt_shape(shape)} but the annotation has {len(dims)}")
         pairs = [(d, s, i) for i, (d, s) in enumerate(zip(dims, shape))]
     else:
         fixed = len(dims) - 1
         if ndim < fixed:
             raise Mismatch(
-                f"has {ndim} dims {_fmt_shape(shape)} but the annotation needs at least {fixed}"
+                f"has {ndim} dims {fmt_shape(shape)} but the annotation needs at least {fixed}"
             )
         tail = len(dims) - var - 1
         pairs = [(d, s, i) for i, (d, s) in enumerate(zip(dims[:var], shape[:var]))]
@@ -100,21 +100,21 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
     new: dict = {}
 
     def lookup(name):
-        got = new.get(name, _MISSING)
-        return sizes.get(name, _MISSING) if got is _MISSING else got
+        got = new.get(name, MISSING)
+        return sizes.get(name, MISSING) if got is MISSING else got
 
     def clash(name, size, bound, where):
         origin = table.origins.get(name, "this value") if name not in new else "this value"
         origin = str(origin)
         raise Mismatch(
-            f"dimension {name!r} is {_fmt_size(size)} here ({where}) but was bound to "
-            f"{_fmt_size(bound)} by {origin}"
+            f"dimension {name!r} is {fmt_size(size)} here ({where}) but was bound to "
+            f"{fmt_size(bound)} by {origin}"
         )
 
     if var is not None and dims[var].kind == VARIADIC:
         name = dims[var].name
         bound = lookup(name)
-        if bound is _MISSING:
+        if bound is MISSING:
             new[name] = var_sizes
         elif not isinstance(bound, tuple):
             raise Mismatch(f"'*{name}' stands for several dims but {name!r} is bound to one size, {bound}")
@@ -125,7 +125,7 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
         kind = dim.kind
         if kind == NAMED:
             bound = lookup(dim.shape)
-            if bound is _MISSING:
+            if bound is MISSING:
                 new[dim.shape] = size
             elif isinstance(bound, tuple):
                 raise Mismatch(f"{dim.shape!r} is bound to several dims {bound} by '*{dim.shape}'")
@@ -133,7 +133,7 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
                 clash(dim.shape, size, bound, f"dim {index}")
         elif kind == FIXED:
             if not size_equal(dim.expr, size):
-                raise Mismatch(f"dim {str(dim)!r} is {_fmt_size(size)}, but the annotation fixes it to {dim.expr}")
+                raise Mismatch(f"dim {str(dim)!r} is {fmt_size(size)}, but the annotation fixes it to {dim.expr}")
 
     for dim, size, _ in pairs:
         if dim.kind == BROADCAST:
@@ -143,17 +143,17 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
                 raise Mismatch(f"{name!r} is bound to several dims {bound} by '*{name}'")
             if size_equal(size, 1):
                 continue
-            if bound is _MISSING:
+            if bound is MISSING:
                 new[name] = size
             elif not size_equal(bound, size):
                 raise Mismatch(
-                    f"dim {str(dim)!r} is {_fmt_size(size)}, but must be 1 or {name}={_fmt_size(bound)}"
+                    f"dim {str(dim)!r} is {fmt_size(size)}, but must be 1 or {name}={fmt_size(bound)}"
                     f" (bound by {table.origins.get(name, 'this value')})"
                 )
 
     for dim, size, _ in pairs:
         if dim.kind == EXPR and isinstance(dim.expr, tuple):
-            unbound = sorted(n for n in dim.names if lookup(n) is _MISSING)
+            unbound = sorted(n for n in dim.names if lookup(n) is MISSING)
             if unbound:
                 raise Mismatch(
                     f"dim {str(dim)!r} uses {', '.join(repr(n) for n in unbound)}, which no "
@@ -167,8 +167,8 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
             except Exception as e:  # e.g. symbolic // symbolic
                 raise Mismatch(f"dim {str(dim)!r} cannot be evaluated: {e}") from None
             if not size_equal(want, size):
-                values = ", ".join(f"{n}={_fmt_size(lookup(n))}" for n in sorted(dim.names))
-                raise Mismatch(f"dim {str(dim)!r} is {_fmt_size(size)}, but {dim.shape} = {_fmt_size(want)} ({values})")
+                values = ", ".join(f"{n}={fmt_size(lookup(n))}" for n in sorted(dim.names))
+                raise Mismatch(f"dim {str(dim)!r} is {fmt_size(size)}, but {dim.shape} = {fmt_size(want)} ({values})")
     return new
 
 
@@ -195,7 +195,7 @@ def check_value(
     compile-time check, which reports after this function has returned).
     """
     if array_type is not None and not isinstance(value, array_type):
-        raise Mismatch(f"the annotation wants a {type_name(array_type)}, not a {_type_of(value)}")
+        raise Mismatch(f"the annotation wants a {type_name(array_type)}, not a {type_of(value)}")
     sharding: Any = None
     dtype: Any
     if isinstance(value, jax.core.Tracer):
@@ -205,7 +205,7 @@ def check_value(
     elif isinstance(value, jax.Array):
         shape, dtype, sharding = value.shape, value.dtype, value.sharding
         kind = "array"
-        _ARRAY_TYPES.add(type(value))
+        ARRAY_TYPES.add(type(value))
     elif isinstance(value, (np.ndarray, np.generic)):
         shape, dtype = value.shape, value.dtype
         kind = "numpy"
@@ -227,7 +227,7 @@ def check_value(
             raise Mismatch(f"is a ShapeDtypeStruct of shape {tuple(shape)}, whose dim {negative} is "
                            f"negative ({shape[negative]}): no array has that shape")
     else:
-        raise Mismatch(f"found a {_type_of(value)}, which is not an array")
+        raise Mismatch(f"found a {type_of(value)}, which is not an array")
 
     _check_dtype(dtype, dtype_cls)
     new = _match_sizes(tuple(shape), spec, table)
@@ -236,17 +236,17 @@ def check_value(
     shape = tuple(shape)
     if kind == "array":
         problem = (
-            _named_sharding_problem(sharding, spec, ndim, active, shape)
+            named_sharding_problem(sharding, spec, ndim, active, shape)
             if isinstance(sharding, NamedSharding)
-            else _unnamed_sharding_problem(sharding, spec, ndim, active, shape)
+            else unnamed_sharding_problem(sharding, spec, ndim, active, shape)
         )
     elif kind == "numpy":
         problem = None
         # Host-or-device (f32[jax.Array | np.ndarray, ...]): host data is checked for dtype and
         # shape; its layout is where shard will put it, so it is not a sharding it has now.
-        expected = () if accepts_host(array_type) else _expected_layout(spec, ndim, None, shape, active)
+        expected = () if accepts_host(array_type) else expected_layout(spec, ndim, None, shape, active)
         if any(expected):
-            layout = _fmt_layout(expected)
+            layout = fmt_layout(expected)
             problem = (
                 f"is a numpy array (host data, never sharded) but the annotation shards it as "
                 f"{layout}; put it on the mesh with jax.device_put(x, NamedSharding(mesh, {layout}))"
@@ -255,9 +255,9 @@ def check_value(
         if sharding is None:
             problem = None
         elif isinstance(sharding, NamedSharding):
-            problem = _named_sharding_problem(sharding, spec, ndim, active, shape)
+            problem = named_sharding_problem(sharding, spec, ndim, active, shape)
         else:
-            problem = _unnamed_sharding_problem(sharding, spec, ndim, active, shape)
+            problem = unnamed_sharding_problem(sharding, spec, ndim, active, shape)
     if problem is not None:
         raise Mismatch(problem)
     return new
@@ -272,9 +272,9 @@ def _check_rank(shape: tuple, spec: ShapeSpec) -> None:
     ndim, n = len(shape), len(spec.dims)
     if spec.variadic_index is None:
         if ndim != n:
-            raise Mismatch(f"has {_n_dims(ndim)} {_fmt_shape(shape)} but the annotation has {n}")
+            raise Mismatch(f"has {n_dims(ndim)} {fmt_shape(shape)} but the annotation has {n}")
     elif ndim < n - 1:
-        raise Mismatch(f"has {ndim} dims {_fmt_shape(shape)} but the annotation needs at least {n - 1}")
+        raise Mismatch(f"has {ndim} dims {fmt_shape(shape)} but the annotation needs at least {n - 1}")
 
 
 def _dim_names(spec: ShapeSpec, ndim: int) -> tuple | None:
@@ -299,17 +299,17 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
         manual: frozenset = frozenset()
         types: dict = {}
         sizes: dict = {}
-        expected = _expected_layout(spec, ndim, None, None, active)
+        expected = expected_layout(spec, ndim, None, None, active)
     else:
         types = dict(zip(mesh.axis_names, mesh.axis_types))
         sizes = dict(mesh.shape)
         manual = frozenset(a for a, t in types.items() if t == AxisType.Manual)
         # Divisibility through the rules is judged on global sizes, which a local block in a
         # shard_map only gives after scaling: leave it to the boundary checks there.
-        expected = _expected_layout(spec, ndim, sizes, None if manual else shape, active)
-        missing = _missing_axes(expected, mesh.axis_names)
+        expected = expected_layout(spec, ndim, sizes, None if manual else shape, active)
+        missing = missing_axes(expected, mesh.axis_names)
         if missing:
-            raise Mismatch(_missing_axes_problem(missing, mesh.axis_names, "the mesh"))
+            raise Mismatch(missing_axes_problem(missing, mesh.axis_names, "the mesh"))
 
     if manual and any(is_unconstrained(axes) for axes in expected):
         dims = ", ".join(str(i) for i, axes in enumerate(expected) if is_unconstrained(axes))
@@ -341,18 +341,18 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
 
     if mesh.empty:
         if config.auto_sharding_check == "compile" and COMPILE_TIME_CHECKS.get():
-            _check_at_compile_time(value, spec, ndim, frozenset(), context, expected, sizes)
+            check_at_compile_time(value, spec, ndim, frozenset(), context, expected, sizes)
         return new
     # Explicit axes are exact in the type; compare them now.
     explicit = {a for a, t in types.items() if t == AxisType.Explicit and sizes[a] != 1}
-    actual = _normalise(sharding.spec, ndim, sizes) if isinstance(sharding, NamedSharding) else ((),) * ndim
+    actual = normalise(sharding.spec, ndim, sizes) if isinstance(sharding, NamedSharding) else ((),) * ndim
     actual_e = tuple(tuple(a for a in axes if a in explicit) for axes in actual)
     expected_e = tuple(axes if is_unconstrained(axes) else tuple(a for a in axes if a in explicit)
                        for axes in expected)
-    if actual_e != _adopt(actual_e, expected_e):
+    if actual_e != adopt(actual_e, expected_e):
         raise Mismatch(
-            f"sharding over Explicit axes is {_fmt_layout(actual_e)} but the annotation says "
-            f"{_fmt_layout(expected_e)}"
+            f"sharding over Explicit axes is {fmt_layout(actual_e)} but the annotation says "
+            f"{fmt_layout(expected_e)}"
         )
     auto = any(t == AxisType.Auto and sizes[a] != 1 for a, t in types.items())
     # Inside a partially manual shard_map (axis_names), JAX's inspect_array_sharding misreads the
@@ -360,7 +360,7 @@ def _check_traced(value, aval, spec: ShapeSpec, table: Table, context) -> dict:
     # JAX on others; JAX 0.9.2 and 0.10.2): no compile-time check there. The kernel's arguments
     # are checked outside it, on the global arrays.
     if auto and not manual and config.auto_sharding_check == "compile" and COMPILE_TIME_CHECKS.get():
-        _check_at_compile_time(value, spec, ndim, manual, context, expected, sizes)
+        check_at_compile_time(value, spec, ndim, manual, context, expected, sizes)
     return new
 
 
@@ -385,7 +385,7 @@ def _varying_axes_named(aval, expected) -> None:
         raise Mismatch(
             f"it varies over manual mesh {'axes' if len(extra) > 1 else 'axis'} {axes} "
             f"(jax.typeof gives {aval}), which the annotation does not name: the block is split "
-            f"(or is a partial sum) over {axes}, not replicated over it as {_fmt_layout(expected)} "
+            f"(or is a partial sum) over {axes}, not replicated over it as {fmt_layout(expected)} "
             "says. (A value that is the same on every device but typed varying, as "
             "jax.lax.all_gather's result is, passes once gathered with shardtypes.ops.all_gather "
             "in a typed_shard_map kernel or with jax.lax.all_gather(..., to='invarying') on JAX 0.10+)"

@@ -31,7 +31,7 @@ import jax
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
-from ..language.sizes import _IDENT
+from ..language.sizes import IDENT
 
 __all__ = ["default_mesh", "hybrid_mesh"]
 
@@ -86,7 +86,7 @@ def _names(axis_names: Any, what: str) -> tuple[str, ...]:
     names = (axis_names,) if isinstance(axis_names, str) else tuple(axis_names)
     if not names or not all(isinstance(n, str) for n in names):
         raise ValueError(f"{what}: axis_names must be a non-empty sequence of str, got {axis_names!r}")
-    bad = [n for n in names if not _IDENT.match(n)]
+    bad = [n for n in names if not IDENT.match(n)]
     if bad:
         raise ValueError(
             f"{what}: axis_names {names} has {bad[0]!r}, which is not an identifier; annotations "

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import jax
 from jax.sharding import AbstractMesh, AxisType, Mesh, PartitionSpec
 
-from ..language.sizes import _IDENT
+from ..language.sizes import IDENT
 
 __all__ = ["current_mesh", "no_mesh_error", "abstract_mesh", "legacy_mesh_open"]
 
@@ -72,7 +72,7 @@ def abstract_mesh(mesh: Any, axis_types: Any = AxisType.Explicit) -> Any:
     if isinstance(mesh, (AbstractMesh, jax.sharding.Mesh)):
         return mesh
     if isinstance(mesh, Mapping):
-        if not mesh or not all(isinstance(k, str) and _IDENT.match(k) and isinstance(v, int) and not isinstance(v, bool)
+        if not mesh or not all(isinstance(k, str) and IDENT.match(k) and isinstance(v, int) and not isinstance(v, bool)
                                and v > 0 for k, v in mesh.items()):
             raise ValueError(f"a mesh mapping is axis name -> positive size, as {{'d': 64, 't': 64}}; got {mesh!r}")
         types = axis_types if isinstance(axis_types, tuple) else (axis_types,) * len(mesh)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..language.sizes import _IDENT
-from .rules import AxisRules, Rule, _rule_list
+from ..language.sizes import IDENT
+from .rules import AxisRules, Rule, rule_list
 
 __all__ = ["t5x_rules", "eformer_rules"]
 
@@ -24,7 +24,7 @@ def t5x_rules(activation_partitioning_dims: int = 1, parameter_partitioning_dims
                        ("parameter_partitioning_dims", parameter_partitioning_dims)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"t5x_rules: {arg} must be the int 1 or 2, got {value!r}")
-    extra = _rule_list(additional_rules if additional_rules is not None else (), "t5x_rules: additional_rules")
+    extra = rule_list(additional_rules if additional_rules is not None else (), "t5x_rules: additional_rules")
     base: list[Rule] = [("batch", "data"), ("vocab", "model")]
     shape = (activation_partitioning_dims, parameter_partitioning_dims)
     if shape == (1, 1):
@@ -58,7 +58,7 @@ def eformer_rules(dp: str = "dp", fsdp: str = "fsdp", tp: str = "tp", sp: str = 
     """
     given = {"dp": dp, "fsdp": fsdp, "tp": tp, "sp": sp, "ep": ep}
     for arg, axis in given.items():
-        if not isinstance(axis, str) or not _IDENT.match(axis):
+        if not isinstance(axis, str) or not IDENT.match(axis):
             raise TypeError(f"eformer_rules: {arg} must be a mesh axis name (an identifier), got {axis!r}")
     for axis in set(given.values()):
         args = [arg for arg, a in given.items() if a == axis]

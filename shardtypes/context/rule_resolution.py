@@ -18,7 +18,7 @@ from typing import Any, Literal, Mapping, Sequence
 from ..language import shape as _shape
 from ..language.shape import UNCONSTRAINED_AXES, ShapeSpec, is_unconstrained
 from ..language.sizes import divides, size_equal
-from .rules import _ACTIVE, Active, AxisRules, AxisRulesError, _fmt_target
+from .rules import ACTIVE, Active, AxisRules, AxisRulesError, fmt_target
 
 __all__ = ["DimChoice", "layout", "choices"]
 
@@ -49,7 +49,7 @@ def layout(
     """The mesh axes of each of the ``ndim`` dims of an array annotated ``spec``: the names
     after ``/`` themselves, or, with rules active, what the rules make of them."""
     if active is False:
-        active = _ACTIVE.get()
+        active = ACTIVE.get()
     if active is None or not spec.is_sharded:
         return _direct(spec, ndim)
     rules, mode = active
@@ -67,7 +67,7 @@ def choices(spec: ShapeSpec, ndim: int, mesh_sizes: Mapping[str, int] | None = N
             active: Active | Literal[False] = False) -> tuple[DimChoice, ...]:
     """The per-dim story behind ``layout`` (for ``explain``)."""
     if active is False:
-        active = _ACTIVE.get()
+        active = ACTIVE.get()
     if active is None:
         layout_ = _direct(spec, ndim)
         return tuple(DimChoice(i, str(d), layout_[i], ())
@@ -147,27 +147,27 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
             unknown = [a for a in target if mesh is not None and a not in mesh]
             if unknown:
                 refuse(slot, text, rules.on_unknown_axis,
-                       f"rule {logical!r} -> {_fmt_target(target)} names mesh axis {unknown[0]!r}, "
+                       f"rule {logical!r} -> {fmt_target(target)} names mesh axis {unknown[0]!r}, "
                        f"which the mesh does not have (axes: {tuple(mesh or ())}){_closest(unknown[0], mesh or ())}")
                 continue
             taken = [a for a in target if a in used]
             if taken:
                 owner = used[taken[0]]
-                skipped[slot].append(f"rule {logical!r} -> {_fmt_target(target)}: mesh axis {taken[0]!r} "
+                skipped[slot].append(f"rule {logical!r} -> {fmt_target(target)}: mesh axis {taken[0]!r} "
                                      f"is already used by dim {owner} {str(dims[owner])!r}")
                 continue
             if mesh is not None and shape is not None and i < len(shape) and shape[i] is not None:
                 parts = math.prod(mesh[a] for a in (*axes_of(i), *target))
                 if not divides(shape[i], parts):
                     refuse(slot, text, rules.on_indivisible,
-                           f"rule {logical!r} -> {_fmt_target(target)}: size {shape[i]} does not "
+                           f"rule {logical!r} -> {fmt_target(target)}: size {shape[i]} does not "
                            f"divide over {parts} devices")
                     continue
             placed[slot] = target
             for a in target:
                 used[a] = i
             notes[i].extend(f"passed over {s}" for s in skipped[slot])
-            notes[i].append(f"{logical} -> {_fmt_target(target)}"
+            notes[i].append(f"{logical} -> {fmt_target(target)}"
                             + (f" (rule {nth} for {logical!r})" if nth > 1 else ""))
             break  # a rule places its axes on one dim only
 
@@ -221,7 +221,7 @@ def _closest(name: str, names) -> str:
 
 def _is_logical(name: str) -> bool:
     """Whether ``name`` is a logical axis name of the active rules (for a parse error's words)."""
-    active = _ACTIVE.get()
+    active = ACTIVE.get()
     if active is None:
         return False
     try:

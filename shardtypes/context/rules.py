@@ -35,7 +35,7 @@ from typing import Any, Iterable, Iterator, Mapping, TypeAlias
 import jax
 
 from ..language.shape import UNCONSTRAINED_AXES, is_unconstrained
-from ..language.sizes import _IDENT
+from ..language.sizes import IDENT
 from .compat import JitKey
 
 __all__ = [
@@ -85,7 +85,7 @@ def _target(name: str, value: Any) -> Target:
         value = (value,)
     if isinstance(value, list):
         value = tuple(value)
-    if not isinstance(value, tuple) or not all(isinstance(a, str) and _IDENT.match(a) for a in value):
+    if not isinstance(value, tuple) or not all(isinstance(a, str) and IDENT.match(a) for a in value):
         raise TypeError(
             f"rule for {name!r}: the target must be a mesh axis name, a tuple or list of them, "
             f"None (or () or []) for replicated, or shardtypes.UNCONSTRAINED for 'XLA decides', "
@@ -96,7 +96,7 @@ def _target(name: str, value: Any) -> Target:
     return value
 
 
-def _rule_list(rules: Iterable[Rule], where: str) -> tuple[tuple[str, Target], ...]:
+def rule_list(rules: Iterable[Rule], where: str) -> tuple[tuple[str, Target], ...]:
     if isinstance(rules, (str, bytes)) or not isinstance(rules, Iterable):
         raise TypeError(f"{where}: rules are a sequence of (logical name, mesh axes) pairs, got {rules!r}")
     out = []
@@ -104,7 +104,7 @@ def _rule_list(rules: Iterable[Rule], where: str) -> tuple[tuple[str, Target], .
         if not isinstance(item, (tuple, list)) or len(item) != 2:
             raise TypeError(f"{where}: each rule is a (logical name, mesh axes) pair, got {item!r}")
         name, value = item
-        if not isinstance(name, str) or not _IDENT.match(name):
+        if not isinstance(name, str) or not IDENT.match(name):
             raise TypeError(f"{where}: a logical axis name must be an identifier, got {name!r}")
         out.append((name, _target(name, value)))
     return tuple(out)
@@ -126,7 +126,7 @@ def _public(target: Target) -> Any:
     return None if not target else target[0] if len(target) == 1 else target
 
 
-def _fmt_target(target: Target) -> str:
+def fmt_target(target: Target) -> str:
     if is_unconstrained(target):
         return "UNCONSTRAINED"
     if not target:
@@ -175,7 +175,7 @@ class AxisRules:
         if name == "":
             raise ValueError("AxisRules: name must be a non-empty str or None, got ''")
         where = f"AxisRules({name!r})" if name else "AxisRules"
-        self.rules = _rule_list(rules, where)
+        self.rules = rule_list(rules, where)
         if modes is None:
             modes = {}
         if not isinstance(modes, Mapping):
@@ -186,7 +186,7 @@ class AxisRules:
         for m in modes:
             if not isinstance(m, str) or not m:
                 raise TypeError(f"{where}: each mode name must be a non-empty str, got {m!r} in modes")
-        self.modes = types.MappingProxyType({m: _rule_list(r, f"{where} mode {m!r}") for m, r in modes.items()})
+        self.modes = types.MappingProxyType({m: rule_list(r, f"{where} mode {m!r}") for m, r in modes.items()})
         if auto_mode is not None:
             if not (isinstance(auto_mode, tuple) and len(auto_mode) == 3 and isinstance(auto_mode[0], str)
                     and isinstance(auto_mode[1], int) and not isinstance(auto_mode[1], bool)
@@ -286,7 +286,7 @@ class AxisRules:
         >>> AxisRules([('batch', ('data', 'fsdp')), ('embed', 'fsdp'), ('mlp', 'model')]).logical_axes_on('fsdp')
         ('batch', 'embed')
         """
-        if not isinstance(mesh_axis, str) or not _IDENT.match(mesh_axis):
+        if not isinstance(mesh_axis, str) or not IDENT.match(mesh_axis):
             raise TypeError(f"AxisRules.logical_axes_on: mesh_axis must be a mesh axis name (an identifier), "
                             f"got {mesh_axis!r}")
         if mode is not None and not isinstance(mode, str):
@@ -313,7 +313,7 @@ class AxisRules:
             conflicts += [(n, mode) for n in a if n in b and differ(a[n], b[n])]
         if conflicts:
             def targets(rules: "AxisRules", n: str, mode: str | None) -> str:
-                return " or ".join(_fmt_target(t) for t in rules.table(mode).get(n, ()))
+                return " or ".join(fmt_target(t) for t in rules.table(mode).get(n, ()))
 
             details = "; ".join(
                 f"{n}{f' (mode {mode!r})' if mode else ''}: {targets(self, n, mode)} vs {targets(other, n, mode)}"
@@ -347,7 +347,7 @@ class AxisRules:
         return len(self.rules)
 
     def __repr__(self) -> str:
-        body = ", ".join(f"({n!r}, {_fmt_target(t)})" for n, t in self.rules)
+        body = ", ".join(f"({n!r}, {fmt_target(t)})" for n, t in self.rules)
         extra = f", modes={sorted(self.modes)}" if self.modes else ""
         name = f"name={self.name!r}, " if self.name else ""
         return f"AxisRules({name}[{body}]{extra})"
@@ -359,7 +359,7 @@ class AxisRules:
 # (rules, mode) while rules are active, else None.
 Active: TypeAlias = "tuple[AxisRules, str | None] | None"
 
-_ACTIVE: contextvars.ContextVar[Active] = contextvars.ContextVar("shardtypes.axis_rules", default=None)
+ACTIVE: contextvars.ContextVar[Active] = contextvars.ContextVar("shardtypes.axis_rules", default=None)
 
 
 @contextlib.contextmanager
@@ -375,12 +375,12 @@ def axis_rules(rules: AxisRules | Iterable | None, mode: str | None = None) -> I
     if rules is None and mode is not None:
         raise TypeError("axis_rules(None, mode=...): a mode needs rules")
     active: Active = None if rules is None else (rules, mode)
-    token = _ACTIVE.set(active)
+    token = ACTIVE.set(active)
     try:
         with _jit_context(active):
             yield rules
     finally:
-        _ACTIVE.reset(token)
+        ACTIVE.reset(token)
 
 
 # The rules are read while tracing, so jax.jit must not reuse a trace made under other rules:
@@ -400,5 +400,5 @@ RULES_HINT: contextvars.ContextVar[str] = contextvars.ContextVar(
 
 def current_rules() -> tuple[AxisRules, str | None] | None:
     """The active (rules, mode), or None when annotations name mesh axes directly."""
-    return _ACTIVE.get()
+    return ACTIVE.get()
 

@@ -53,7 +53,7 @@ def _checks_from_environment() -> bool:
 _JIT_STATE = JitKey(default=(True, "compile"))
 
 # Set while a tool that exists to check (``verify``) runs: checks are on for it whatever the switch.
-_FORCED: contextvars.ContextVar[bool] = contextvars.ContextVar("shardtypes.checks_forced", default=False)
+FORCED: contextvars.ContextVar[bool] = contextvars.ContextVar("shardtypes.checks_forced", default=False)
 
 
 class Config:
@@ -146,13 +146,13 @@ config: Config = Config()
 
 def checks_on() -> bool:
     """Whether checks run now: the switch, or a tool that forces them."""
-    return config._checks or _FORCED.get()
+    return config._checks or FORCED.get()
 
 
 @contextlib.contextmanager
 def forced_checks() -> Iterator[None]:
     """Checks on inside, whatever ``config.checks`` says (for ``verify``); jit traces again."""
-    token = _FORCED.set(True)
+    token = FORCED.set(True)
     try:
         if not config._checks:
             # A value no process-wide setting takes, so a forced trace is never shared with one
@@ -162,4 +162,4 @@ def forced_checks() -> Iterator[None]:
         else:
             yield
     finally:
-        _FORCED.reset(token)
+        FORCED.reset(token)

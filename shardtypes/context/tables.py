@@ -80,13 +80,13 @@ class Table(tuple):
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 # The table of the current call tree, or None outside any checked call and any Scope.
-_TABLE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes.table", default=None)
+TABLE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes.table", default=None)
 
 # The table the innermost Scope started with (what jit's cache key covers), or None.
-_BASE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes.scope_base", default=None)
+BASE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes.scope_base", default=None)
 
 # True inside the outermost traced checked call of a call tree (nested ones share its table).
-_IN_TRACE: contextvars.ContextVar[bool] = contextvars.ContextVar("shardtypes.in_trace", default=False)
+IN_TRACE: contextvars.ContextVar[bool] = contextvars.ContextVar("shardtypes.in_trace", default=False)
 
 # A number of its own for each outermost checked call that JAX stages out (jit, scan, cond,
 # checkpoint, eval_shape), as part of jit's cache key inside it: a jitted checked function called
@@ -164,7 +164,7 @@ class Scope:
         key.__enter__()
         # Kept per context: one Scope object may be entered by several threads or asyncio tasks
         # at once, each in its own context.
-        _OPEN.set((*_OPEN.get(), (self, _TABLE.set(table), _BASE.set(table), key, _UNCHECKED.set(None))))
+        _OPEN.set((*_OPEN.get(), (self, TABLE.set(table), BASE.set(table), key, UNCHECKED.set(None))))
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -196,9 +196,9 @@ class Scope:
 
 def _close(entry: tuple, exc_info: tuple) -> None:
     _, table, base, key, unchecked = entry
-    _UNCHECKED.reset(unchecked)
-    _BASE.reset(base)
-    _TABLE.reset(table)
+    UNCHECKED.reset(unchecked)
+    BASE.reset(base)
+    TABLE.reset(table)
     key.__exit__(*exc_info)
 
 
@@ -263,9 +263,9 @@ def dims() -> Mapping[str, Any]:
     (worked out when read; nothing is compared), and a name no argument or Scope binds is a
     KeyError that says the checks are off.
     """
-    table = _TABLE.get()
+    table = TABLE.get()
     sizes = table.sizes if table is not None else {}
-    call = _UNCHECKED.get()
+    call = UNCHECKED.get()
     if call is not None:
         sizes = {**sizes, **call.sizes()}
     if not checks_on():
@@ -328,7 +328,7 @@ def _holds_tracer(args: tuple, kwargs: dict) -> bool:
 
 # The innermost checked call made with checks off in this context, or None (inside a Scope: None
 # until a call is made in it).
-_UNCHECKED: contextvars.ContextVar[UncheckedCall | None] = contextvars.ContextVar(
+UNCHECKED: contextvars.ContextVar[UncheckedCall | None] = contextvars.ContextVar(
     "shardtypes.unchecked_call", default=None)
 
 

@@ -13,8 +13,8 @@ import jax
 import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from ..checking.frames import _FIELD_PATH, _role, _snapshot
-from ..model.errors import ArrayError, FieldError, _qualified, field_path
+from ..checking.frames import FIELD_PATH, checked_role, snapshot
+from ..model.errors import ArrayError, FieldError, field_path, qualified
 from ..model.forms import holds_shardtypes, type_text
 from ..model.hints import resolve_hints
 from ..model.nodes import PyTreeNode, model
@@ -24,12 +24,12 @@ from ..model.value_trees import annotated_instances
 __all__: list[str] = []
 
 
-def _all_or_nothing(checker):
+def all_or_nothing(checker):
     """typeguard's checker for a container, made all-or-nothing: if any item fails, the items
     that passed leave no bindings behind."""
 
     def check(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
-        restore = _snapshot(memo)
+        restore = snapshot(memo)
         try:
             checker(value, origin, args, memo)
         except TypeCheckError:
@@ -39,7 +39,7 @@ def _all_or_nothing(checker):
     return check
 
 
-def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
+def check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
     """A pytree dataclass: any stacking of the same base class, checked field by field against
     the annotation's field types. Any other dataclass (an ``eqx.Module``, a
     ``flax.struct.dataclass``, a ``register_dataclass`` class, a plain one): an instance of it,
@@ -48,7 +48,7 @@ def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo)
     if info is None:
         if not isinstance(value, origin):
             raise ArrayError(f"{_prefix()}is not an instance of {origin.__module__}.{origin.__qualname__} "
-                             f"(found {_qualified(value)})")
+                             f"(found {qualified(value)})")
         cls: type = type(value)
         field_types = _dataclass_field_types(cls)
         _check_fields(value, field_types, tuple(field_types), memo)
@@ -63,7 +63,7 @@ def _check_dataclass(value: Any, origin: type, args: tuple, memo: TypeCheckMemo)
             hint = (f"; {type(value).__qualname__} subclasses {info.base.__qualname__} but is not "
                     "registered as a pytree: decorate it with @pytree_dataclass too")
         name = repr(origin) if type(origin) is not type else f"{origin.__module__}.{origin.__qualname__}"
-        raise ArrayError(f"{_prefix()}is not an instance of {name} (found {_qualified(value)}){hint}")
+        raise ArrayError(f"{_prefix()}is not an instance of {name} (found {qualified(value)}){hint}")
     # The annotation's fields against its own types; a subclass's extra fields against its own.
     field_types = info.field_types
     names = info.field_names
@@ -82,11 +82,11 @@ def _dataclass_field_types(cls: type) -> dict:
 
 
 def _check_fields(value: Any, types: dict, names: tuple, memo: TypeCheckMemo) -> None:
-    restore = _snapshot(memo)
-    outer = _FIELD_PATH.get()
+    restore = snapshot(memo)
+    outer = FIELD_PATH.get()
     try:
         for name in names:
-            _FIELD_PATH.set((*outer, name))
+            FIELD_PATH.set((*outer, name))
             field = getattr(value, name)
             try:
                 typeguard.check_type_internal(field, types[name], memo)
@@ -96,10 +96,10 @@ def _check_fields(value: Any, types: dict, names: tuple, memo: TypeCheckMemo) ->
             if not holds_shardtypes((types[name],)):
                 _check_instances_inside(field, name, memo, restore, outer)
     finally:
-        _FIELD_PATH.set(outer)
+        FIELD_PATH.set(outer)
 
 
-def _check_pytree(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
+def check_pytree(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
     """``PyTree[X]``: every leaf of the value (as JAX flattens it; instances of ``X``'s class are
     leaves when ``X`` is a class) against ``X``, in one table, with the leaf's key path in errors."""
     node = model(origin)
@@ -108,14 +108,14 @@ def _check_pytree(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) ->
         leaves = jax.tree_util.tree_flatten_with_path(value, is_leaf=_leaf_test(node.leaf_class))[0]
     except Exception as e:  # a registered class whose flatten fails on this value
         raise ArrayError(f"{_prefix()}is not a pytree JAX can flatten ({type(e).__name__}: {e})") from None
-    restore = _snapshot(memo)
-    outer = _FIELD_PATH.get()
+    restore = snapshot(memo)
+    outer = FIELD_PATH.get()
     annotation = node.leaf.annotation
     try:
         for path, leaf in leaves:
             where = jax.tree_util.keystr(path).removeprefix(".")
             if where:
-                _FIELD_PATH.set((*outer, where))
+                FIELD_PATH.set((*outer, where))
             try:
                 typeguard.check_type_internal(leaf, annotation, memo)
             except TypeCheckError as e:
@@ -124,7 +124,7 @@ def _check_pytree(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) ->
                     raise
                 raise _field_error(e, where) from None
     finally:
-        _FIELD_PATH.set(outer)
+        FIELD_PATH.set(outer)
 
 
 def _leaf_test(leaf_class: type | None) -> Callable[[Any], bool] | None:
@@ -146,7 +146,7 @@ def _check_instances_inside(field: Any, name: str, memo: TypeCheckMemo, restore:
     so nothing that carries annotations passes unchecked."""
     for path, instance in annotated_instances(field):
         where = f"{name}{path}"
-        _FIELD_PATH.set((*outer, where))
+        FIELD_PATH.set((*outer, where))
         try:
             typeguard.check_type_internal(instance, type(instance), memo)
         except TypeCheckError as e:
@@ -159,7 +159,7 @@ def _field_error(e: TypeCheckError, name: str) -> FieldError:
         fields, core = [name, *e.fields], e.core
     else:
         fields, core = [name], _core_message(e)
-    role, func, kind = _role()
+    role, func, kind = checked_role()
     path = field_path(fields)
     if kind == "argument" and role.startswith('argument "'):
         root = role[len('argument "'):-1]
@@ -181,11 +181,11 @@ def _core_message(e: TypeCheckError) -> str:
     return f"{' of '.join(path)} {text}" if path else text
 
 
-def _check_union(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
+def check_union(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
     """typing.Union with shardtypes members: like typeguard's, but a member that fails leaves
     no bindings behind for the next member to trip on, members are written as in the source
     (``f32[b'a b']``) and the value's class by its public name (``jax.Array``)."""
-    restore = _snapshot(memo)
+    restore = snapshot(memo)
     errors = []
     for member in args:
         try:
@@ -213,5 +213,5 @@ def public_error(e: TypeCheckError) -> TypeCheckError:
 def _prefix() -> str:
     """``of f() `` where the failure is an argument or return value of ``f``, for messages that
     typeguard's frame then starts with the value's own path."""
-    _, func, kind = _role()
+    _, func, kind = checked_role()
     return f"of {func}() " if func and kind != "check_type" else ""

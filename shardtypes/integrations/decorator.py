@@ -30,9 +30,9 @@ from typing import Any, Callable, TypeVar, overload
 
 import typeguard
 
-from ..checking.call_tables import _with_table
+from ..checking.call_tables import with_table
 from ..checking.generators import generator_from_signature
-from ..checking.signature import _SignatureChecker, looking_inside, signature_sizer
+from ..checking.signature import SignatureChecker, looking_inside, signature_sizer
 from ..context.tables import scope
 from ..model.annotations import number
 from ..model.errors import ShardtypesWarning
@@ -71,10 +71,10 @@ def typechecked(target: _Target | None = None, /) -> _Target | Callable[[_Target
         return typechecked
     # Annotations may name variables of the scope the decorator is applied in (a class body, an
     # enclosing function); keep that scope's names to resolve them, as typeguard does.
-    return _typechecked(target, sys._getframe(1).f_locals)
+    return typecheck_target(target, sys._getframe(1).f_locals)
 
 
-def _typechecked(target: Any, scope_vars: dict) -> Any:
+def typecheck_target(target: Any, scope_vars: dict) -> Any:
     if isinstance(target, type) and issubclass(target, number):
         raise TypeError(
             f"typechecked expects a function, method or class, got the annotation {target!r}: "
@@ -83,10 +83,10 @@ def _typechecked(target: Any, scope_vars: dict) -> Any:
     if isinstance(target, type):
         return _typecheck_class(target, scope_vars)
     if isinstance(target, (staticmethod, classmethod)):
-        return type(target)(_typechecked(target.__func__, scope_vars))
+        return type(target)(typecheck_target(target.__func__, scope_vars))
     if isinstance(target, property):
         def checked(f: Callable[..., Any] | None) -> Callable[..., Any] | None:
-            return _typechecked(f, scope_vars) if f is not None else None
+            return typecheck_target(f, scope_vars) if f is not None else None
 
         return property(checked(target.fget), checked(target.fset), checked(target.fdel), target.__doc__)
     if not callable(target) or not hasattr(target, "__code__"):
@@ -98,19 +98,19 @@ def _typechecked(target: Any, scope_vars: dict) -> Any:
         return target  # already checked: checking twice would only cost time
     if getattr(target, "__shardtypes_scope__", False):
         # typechecked(scope(f)): the checks belong inside the fresh table, as in scope(typechecked(f)).
-        return scope(_typechecked(getattr(target, "__wrapped__"), scope_vars))
+        return scope(typecheck_target(getattr(target, "__wrapped__"), scope_vars))
     needs, why_not = _needs_instrumentation(target)
     if needs:
         instrumented, problem = _instrument(target, scope_vars)
         if problem is None:
             sizer = signature_sizer(target, scope_vars)
-            return _mark(_with_table(target, looking_inside(target, instrumented, scope_vars), sizer))
+            return _mark(with_table(target, looking_inside(target, instrumented, scope_vars), sizer))
         _warn_unchecked_locals(target, problem)
         if _is_generator(target):
             return _mark(generator_from_signature(target, scope_vars))
     elif why_not is not None:
         _warn_unchecked_locals(target, why_not)
-    return _mark(_SignatureChecker(target, scope_vars).wrap())
+    return _mark(SignatureChecker(target, scope_vars).wrap())
 
 
 def _mark(wrapper: Callable[..., Any]) -> Callable[..., Any]:
@@ -153,7 +153,7 @@ def _typecheck_class(cls: type, scope_vars: dict) -> type:
     scope_vars = {**scope_vars, cls.__name__: cls}
     for name, attr in list(vars(cls).items()):
         if inspect.isfunction(attr) or isinstance(attr, (staticmethod, classmethod, property)):
-            setattr(cls, name, _typechecked(attr, scope_vars))
+            setattr(cls, name, typecheck_target(attr, scope_vars))
     return cls
 
 

@@ -9,7 +9,7 @@ from ..checking.entry import check_named
 from ..context.tables import Scope
 from ..layout.specs import partition_specs as derive_specs, shardings as derive_shardings
 from ..model.linen_boxes import box_annotation, is_box
-from ..model.walk import _walk
+from ..model.walk import walk_leaves
 
 __all__ = ["annotations", "partition_specs", "shardings", "unbox", "check"]
 
@@ -66,9 +66,9 @@ def check(variables: Any, annotation: Any = None) -> None:
     if annotation is None:
         annotation = annotations(variables)
     values = {jax.tree_util.keystr(p): x for p, x in _flat(unbox(variables), who, "variables")}
-    leaves = jax.tree.leaves(_walk(annotation, _Annotation))
+    leaves = jax.tree.leaves(walk_leaves(annotation, _Annotation))
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(
-        _walk(annotation, _Annotation), is_leaf=lambda x: isinstance(x, _Annotation))[0]]
+        walk_leaves(annotation, _Annotation), is_leaf=lambda x: isinstance(x, _Annotation))[0]]
     missing = [p for p in paths if p not in values]
     extra = [p for p in values if p not in set(paths)]
     if missing or extra:

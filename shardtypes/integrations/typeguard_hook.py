@@ -17,49 +17,49 @@ import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo, _checkers as _tg_checkers
 
 from ..checking.fast_path import fast_check
-from ..checking.frames import _FIELD_PATH, _get_table, _origin_phrase, _role, _set_table
+from ..checking.frames import FIELD_PATH, checked_role, get_table, origin_phrase, set_table
 from ..checking.value import check_value
-from ..context.settings import _FORCED, config
-from ..context.tables import _TABLE, Table
+from ..context.settings import FORCED, config
+from ..context.tables import TABLE, Table
 from ..model.annotations import annotation_class, is_annotation, number
 from ..model.describe import Mismatch
-from ..model.errors import COLLECTED, ArrayError, _collect, _found, field_path
+from ..model.errors import COLLECTED, ArrayError, collect, field_path, found_text
 from ..model.forms import holds_shardtypes, is_checked_class, safe_is_checked_class
 from ..model.nodes import PYTREES
-from ..model.plans import _PLANS, malformed, plan_of
+from ..model.plans import PLANS, malformed, plan_of
 from ..model.pytrees import install_pytree_instance_check
-from ..model.trees import _INFO as _TREE_CLASSES
-from .containers import _all_or_nothing, _check_dataclass, _check_pytree, _check_union, public_error
+from ..model.trees import INFO as _TREE_CLASSES
+from .containers import all_or_nothing, check_dataclass, check_pytree, check_union, public_error
 
 __all__ = ["register_with_typeguard"]
 
 
 def _check_annotation(value: Any, origin: type, args: tuple, memo: TypeCheckMemo) -> None:
-    plan = _PLANS.get(origin)
+    plan = PLANS.get(origin)
     if plan is None:
         annotation = annotation_class(origin)
         if annotation is None or args:
             raise malformed(origin, args)
         plan = plan_of(annotation)
-    table, scoped = _get_table(memo)
+    table, scoped = get_table(memo)
     new = fast_check(value, plan, table.sizes)
     if new is None:
         try:
             new = check_value(value, plan.dtype_cls, plan.spec, table,
-                              lambda: f"{_origin_phrase()}, annotated {plan.text}", plan.array_type)
+                              lambda: f"{origin_phrase()}, annotated {plan.text}", plan.array_type)
         except Mismatch as m:
-            role, func, kind = _role()
-            core = f"is not {plan.text}: {m.problem}{_found(value, m)}"
+            role, func, kind = checked_role()
+            core = f"is not {plan.text}: {m.problem}{found_text(value, m)}"
             if COLLECTED.get() is not None:
                 # No typeguard frame will add the argument to this message: say it all here.
-                fields = _FIELD_PATH.get()
+                fields = FIELD_PATH.get()
                 where = role
                 if fields:
                     root = role[len('argument "'):-1] if role.startswith('argument "') else ""
                     where = f"{role} of {func}(): {root}{field_path(fields)}" if func else field_path(fields)
                 elif func:
                     where = f"{role} of {func}()"
-                _collect(TypeCheckError(f"{where} {core}"))
+                collect(TypeCheckError(f"{where} {core}"))
                 return
             prefix = f"of {func}() " if func and kind != "check_type" else ""
             # typeguard raises it from the user's instrumented function, past any boundary of
@@ -67,7 +67,7 @@ def _check_annotation(value: Any, origin: type, args: tuple, memo: TypeCheckMemo
             __tracebackhide__ = True  # noqa: F841
             raise ArrayError(f"{prefix}{core}") from None
     if new:
-        _set_table(memo, table.bind(new, _origin_phrase()), scoped)
+        set_table(memo, table.bind(new, origin_phrase()), scoped)
 
 
 def _lookup(origin, args, extras):
@@ -76,10 +76,10 @@ def _lookup(origin, args, extras):
         if ours:
             return _annotated_checker(origin, args, ours)
     checker = _ours(origin, args)
-    if checker is not None and not config._checks and not _FORCED.get():
+    if checker is not None and not config._checks and not FORCED.get():
         # Containers and unions go back to typeguard's own checkers, which then meet their
         # shardtypes members here again.
-        return _no_check if checker in (_check_annotation, _check_dataclass, _check_pytree) else None
+        return _no_check if checker in (_check_annotation, check_dataclass, check_pytree) else None
     return checker
 
 
@@ -116,20 +116,20 @@ def _ours(origin: Any, args: tuple) -> Any:
         return _check_annotation
     if not args and isinstance(origin, type):
         if origin in PYTREES:
-            return _check_pytree
+            return check_pytree
         if origin in _TREE_CLASSES:
-            return _check_dataclass
+            return check_dataclass
         try:
             if is_checked_class(origin):
-                return _check_dataclass
+                return check_dataclass
         except NameError:  # annotations that cannot be resolved: typeguard's isinstance
             pass
     if args and origin is not None and holds_shardtypes(args):
         if origin is Union or origin is types.UnionType:  # Optional[X], X | Y
-            return _check_union
+            return check_union
         checker = _CONTAINER_CHECKERS.get(origin)
         if checker is not None:
-            return _ALL_OR_NOTHING.setdefault(origin, _all_or_nothing(checker))
+            return _ALL_OR_NOTHING.setdefault(origin, all_or_nothing(checker))
     return None
 
 
@@ -146,19 +146,19 @@ def _pytree_instance_check(cls: type, value: object) -> bool:
     """``isinstance(value, PyTree[X])``: the full check as a bool. Inside a checked call or
     ``Scope`` the leaves bind into the current table (as ``isinstance(x, f32[...])`` does);
     elsewhere they share a fresh one. Runs whether or not ``config.checks`` is on."""
-    outer = _TABLE.get()
-    token, forced = _TABLE.set(outer if outer is not None else Table()), _FORCED.set(True)
+    outer = TABLE.get()
+    token, forced = TABLE.set(outer if outer is not None else Table()), FORCED.set(True)
     passed = True
     try:
         typeguard.check_type(value, cls, collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS)
     except TypeCheckError:
         passed = False
     finally:
-        _FORCED.reset(forced)
-        table = _TABLE.get()
-        _TABLE.reset(token)
+        FORCED.reset(forced)
+        table = TABLE.get()
+        TABLE.reset(token)
     if passed and outer is not None and table is not None:
-        _TABLE.set(table)
+        TABLE.set(table)
     return passed
 
 

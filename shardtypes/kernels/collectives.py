@@ -26,7 +26,7 @@ from ..context.compat import varying_axes
 from ..context.rule_resolution import layout as rules_layout
 from ..context.rules import AxisRulesError
 from ..context.settings import checks_on
-from ..context.tables import _TABLE, _UNCHECKED, Table
+from ..context.tables import TABLE, UNCHECKED, Table
 from ..language.shape import FIXED, NAMED, DimSpec, ShapeSpec, ShapeSpecError
 from ..model.categories import anydtype
 from ..model.describe import Mismatch, axis_hint, describe
@@ -43,7 +43,7 @@ __all__ = [
 
 def check(op: str, spec_text: Any, what: str, spec: ShapeSpec, value: Any, dtype: type = anydtype) -> None:
     """Checks ``value`` (the op's ``what``) against ``dtype[spec]`` and binds its new dims."""
-    table = _TABLE.get()
+    table = TABLE.get()
     try:
         with op_check():  # the op compares layouts itself (_kernel_layouts)
             new = check_value(value, dtype, spec, table if table is not None else Table(),
@@ -56,7 +56,7 @@ def check(op: str, spec_text: Any, what: str, spec: ShapeSpec, value: Any, dtype
             f"{m.problem} (found {describe(value)})"
         ) from None
     if new and table is not None:
-        _TABLE.set(table.bind(new, f"{what} of shardtypes.ops.{op}()"))
+        TABLE.set(table.bind(new, f"{what} of shardtypes.ops.{op}()"))
 
 
 def call(op: str, spec_text: Any = None) -> str:
@@ -83,17 +83,17 @@ def own_table(op: _Op) -> _Op:
     @functools.wraps(op)
     def wrapper(*args, **kwargs):
         try:
-            if _TABLE.get() is not None:
+            if TABLE.get() is not None:
                 return op(*args, **kwargs)
-            token = _TABLE.set(Table())
+            token = TABLE.set(Table())
             try:
                 result = op(*args, **kwargs)
-                unchecked = _UNCHECKED.get()  # checks off: what the op bound reaches dims()
+                unchecked = UNCHECKED.get()  # checks off: what the op bound reaches dims()
                 if unchecked is not None:
-                    unchecked.add((_TABLE.get() or Table()).sizes)
+                    unchecked.add((TABLE.get() or Table()).sizes)
                 return result
             finally:
-                _TABLE.reset(token)
+                TABLE.reset(token)
         except AxisRulesError as e:  # the rules could not place a logical name of the spec
             raise with_op_context(e, op.__name__, args[0] if args else kwargs.get("spec")) from None
 

@@ -33,7 +33,7 @@ from ..context.mesh import no_mesh_error
 from ..context.rules import axis_rules, current_rules
 from ..context.tables import scope
 from ..context.tracebacks import filter_traceback
-from ..integrations.decorator import _typechecked
+from ..integrations.decorator import typecheck_target
 from ..language.shape import axes_entry, entry_axes
 from ..layout.specs import partition_specs as derive_specs
 from ..model.forms import holds_shardtypes, homogeneous_item
@@ -130,7 +130,7 @@ def _typed_shard_map(f: Callable[_P, _R], mesh: Mesh | AbstractMesh | None, axis
     # replicated weight whose annotation shards it fails compilation instead of being resharded
     # by shard_map on every call. The result is laid out by out_specs, which come from the same
     # annotation: the wrapper turns the compile-time check off for it (see _make_wrapper).
-    checked = _typechecked(_TypedShardMap(f, mesh, axis_names, check_vma, scope_vars).wrapper, scope_vars)
+    checked = typecheck_target(_TypedShardMap(f, mesh, axis_names, check_vma, scope_vars).wrapper, scope_vars)
 
     @functools.wraps(checked)
     def entry(*args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -151,7 +151,7 @@ class _TypedShardMap:
     def __init__(self, f: Callable, mesh: Any, axis_names: Any, check_vma: bool | None,
                  scope_vars: dict):
         self.f = f
-        self.body = _typechecked(f, scope_vars)  # f itself when f is already checked
+        self.body = typecheck_target(f, scope_vars)  # f itself when f is already checked
         self.scope_vars: dict | None = scope_vars
         self.mesh = mesh
         self.axis_names = frozenset(axis_names) if axis_names is not None else None

@@ -29,7 +29,7 @@ import functools
 import re
 from typing import TYPE_CHECKING, Any, Union
 
-from .sizes import _IDENT, Node, _DimError, _expr_names, _parse_expr, evaluate
+from .sizes import IDENT, DimError, Node, evaluate, expr_names, parse_expr
 
 if TYPE_CHECKING:
     from jax.sharding import PartitionSpec
@@ -156,7 +156,7 @@ class DimSpec:
     def names(self) -> frozenset[str]:
         """Every dimension name this dim reads or binds."""
         if self.kind == EXPR and isinstance(self.expr, tuple):
-            return _expr_names(self.expr)
+            return expr_names(self.expr)
         name = self.name
         return frozenset([name]) if name is not None else frozenset()
 
@@ -171,7 +171,7 @@ class DimSpec:
             raise ShapeSpecError(dim, f"a dim must be str or bytes, not {type(dim).__name__}")
         try:
             return _parse_dim(dim)
-        except _DimError as e:
+        except DimError as e:
             raise ShapeSpecError(dim, str(e), (0, len(dim))) from None
 
     def __str__(self) -> str:
@@ -183,25 +183,25 @@ class DimSpec:
 @functools.lru_cache(maxsize=4096)
 def _parse_dim(text: str) -> DimSpec:
     if not text or any(c.isspace() for c in text):
-        raise _DimError(f"a dim cannot be empty or contain whitespace: {text!r}")
+        raise DimError(f"a dim cannot be empty or contain whitespace: {text!r}")
     size, axes = _split_size(text)
     if size == "":
-        raise _DimError(f"dim {text!r} has no size before '/'")
+        raise DimError(f"dim {text!r} has no size before '/'")
     if "?" in axes:
         if axes != ["?"]:
-            raise _DimError(f"dim {text!r}: '?' (XLA decides the dim's layout) stands alone after one '/', "
+            raise DimError(f"dim {text!r}: '?' (XLA decides the dim's layout) stands alone after one '/', "
                             f"as in {size + '/?'!r}, not beside mesh axes")
         if size in ("...",) or size[0] == "*":
-            raise _DimError(f"variadic dim {text!r} cannot be unconstrained: mark the dims it stands for")
+            raise DimError(f"variadic dim {text!r} cannot be unconstrained: mark the dims it stands for")
         plain = _parse_dim(size)
         return DimSpec(plain.shape, UNCONSTRAINED_AXES, plain.kind, plain.expr, True)
     for axis in axes:
         if axis == "":
-            raise _DimError(f"dim {text!r} has an empty mesh axis name (a '/' with nothing after it)")
-        if not _IDENT.match(axis):
-            raise _DimError(f"dim {text!r}: mesh axis {axis!r} is not an identifier")
+            raise DimError(f"dim {text!r} has an empty mesh axis name (a '/' with nothing after it)")
+        if not IDENT.match(axis):
+            raise DimError(f"dim {text!r}: mesh axis {axis!r} is not an identifier")
     if len(set(axes)) != len(axes):
-        raise _DimError(f"dim {text!r} names a mesh axis twice")
+        raise DimError(f"dim {text!r} names a mesh axis twice")
     sharding = tuple(axes)
     expr: int | Node | None = None
     if size == "...":
@@ -209,30 +209,30 @@ def _parse_dim(text: str) -> DimSpec:
     elif size == "_":
         kind = ANY
     elif size[0] == "*":
-        if not _IDENT.match(size[1:]) or size[1:] == "_":
-            raise _DimError(f"dim {text!r}: '*' must be followed by a name other than '_', as in '*batch'")
+        if not IDENT.match(size[1:]) or size[1:] == "_":
+            raise DimError(f"dim {text!r}: '*' must be followed by a name other than '_', as in '*batch'")
         kind = VARIADIC
     elif size[0] == "#":
-        if not _IDENT.match(size[1:]) or size[1:] == "_":
-            raise _DimError(f"dim {text!r}: '#' must be followed by a name other than '_', as in '#batch'")
+        if not IDENT.match(size[1:]) or size[1:] == "_":
+            raise DimError(f"dim {text!r}: '#' must be followed by a name other than '_', as in '#batch'")
         kind = BROADCAST
     elif _INT.match(size):
         kind = FIXED
         expr = int(size)
-    elif _IDENT.match(size):
+    elif IDENT.match(size):
         kind = NAMED
     else:
-        expr = _parse_expr(size)
+        expr = parse_expr(size)
         kind = EXPR
-        if not _expr_names(expr):  # a constant ('2-3', '4//0'): a size it can never be is an error now
+        if not expr_names(expr):  # a constant ('2-3', '4//0'): a size it can never be is an error now
             try:
                 value = evaluate(expr, lambda name: 0)
             except ZeroDivisionError:
-                raise _DimError(f"dim {text!r} divides by zero") from None
+                raise DimError(f"dim {text!r} divides by zero") from None
             if value < 0:
-                raise _DimError(f"dim {text!r} is the constant {value}: a size cannot be negative")
+                raise DimError(f"dim {text!r} is the constant {value}: a size cannot be negative")
     if kind in (ELLIPSIS, VARIADIC) and sharding:
-        raise _DimError(f"variadic dim {text!r} cannot be sharded: shard the dims it stands for")
+        raise DimError(f"variadic dim {text!r} cannot be sharded: shard the dims it stands for")
     return DimSpec(size, sharding, kind, expr)
 
 
@@ -335,7 +335,7 @@ def _parse_shape(spec: str) -> ShapeSpec:
         text = m.group()
         try:
             dim = _parse_dim(text)
-        except _DimError as e:
+        except DimError as e:
             raise ShapeSpecError(spec, f"dim {len(dims)}: {e}", m.span()) from None
         if dim.is_variadic:
             if variadic_at is not None:

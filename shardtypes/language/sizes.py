@@ -14,7 +14,7 @@ from typing import Any, Callable, TypeAlias
 
 __all__ = ["evaluate", "size_equal", "divides", "check_dims"]
 
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _TOKEN = re.compile(r"\s*(?:(?P<int>[0-9]+)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<op>//|[-+*()]))")
 
 # Size expressions are small: a bound on their length and on the nesting of parentheses keeps
@@ -28,7 +28,7 @@ def _quote(text: str) -> str:
     return repr(text) if len(text) <= 60 else f"{text[:40]!r}... ({len(text)} characters)"
 
 
-class _DimError(Exception):
+class DimError(Exception):
     """Raised inside DimSpec parsing; ShapeSpec.parse adds the string and the position."""
 
 
@@ -45,17 +45,17 @@ Size: TypeAlias = Any
 JAX does not export)."""
 
 
-def _parse_expr(text: str) -> Node:
+def parse_expr(text: str) -> Node:
     tokens: list[tuple[str, str]] = []
     pos = 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if m is None or m.end() == pos or m.lastgroup is None:
-            raise _DimError(f"unexpected character {text[pos]!r} in size expression {text!r}")
+            raise DimError(f"unexpected character {text[pos]!r} in size expression {text!r}")
         tokens.append((m.lastgroup, m.group(m.lastgroup)))
         pos = m.end()
         if len(tokens) > _MAX_TOKENS:
-            raise _DimError(f"size expression {_quote(text)} is too long (more than {_MAX_TOKENS} "
+            raise DimError(f"size expression {_quote(text)} is too long (more than {_MAX_TOKENS} "
                             "names, integers and operators)")
     state = {"i": 0, "depth": 0}
 
@@ -71,24 +71,24 @@ def _parse_expr(text: str) -> Node:
     def factor() -> Node:
         kind, value = take()
         if value is None:
-            raise _DimError(f"size expression {text!r} ends where an operand was expected")
+            raise DimError(f"size expression {text!r} ends where an operand was expected")
         if kind == "int":
             return ("int", int(value))
         if kind == "name":
             if value == "_":
-                raise _DimError(f"'_' (any size) cannot appear in size expression {text!r}")
+                raise DimError(f"'_' (any size) cannot appear in size expression {text!r}")
             return ("name", value)
         if value == "(":
             state["depth"] += 1
             if state["depth"] > _MAX_NESTING:
-                raise _DimError(f"size expression {_quote(text)} is nested more than {_MAX_NESTING} "
+                raise DimError(f"size expression {_quote(text)} is nested more than {_MAX_NESTING} "
                                 "parentheses deep")
             node = expr()
             if take()[1] != ")":
-                raise _DimError(f"unbalanced parentheses in size expression {text!r}")
+                raise DimError(f"unbalanced parentheses in size expression {text!r}")
             state["depth"] -= 1
             return node
-        raise _DimError(f"expected a name or integer in size expression {text!r}, found {value!r}")
+        raise DimError(f"expected a name or integer in size expression {text!r}, found {value!r}")
 
     def term() -> Node:
         node = factor()
@@ -108,17 +108,17 @@ def _parse_expr(text: str) -> Node:
     if state["i"] != len(tokens):
         leftover = tokens[state["i"]][1]
         if leftover == ")":
-            raise _DimError(f"unbalanced parentheses in size expression {text!r}")
-        raise _DimError(f"unexpected {leftover!r} in size expression {text!r}")
+            raise DimError(f"unbalanced parentheses in size expression {text!r}")
+        raise DimError(f"unexpected {leftover!r} in size expression {text!r}")
     return node
 
 
-def _expr_names(node: Node) -> frozenset[str]:
+def expr_names(node: Node) -> frozenset[str]:
     if node[0] == "name":
         return frozenset([node[1]])
     if node[0] == "int":
         return frozenset()
-    return _expr_names(node[1]) | _expr_names(node[2])
+    return expr_names(node[1]) | expr_names(node[2])
 
 
 def evaluate(node: Node, lookup: Callable[[str], Size]) -> Size:
@@ -184,7 +184,7 @@ def check_dims(dims: object, what: str, arg: str = "dims") -> dict[str, Any]:
         )
     out: dict[str, Any] = {}
     for name, size in dims.items():
-        if not isinstance(name, str) or not _IDENT.match(name) or name == "_":
+        if not isinstance(name, str) or not IDENT.match(name) or name == "_":
             raise TypeError(f"{what}: {arg} has the key {name!r}; "
                             "its keys are dim names (identifiers), as {'batch': 8}")
         sizes = size if isinstance(size, tuple) else (size,)
@@ -200,7 +200,7 @@ def check_dims(dims: object, what: str, arg: str = "dims") -> dict[str, Any]:
     return out
 
 
-def _mapping_of_sizes(value: Any, what: str, arg: str) -> None:
+def mapping_of_sizes(value: Any, what: str, arg: str) -> None:
     """Checks a report's field ``arg`` (of ``what``): a mapping of axis or dim names to sizes."""
     from collections.abc import Mapping
 

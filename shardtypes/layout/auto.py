@@ -11,7 +11,7 @@ alone, following eFormer's rule: the largest dims take the largest mesh axes tha
 P('d', 't')
 
 What eFormer's users met silently is loud in the modules beside this one, which share its
-candidates (``_Unit``) and shapes:
+candidates (``Unit``) and shapes:
 
 - ``partition_specs_for_budget`` (``_least_sharding``) really checks the per-device byte budget, and names every leaf
   that cannot meet it, with the best it could do;
@@ -46,24 +46,24 @@ __all__ = ["auto_partition_spec", "auto_partition_specs"]
 
 
 @dataclasses.dataclass(frozen=True)
-class _Unit:
+class Unit:
     """One candidate for a dim: a mesh axis, or several used together (``names=[('d', 't')]``)."""
 
     axes: tuple[str, ...]
     size: int
 
 
-def _axis_sizes(mesh: Any) -> dict[str, int]:
+def mesh_axis_sizes(mesh: Any) -> dict[str, int]:
     return {name: int(size) for name, size in dict(mesh.shape).items()}
 
 
-def _units(mesh: Any, names: Sequence[str | tuple[str, ...]] | None, what: str) -> tuple[_Unit, ...]:
+def candidate_units(mesh: Any, names: Sequence[str | tuple[str, ...]] | None, what: str) -> tuple[Unit, ...]:
     """The candidates in priority order: ``names`` as given, or every mesh axis by size,
     largest first (ties in mesh order). Size-1 axes are dropped: they shard nothing."""
-    sizes = _axis_sizes(mesh)
+    sizes = mesh_axis_sizes(mesh)
     if names is None:
         order = sorted(sizes, key=lambda a: -sizes[a])  # stable: ties keep mesh order
-        return tuple(_Unit((a,), sizes[a]) for a in order if sizes[a] > 1)
+        return tuple(Unit((a,), sizes[a]) for a in order if sizes[a] > 1)
     if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
         raise TypeError(
             f"{what}: names must be a list of mesh axis names or tuples of them, got {names!r} "
@@ -87,18 +87,18 @@ def _units(mesh: Any, names: Sequence[str | tuple[str, ...]] | None, what: str) 
             raise ValueError(f"{what}: names entry {entry!r} repeats a mesh axis")
         kept = tuple(a for a in axes if sizes[a] > 1)
         if kept:
-            units.append(_Unit(kept, math.prod(sizes[a] for a in kept)))
+            units.append(Unit(kept, math.prod(sizes[a] for a in kept)))
     return tuple(units)
 
 
-def _entry(units: Sequence[_Unit]) -> str | tuple[str, ...] | None:
+def _entry(units: Sequence[Unit]) -> str | tuple[str, ...] | None:
     axes = tuple(a for u in units for a in u.axes)
     if not axes:
         return None
     return axes[0] if len(axes) == 1 else axes
 
 
-def _spec(per_dim: Sequence[Sequence[_Unit]]) -> PartitionSpec:
+def spec_of_units(per_dim: Sequence[Sequence[Unit]]) -> PartitionSpec:
     """Full-rank spec, or ``P()`` when nothing is sharded (replicated is always ``P()``)."""
     entries = [_entry(units) for units in per_dim]
     if all(e is None for e in entries):
@@ -109,30 +109,30 @@ def _spec(per_dim: Sequence[Sequence[_Unit]]) -> PartitionSpec:
 #### Shapes
 
 
-def _where(path: str) -> str:
+def path_or_array(path: str) -> str:
     return path or "the array"
 
 
-def _shape_of(x: Any, path: str, what: str) -> tuple:
+def shape_of(x: Any, path: str, what: str) -> tuple:
     shape = getattr(x, "shape", None)
     if shape is None or isinstance(x, type):
         raise TypeError(
-            f"{what}: {_where(path)} is {type(x).__name__} {x!r:.60}, not an array; pass arrays, "
+            f"{what}: {path_or_array(path)} is {type(x).__name__} {x!r:.60}, not an array; pass arrays, "
             "numpy arrays or jax.ShapeDtypeStruct (anything with .shape)"
         )
     return tuple(shape)
 
 
-def _concrete(shape: tuple) -> tuple[int | None, ...]:
+def concrete_sizes(shape: tuple) -> tuple[int | None, ...]:
     """Sizes as ints; a symbolic size (jax.export) is None: its divisibility is unknown, so it is
     never chosen for sharding."""
     return tuple(int(d) if isinstance(d, (int, np.integer)) else None for d in shape)
 
 
-def _itemsize(x: Any, path: str, what: str) -> int:
+def itemsize_of(x: Any, path: str, what: str) -> int:
     dtype = getattr(x, "dtype", None)
     if dtype is None:
-        raise TypeError(f"{what}: {_where(path)} has no dtype, so its bytes are unknown")
+        raise TypeError(f"{what}: {path_or_array(path)} has no dtype, so its bytes are unknown")
     return np.dtype(dtype).itemsize
 
 
@@ -140,20 +140,20 @@ def _itemsize(x: Any, path: str, what: str) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _auto_assign(sizes: tuple[int | None, ...], units: tuple[_Unit, ...], reverse: bool) -> PartitionSpec:
+def _auto_assign(sizes: tuple[int | None, ...], units: tuple[Unit, ...], reverse: bool) -> PartitionSpec:
     """eFormer's rule: dims by size (descending, or ascending with ``reverse``), each takes the
     first unit not yet used whose size divides it."""
     known = {i: s for i, s in enumerate(sizes) if s is not None}
     order = sorted(known, key=lambda i: (known[i] if reverse else -known[i], i))
     used: set[str] = set()
-    per_dim: list[list[_Unit]] = [[] for _ in sizes]
+    per_dim: list[list[Unit]] = [[] for _ in sizes]
     for i in order:
         for unit in units:
             if used.isdisjoint(unit.axes) and known[i] % unit.size == 0:
                 per_dim[i].append(unit)
                 used.update(unit.axes)
                 break
-    return _spec(per_dim)
+    return spec_of_units(per_dim)
 
 
 def auto_partition_spec(
@@ -187,7 +187,7 @@ def auto_partition_spec(
     """
     what = "auto_partition_spec"
     mesh = mesh_arg(mesh, what)
-    units = _units(mesh, names, what)
+    units = candidate_units(mesh, names, what)
     _check_options(min_sharding_size, reverse, what)
     return _auto_one(x, "", mesh, units, min_sharding_size, reverse, what)
 
@@ -203,9 +203,9 @@ def _check_options(min_sharding_size: Any, reverse: Any, what: str) -> None:
         raise TypeError(f"{what}: reverse must be True or False, got {reverse!r}")
 
 
-def _auto_one(x: Any, path: str, mesh: Mesh | AbstractMesh, units: tuple[_Unit, ...],
+def _auto_one(x: Any, path: str, mesh: Mesh | AbstractMesh, units: tuple[Unit, ...],
               min_sharding_size: int | None, reverse: bool, what: str) -> PartitionSpec:
-    sizes = _concrete(_shape_of(x, path, what))
+    sizes = concrete_sizes(shape_of(x, path, what))
     if min_sharding_size is None:
         min_sharding_size = int(mesh.size)
     known = [s for s in sizes if s is not None]
@@ -231,7 +231,7 @@ def auto_partition_specs(
     """
     what = "auto_partition_specs"
     mesh = mesh_arg(mesh, what)
-    units = _units(mesh, names, what)
+    units = candidate_units(mesh, names, what)
     _check_options(min_sharding_size, reverse, what)
     with tree_guard(what, "tree", tree):
         return jax.tree_util.tree_map_with_path(
@@ -243,20 +243,14 @@ def auto_partition_specs(
 #### Bytes and spec trees (for the budget, validation and conversion too)
 
 
-def _fmt_bytes(n: float) -> str:
+def fmt_bytes(n: float) -> str:
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= scale:
             return f"{n / scale:.3g} {unit} ({int(n)} bytes)"
     return f"{int(n)} bytes"
 
 
-def _is_spec_leaf(s: Any) -> bool:
+def is_spec_leaf(s: Any) -> bool:
     return s is None or isinstance(s, (PartitionSpec, NamedSharding))
 
 
-def _entry_axes(entry: Any) -> tuple[str, ...]:
-    if entry is None or entry is PartitionSpec.UNCONSTRAINED:
-        return ()
-    if isinstance(entry, str):
-        return (entry,)
-    return tuple(entry)

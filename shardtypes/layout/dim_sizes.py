@@ -1,4 +1,4 @@
-"""The sizes an annotation's dims take from a ``dims`` table: each dim's size (``_dim_size``, with
+"""The sizes an annotation's dims take from a ``dims`` table: each dim's size (``dim_size``, with
 size expressions evaluated), the names an annotation tree uses, and a ``dims`` table checked
 against them. ``make_shape_dtype_structs``, ``verify`` and ``plan`` size their arrays with these.
 """
@@ -10,12 +10,12 @@ from typing import Any, Mapping
 
 from ..language.shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC, entry_axes
 from ..language.sizes import check_dims, divides, evaluate, unused_dims_error
-from ..model.walk import _Leaf, _walk
+from ..model.walk import Leaf, walk_leaves
 
 __all__ = ["check_dims_for", "dims_used", "undivided"]
 
 
-def _dim_size(dim, sizes: Mapping[str, Any], leaf: _Leaf, index: int, required: bool) -> Any:
+def dim_size(dim, sizes: Mapping[str, Any], leaf: Leaf, index: int, required: bool) -> Any:
     where = leaf.path or "the annotation"
     kind = dim.kind
     if kind == FIXED:
@@ -43,7 +43,7 @@ def _dim_size(dim, sizes: Mapping[str, Any], leaf: _Leaf, index: int, required: 
     return None
 
 
-def _evaluate(dim, sizes: Mapping[str, Any], leaf: _Leaf, index: int) -> Any:
+def _evaluate(dim, sizes: Mapping[str, Any], leaf: Leaf, index: int) -> Any:
     """The size of an expression dim (``seq+1``, ``heads//kv``) with ``sizes``; a division by
     zero or a negative result is a ValueError naming the dim and the sizes."""
     where = f"{leaf.path or 'the annotation'} ({leaf.text}): dim {index} {str(dim)!r}"
@@ -68,14 +68,14 @@ def dims_used(annotation: Any, like: Any = None) -> tuple[set[str], set[str]]:
     single: set[str] = set()
     variadic: set[str] = set()
 
-    def leaf(leaf: _Leaf) -> None:
+    def leaf(leaf: Leaf) -> None:
         for dim in leaf.spec.dims:
             if dim.kind == VARIADIC:
                 variadic.add(dim.shape[1:])
             else:
                 single.update(dim.names)
 
-    _walk(annotation, leaf, like=like)
+    walk_leaves(annotation, leaf, like=like)
     return single, variadic
 
 

@@ -13,8 +13,8 @@ from ..context.rule_resolution import choices as rules_choices
 from ..context.rules import AxisRulesError, current_rules
 from ..language.shape import is_unconstrained
 from ..language.sizes import check_dims
-from ..model.walk import _Leaf, _walk
-from .dim_sizes import _dim_size
+from ..model.walk import Leaf, walk_leaves
+from .dim_sizes import dim_size
 from .specs import mesh_arg
 
 __all__ = ["explain"]
@@ -47,9 +47,9 @@ def explain_tree(annotation: Any, mesh: Any = None, dims: Mapping[str, Any] | No
         rules, mode = active
         lines.append(f"under {rules!r}" + (f" in mode {mode!r}" if mode else ""))
 
-    def leaf(leaf: _Leaf) -> None:
+    def leaf(leaf: Leaf) -> None:
         spec = leaf.spec
-        known = [_dim_size(d, dims or {}, leaf, i, required=False) if not d.is_variadic else None
+        known = [dim_size(d, dims or {}, leaf, i, required=False) if not d.is_variadic else None
                  for i, d in enumerate(spec.dims)]
         ndim = len(spec.dims) - (spec.variadic_index is not None)
         lines.append(f"{leaf.path or 'the annotation'}: {leaf.text}")
@@ -64,5 +64,5 @@ def explain_tree(annotation: Any, mesh: Any = None, dims: Mapping[str, Any] | No
             notes = "; ".join(choice.notes)
             lines.append(f"  dim {choice.index} {choice.dim!r}: {axes}" + (f"  ({notes})" if notes else ""))
 
-    _walk(annotation, leaf)
+    walk_leaves(annotation, leaf)
     return "\n".join(lines)

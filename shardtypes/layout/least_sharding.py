@@ -17,19 +17,19 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
+from ..language.shape import entry_axes
 from ..model import public_names
 from .auto import (
-    _axis_sizes,
-    _concrete,
-    _entry_axes,
-    _fmt_bytes,
-    _is_spec_leaf,
-    _itemsize,
-    _shape_of,
-    _spec,
-    _Unit,
-    _units,
-    _where,
+    Unit,
+    candidate_units,
+    concrete_sizes,
+    fmt_bytes,
+    is_spec_leaf,
+    itemsize_of,
+    mesh_axis_sizes,
+    path_or_array,
+    shape_of,
+    spec_of_units,
 )
 from .placement import tree_guard
 from .specs import mesh_arg
@@ -42,13 +42,13 @@ CONVERT_STRATEGIES = ("preserve_balance", "same_axes")
 #### Least sharding: the fewest devices per array that reach a parallelism target
 
 
-def _place(sizes: tuple[int | None, ...], chosen: Sequence[_Unit]) -> list[list[_Unit]] | None:
+def _place(sizes: tuple[int | None, ...], chosen: Sequence[Unit]) -> list[list[Unit]] | None:
     """Puts every unit of ``chosen`` on a dim that it divides (several may share one dim), or
     None if no placement exists. Units go, in priority order, to the dim with the largest
     remaining local size first (ties: the dim with fewer units); backtracking makes the search
     exhaustive."""
     rest = {i: s for i, s in enumerate(sizes) if s is not None}  # dims of known size
-    per_dim: list[list[_Unit]] = [[] for _ in sizes]
+    per_dim: list[list[Unit]] = [[] for _ in sizes]
 
     def go(k: int) -> bool:
         if k == len(chosen):
@@ -69,7 +69,7 @@ def _place(sizes: tuple[int | None, ...], chosen: Sequence[_Unit]) -> list[list[
 
 @functools.lru_cache(maxsize=4096)
 def _least_sharding(
-    sizes: tuple[int | None, ...], units: tuple[_Unit, ...], needed: int
+    sizes: tuple[int | None, ...], units: tuple[Unit, ...], needed: int
 ) -> tuple[PartitionSpec, int, bool]:
     """The spec with the smallest parallelism (product of its axis sizes) that is at least
     ``needed``; if none reaches it, the one with the largest. Returns (spec, parallelism,
@@ -88,11 +88,11 @@ def _least_sharding(
             continue
         per_dim = _place(sizes, [units[k] for k in combo])
         if per_dim is not None:
-            return _spec(per_dim), product, True
+            return spec_of_units(per_dim), product, True
     for product, combo in sorted(subsets, key=lambda pc: (-pc[0], pc[1])):
         per_dim = _place(sizes, [units[k] for k in combo])
         if per_dim is not None:
-            return _spec(per_dim), product, False
+            return spec_of_units(per_dim), product, False
     return PartitionSpec(), 1, False
 
 
@@ -124,18 +124,18 @@ def partition_specs_for_budget(
     if not max_bytes_per_device > 0:
         raise ValueError(f"{what}: max_bytes_per_device must be positive, got {max_bytes_per_device!r}")
     mesh = mesh_arg(mesh, what)
-    units = _units(mesh, names, what)
+    units = candidate_units(mesh, names, what)
     budget = max_bytes_per_device
     failures: list[str] = []
 
     def leaf(p, x) -> PartitionSpec:
         path = jax.tree_util.keystr(p)
-        shape = _shape_of(x, path, what)
-        sizes = _concrete(shape)
-        itemsize = _itemsize(x, path, what)
+        shape = shape_of(x, path, what)
+        sizes = concrete_sizes(shape)
+        itemsize = itemsize_of(x, path, what)
         known = [s for s in sizes if s is not None]
         if len(known) != len(sizes):
-            raise ValueError(f"{what}: {_where(path)} has symbolic shape {shape}, so its bytes are unknown")
+            raise ValueError(f"{what}: {path_or_array(path)} has symbolic shape {shape}, so its bytes are unknown")
         total = math.prod(known) * itemsize
         if total <= budget:
             return PartitionSpec()
@@ -143,8 +143,8 @@ def partition_specs_for_budget(
         spec, parallelism, reached = _least_sharding(sizes, units, int(needed))
         if not reached:
             failures.append(
-                f"  {_where(path)}: shape {shape}, dtype {np.dtype(x.dtype).name}, "
-                f"{_fmt_bytes(total)} in all; at best {_fmt_bytes(total // parallelism)} per device "
+                f"  {path_or_array(path)}: shape {shape}, dtype {np.dtype(x.dtype).name}, "
+                f"{fmt_bytes(total)} in all; at best {fmt_bytes(total // parallelism)} per device "
                 f"with {spec} over {parallelism} device{'' if parallelism == 1 else 's'}"
             )
         return spec
@@ -155,7 +155,7 @@ def partition_specs_for_budget(
         axes = {u.axes[0] if len(u.axes) == 1 else u.axes: u.size for u in units}
         raise ValueError(
             f"{what}: {len(failures)} {'leaf' if len(failures) == 1 else 'leaves'} "
-            f"cannot fit in {_fmt_bytes(budget)} per device "
+            f"cannot fit in {fmt_bytes(budget)} per device "
             f"on this mesh (usable axes and sizes: {axes}):\n" + "\n".join(failures) + "\n"
             "Raise the budget, use a larger mesh, or pad the dims so that more axes divide them."
         )
@@ -196,9 +196,9 @@ def convert_specs(
         if not isinstance(value, (Mesh, AbstractMesh)):
             raise TypeError(f"{what}: {arg} must be a Mesh or an AbstractMesh, "
                             f"got {type(value).__name__} {value!r:.60}")
-    old_sizes = _axis_sizes(old_mesh)
-    new_sizes = _axis_sizes(new_mesh)
-    units = _units(new_mesh, None, what)
+    old_sizes = mesh_axis_sizes(old_mesh)
+    new_sizes = mesh_axis_sizes(new_mesh)
+    units = candidate_units(new_mesh, None, what)
 
     def leaf(p, spec, x):
         path = jax.tree_util.keystr(p)
@@ -207,24 +207,24 @@ def convert_specs(
         if spec is None:
             spec = PartitionSpec()
         if not isinstance(spec, PartitionSpec):
-            raise TypeError(f"{what}: the spec at {_where(path)} is {spec!r}, not a PartitionSpec")
+            raise TypeError(f"{what}: the spec at {path_or_array(path)} is {spec!r}, not a PartitionSpec")
         inner = jax.tree_util.tree_leaves(x)
         if len(inner) != 1 or inner[0] is not x:
             raise ValueError(
-                f"{what}: the spec at {_where(path)} ({spec}) stands for {len(inner)} arrays in "
+                f"{what}: the spec at {path_or_array(path)} ({spec}) stands for {len(inner)} arrays in "
                 "shapes; give one spec per array"
             )
-        shape = _shape_of(x, path, what)
-        sizes = _concrete(shape)
-        axes = [a for e in spec for a in _entry_axes(e)]
+        shape = shape_of(x, path, what)
+        sizes = concrete_sizes(shape)
+        axes = [a for e in spec for a in entry_axes(e)]
         missing = [a for a in axes if a not in old_sizes]
         if missing:
             raise ValueError(
-                f"{what}: {_where(path)} (shape {shape}, spec {spec}) uses mesh axis "
+                f"{what}: {path_or_array(path)} (shape {shape}, spec {spec}) uses mesh axis "
                 f"{missing[0]!r}, which old_mesh does not have (axes: {tuple(old_sizes)})"
             )
         if len(set(axes)) != len(axes):
-            raise ValueError(f"{what}: {_where(path)} (shape {shape}, spec {spec}) uses a mesh axis twice")
+            raise ValueError(f"{what}: {path_or_array(path)} (shape {shape}, spec {spec}) uses a mesh axis twice")
         if strategy == "same_axes" and _transfers(spec, sizes, new_sizes):
             return spec
         factor = math.prod(old_sizes[a] for a in axes)
@@ -232,7 +232,7 @@ def convert_specs(
 
     try:
         with tree_guard(what, "specs or shapes", specs, shapes):
-            return jax.tree_util.tree_map_with_path(leaf, specs, shapes, is_leaf=_is_spec_leaf)
+            return jax.tree_util.tree_map_with_path(leaf, specs, shapes, is_leaf=is_spec_leaf)
     except ValueError as e:
         if str(e).startswith(what):
             raise
@@ -245,7 +245,7 @@ def _transfers(spec: PartitionSpec, sizes: tuple[int | None, ...], new_sizes: di
     if len(spec) > len(sizes):
         return False
     for entry, size in zip(spec, sizes):
-        axes = _entry_axes(entry)
+        axes = entry_axes(entry)
         if not axes:
             continue
         if any(a not in new_sizes for a in axes) or size is None:

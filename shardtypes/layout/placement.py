@@ -19,7 +19,7 @@ from typeguard import TypeCheckError
 from ..context.tracebacks import filter_traceback
 from ..language.shape import entry_axes
 from ..model import ClassNode, describe, model
-from ..model.walk import _brief, _Leaf, _walk
+from ..model.walk import Leaf, brief, walk_leaves
 from .dim_sizes import undivided
 from .specs import mesh_arg, shardings as derive_shardings
 
@@ -105,13 +105,13 @@ def _shard(value: Any, annotation: Any, mesh: Any, like: Any) -> Any:
             f"{value_keys[:6]}{'...' if len(value_keys) > 6 else ''}, annotation has "
             f"{sharding_keys[:6]}{'...' if len(sharding_keys) > 6 else ''}"
         )
-    infos = jax.tree.leaves(_walk(annotation, _ShardLeaf, like=like))  # aligned with shardings
+    infos = jax.tree.leaves(walk_leaves(annotation, _ShardLeaf, like=like))  # aligned with shardings
     placed: list[Any] = []
     for (path, x), (_, sharding), info in zip(value_leaves, sharding_leaves, infos):
         at = f"value{jax.tree_util.keystr(path)}"
         if not isinstance(info, _ShardLeaf):  # a plain dataclass in the annotation: one leaf to JAX
             raise TypeError(
-                f"shard: {at} is {_brief(describe(x), 60)}, but its annotation is the dataclass "
+                f"shard: {at} is {brief(describe(x), 60)}, but its annotation is the dataclass "
                 f"{type(info).__qualname__}; pass an instance of it"
             )
         if x is None:
@@ -121,7 +121,7 @@ def _shard(value: Any, annotation: Any, mesh: Any, like: Any) -> Any:
             continue
         if not (hasattr(x, "shape") and hasattr(x, "dtype")) and not isinstance(x, (int, float, complex, np.generic)):
             raise TypeError(
-                f"shard: {at} is {type(x).__name__} {_brief(repr(x), 60)}, not an array (its annotation "
+                f"shard: {at} is {type(x).__name__} {brief(repr(x), 60)}, not an array (its annotation "
                 f"is {info.leaf.text})"
             )
         spec = info.leaf.spec
@@ -147,7 +147,7 @@ def _shard_fields(value: Any, annotation: Any, mesh: Any) -> Any:
     if annotation is not cls and type(annotation) is not cls:
         raise TypeError(
             f"shard: value is a {cls.__qualname__} (a dataclass that is not a pytree), but the "
-            f"annotation is {_brief(repr(annotation), 60)}; pass its class, shard(value, {cls.__qualname__})"
+            f"annotation is {brief(repr(annotation), 60)}; pass its class, shard(value, {cls.__qualname__})"
         )
     node = model(cls)
     if not isinstance(node, ClassNode) or not node.has_arrays:
@@ -165,7 +165,7 @@ class _ShardLeaf:
 
     __slots__ = ("leaf",)
 
-    def __init__(self, leaf: _Leaf):
+    def __init__(self, leaf: Leaf):
         self.leaf = leaf
 
 

@@ -26,8 +26,8 @@ from ..language.shape import ELLIPSIS, VARIADIC, axes_entry, entry_axes
 from ..language.sizes import check_dims, divides
 from ..model.describe import axis_hint
 from ..model.value_trees import is_value_tree
-from ..model.walk import _brief, _Leaf, _walk
-from .dim_sizes import _dim_size, check_dims_for, dims_used
+from ..model.walk import Leaf, brief, walk_leaves
+from .dim_sizes import check_dims_for, dim_size, dims_used
 from .value_structs import structs_of_values
 
 __all__ = [
@@ -97,10 +97,10 @@ def make_partition_specs(annotation: Any, *, like: Any = None) -> PartitionSpecT
 
 def partition_specs(annotation: Any, *, like: Any = None) -> Any:
     """``make_partition_specs`` for callers that name themselves in its errors."""
-    return _walk(annotation, lambda leaf: _partition_spec(leaf), like=like)
+    return walk_leaves(annotation, lambda leaf: partition_spec(leaf), like=like)
 
 
-def _partition_spec(leaf: _Leaf, ndim: int | None = None, mesh_sizes: Mapping[str, int] | None = None,
+def partition_spec(leaf: Leaf, ndim: int | None = None, mesh_sizes: Mapping[str, int] | None = None,
                     shape: tuple | None = None) -> PartitionSpec:
     """The leaf's PartitionSpec: its mesh axes as written or, with axis rules active, resolved
     through them (over ``mesh_sizes`` and ``shape`` where known)."""
@@ -119,7 +119,7 @@ def _partition_spec(leaf: _Leaf, ndim: int | None = None, mesh_sizes: Mapping[st
     return PartitionSpec(*(axes_entry(a) for a in axes))
 
 
-def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = None,
+def _resolved_spec(leaf: Leaf, mesh: Any, sizes: Mapping[str, Any] | None = None,
                    ndim: int | None = None, unconstrained: str = "error") -> PartitionSpec:
     """The leaf's PartitionSpec on ``mesh``, checked: every axis is in the mesh, and every dim
     whose size ``sizes`` gives divides over its axes. An UNCONSTRAINED dim (``embed/?``) is an
@@ -127,10 +127,10 @@ def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = Non
     only on an all-Explicit mesh; with ``'replicate'`` (verify's inputs) it is None."""
     mesh_sizes = dict(mesh.shape)
     where = leaf.path or "the annotation"
-    known = [_dim_size(dim, sizes or {}, leaf, i, required=False) if not dim.is_variadic else None
+    known = [dim_size(dim, sizes or {}, leaf, i, required=False) if not dim.is_variadic else None
              for i, dim in enumerate(leaf.spec.dims)]
     shape = tuple(known) if leaf.spec.variadic_index is None else None
-    spec = _partition_spec(leaf, ndim, mesh_sizes, shape)
+    spec = partition_spec(leaf, ndim, mesh_sizes, shape)
     var = leaf.spec.variadic_index
     for i, entry in enumerate(spec):
         axes = entry_axes(entry)
@@ -160,7 +160,7 @@ def _resolved_spec(leaf: _Leaf, mesh: Any, sizes: Mapping[str, Any] | None = Non
     return spec
 
 
-def _refuse_unconstrained(leaf: _Leaf, mesh: Any, i: int, var: int | None, auto_ok: bool) -> None:
+def _refuse_unconstrained(leaf: Leaf, mesh: Any, i: int, var: int | None, auto_ok: bool) -> None:
     dims = leaf.spec.dims
     head = (f"{leaf.path or 'the annotation'} ({leaf.text}): dim {i}"
             f"{f' {str(dims[i])!r}' if (var is None or i < var) and i < len(dims) else ''}"
@@ -181,7 +181,7 @@ def mesh_arg(mesh: Any, what: str) -> Mesh | AbstractMesh:
     if mesh is not None and not isinstance(mesh, (Mesh, AbstractMesh)):
         raise TypeError(
             f"{what}: mesh must be a Mesh or an AbstractMesh (or None, for the current mesh), got "
-            f"{type(mesh).__name__} {_brief(repr(mesh))}"
+            f"{type(mesh).__name__} {brief(repr(mesh))}"
         )
     return current_mesh(mesh, what)
 
@@ -209,12 +209,12 @@ def shardings(annotation: Any, mesh: Any = None, *, like: Any = None, unconstrai
             _SHARDINGS.clear()
         cache = _SHARDINGS[key] = {}
 
-    def leaf(leaf: _Leaf) -> NamedSharding:
+    def leaf(leaf: Leaf) -> NamedSharding:
         sharding = NamedSharding(mesh, _resolved_spec(leaf, mesh, unconstrained=unconstrained))
         cache[leaf.annotation] = sharding
         return sharding
 
-    return _walk(annotation, leaf, fast=cache.get, like=like)
+    return walk_leaves(annotation, leaf, fast=cache.get, like=like)
 
 
 # (mesh, active rules) -> {array annotation -> NamedSharding}: a sharding is a function of these
@@ -266,7 +266,7 @@ def structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None, like: An
             raise no_mesh_error("make_shape_dtype_structs") from None
         mesh = None
 
-    def leaf(leaf: _Leaf) -> jax.ShapeDtypeStruct:
+    def leaf(leaf: Leaf) -> jax.ShapeDtypeStruct:
         where = leaf.path or "the annotation"
         if leaf.dtype_cls.dtype is None:
             raise ValueError(
@@ -291,13 +291,13 @@ def structs(annotation: Any, dims: Mapping[str, Any], mesh: Any = None, like: An
                     )
                 shape.extend(sizes)
                 continue
-            shape.append(_dim_size(dim, dims, leaf, i, required=True))
+            shape.append(dim_size(dim, dims, leaf, i, required=True))
         sharding = None
         if mesh is not None:
             sharding = NamedSharding(mesh, _resolved_spec(leaf, mesh, dims, len(shape), unconstrained=unconstrained))
         return jax.ShapeDtypeStruct(tuple(shape), leaf.dtype_cls.dtype, sharding=sharding)
 
-    return _walk(annotation, leaf, like=like)
+    return walk_leaves(annotation, leaf, like=like)
 
 
 def is_fully_sharded(spec: PartitionSpec, mesh: Any = None) -> bool:

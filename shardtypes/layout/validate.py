@@ -14,8 +14,9 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
+from ..language.shape import entry_axes
 from ..model import public_names
-from .auto import _axis_sizes, _concrete, _entry_axes, _fmt_bytes, _is_spec_leaf, _shape_of, _where
+from .auto import concrete_sizes, fmt_bytes, is_spec_leaf, mesh_axis_sizes, path_or_array, shape_of
 from .placement import tree_guard
 from .specs import mesh_arg
 
@@ -71,7 +72,7 @@ def _pair_leaves(specs: Any, tree: Any, what: str) -> list[tuple[str, Any, Any]]
             out.append((jax.tree_util.keystr(tuple(p) + tuple(q)), spec, x))
 
     try:
-        jax.tree_util.tree_map_with_path(pair, specs, tree, is_leaf=_is_spec_leaf)
+        jax.tree_util.tree_map_with_path(pair, specs, tree, is_leaf=is_spec_leaf)
     except ValueError as e:
         raise ValueError(
             f"{what}: the specs tree does not match the array tree (it must have the same "
@@ -79,12 +80,12 @@ def _pair_leaves(specs: Any, tree: Any, what: str) -> list[tuple[str, Any, Any]]
         ) from None
     bad = [
         (jax.tree_util.keystr(p), s)
-        for p, s in jax.tree_util.tree_flatten_with_path(specs, is_leaf=_is_spec_leaf)[0]
-        if not _is_spec_leaf(s)
+        for p, s in jax.tree_util.tree_flatten_with_path(specs, is_leaf=is_spec_leaf)[0]
+        if not is_spec_leaf(s)
     ]
     if bad:
         path, s = bad[0]
-        raise TypeError(f"{what}: the spec at {_where(path)} is {s!r}, not a PartitionSpec")
+        raise TypeError(f"{what}: the spec at {path_or_array(path)} is {s!r}, not a PartitionSpec")
     return out
 
 
@@ -134,10 +135,10 @@ def validate_shardings(
 
 def _leaf_problems(path: str, x: Any, spec: PartitionSpec, mesh: Mesh | AbstractMesh, threshold: int,
                    what: str) -> list[ShardingProblem]:
-    shape = _shape_of(x, path, what)
-    sizes = _concrete(shape)
-    axis_sizes = _axis_sizes(mesh)
-    where = f"{_where(path)} (shape {shape}, spec {spec})"
+    shape = shape_of(x, path, what)
+    sizes = concrete_sizes(shape)
+    axis_sizes = mesh_axis_sizes(mesh)
+    where = f"{path_or_array(path)} (shape {shape}, spec {spec})"
     found: list[ShardingProblem] = []
 
     def add(kind: str, message: str) -> None:
@@ -148,7 +149,7 @@ def _leaf_problems(path: str, x: Any, spec: PartitionSpec, mesh: Mesh | Abstract
     seen: dict[str, int] = {}
     parts = [1] * len(shape)
     for i, entry in enumerate(spec):
-        axes = _entry_axes(entry)
+        axes = entry_axes(entry)
         for a in axes:
             if a not in axis_sizes:
                 add(
@@ -193,8 +194,8 @@ def _leaf_problems(path: str, x: Any, spec: PartitionSpec, mesh: Mesh | Abstract
                 a, i = hint
                 add(
                     "large_replicated",
-                    f"{where}: holds {_fmt_bytes(per_device)} per device, over the "
-                    f"{_fmt_bytes(threshold)} threshold, while mesh axes {tuple(free)} are "
+                    f"{where}: holds {fmt_bytes(per_device)} per device, over the "
+                    f"{fmt_bytes(threshold)} threshold, while mesh axes {tuple(free)} are "
                     f"unused; e.g. dim {i} (size {concrete[i]}) could also be sharded over {a!r}.",
                 )
     return found

@@ -11,7 +11,7 @@ Subscripting one gives a class (cached: the same arguments give the same class):
 ``f32['a b'] is f32[b'a b']``; the class is a subclass of ``f32`` that says its shape
 (``.shape_string``, bytes; ``.spec``, the parsed ``ShapeSpec``) and array type (``.array_type``, or
 None). ``isinstance(x, f32[b'batch embed'])`` checks dtype, rank, sizes and sharding (see
-``_AnnotationMeta.__instancecheck__``); the class pickles to itself and its repr is what was
+``AnnotationMeta.__instancecheck__``); the class pickles to itself and its repr is what was
 written. The shape string is parsed (and so validated) when the annotation is written.
 
 Static checkers never see these classes: under ``TYPE_CHECKING`` the package binds the names to
@@ -84,7 +84,7 @@ def type_name(cls: type | types.UnionType) -> str:
     return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
 
 
-class _AnnotationMeta(type):
+class AnnotationMeta(type):
     """The metaclass of the dtype classes and of their subscripts: ``isinstance`` checks arrays
     against the annotation, ``repr`` says what was written, pickling goes by recipe (a subscript
     is made on demand, so it cannot be found by module and name)."""
@@ -104,7 +104,7 @@ class _AnnotationMeta(type):
         return _instance_check(annotation, value)
 
 
-def _reduce(cls: _AnnotationMeta) -> Union[str, tuple[Callable[..., type[number]], tuple[Any, ...]]]:
+def _reduce(cls: AnnotationMeta) -> Union[str, tuple[Callable[..., type[number]], tuple[Any, ...]]]:
     annotation = annotation_class(cls)
     if annotation is None:
         return cls.__qualname__  # a dtype class: found by module and name
@@ -117,7 +117,7 @@ def _reduce(cls: _AnnotationMeta) -> Union[str, tuple[Callable[..., type[number]
     return _subscript, (annotation.dtype_class, named or array_type, annotation.shape_string)
 
 
-copyreg.pickle(_AnnotationMeta, _reduce)
+copyreg.pickle(AnnotationMeta, _reduce)
 
 
 def _subscript(dtype_class: type[number], array_type: Any, shape: bytes) -> type[number]:
@@ -128,7 +128,7 @@ def _subscript(dtype_class: type[number], array_type: Any, shape: bytes) -> type
     return subscript(dtype_class, shape if array_type is None else (array_type, shape))
 
 
-class number(metaclass=_AnnotationMeta):
+class number(metaclass=AnnotationMeta):
     """Base class of every shardtypes array annotation. Subscript a subclass: ``f32[b'b e']``,
     ``f32[jax.Array, b'b e']``.
 
@@ -157,7 +157,7 @@ class number(metaclass=_AnnotationMeta):
 
     @classmethod
     def accepts(cls, dtype: Any) -> bool:
-        if _is_extended(dtype):  # PRNG keys and other JAX-only dtypes numpy cannot interpret
+        if is_extended(dtype):  # PRNG keys and other JAX-only dtypes numpy cannot interpret
             return False
         return bool(dtype == cls.dtype)
 
@@ -205,7 +205,7 @@ def _make(cls: type, key: Any) -> type[number]:
             nested = _nested(cls, inner, shape)
             _ANNOTATIONS[cls, key] = nested  # (hashable: it has been a dict key above)
             return nested
-        if isinstance(array_type, _AnnotationMeta):
+        if isinstance(array_type, AnnotationMeta):
             raise TypeError(
                 f"{name}[array_type, shape]: array_type is the dtype class {array_type.__name__}, which "
                 f"has no shape; write {name}[jax.Array, shape] (or {array_type.__name__}[jax.Array, shape])"
@@ -228,7 +228,7 @@ def _make(cls: type, key: Any) -> type[number]:
         }
         # A metaclass call makes the class; checkers cannot tell it is a subclass of cls. Two
         # threads may make one at once: setdefault keeps the first, so there is one class.
-        made = _CANONICAL.setdefault(canonical, cast("type[number]", _AnnotationMeta(text, (cls,), namespace)))
+        made = _CANONICAL.setdefault(canonical, cast("type[number]", AnnotationMeta(text, (cls,), namespace)))
     try:
         _ANNOTATIONS[cls, key] = made
     except TypeError:
@@ -245,7 +245,7 @@ def _shown(key: Any) -> str:
 
 def is_annotation(obj: object) -> bool:
     """Whether ``obj`` is a subscripted annotation class (``f32[b'...']``)."""
-    return isinstance(obj, _AnnotationMeta) and "_text" in obj.__dict__
+    return isinstance(obj, AnnotationMeta) and "_text" in obj.__dict__
 
 
 def annotation_class(obj: object) -> type[number] | None:
@@ -260,13 +260,13 @@ def is_dtype_class(obj: object) -> bool:
     return isinstance(obj, type) and issubclass(obj, number) and obj is not number and obj.shape_string is None
 
 
-def _is_extended(dtype: Any) -> bool:
+def is_extended(dtype: Any) -> bool:
     return bool(jnp.issubdtype(dtype, jax.dtypes.extended))
 
 
 def dtype_name(dtype: Any) -> str:
     """``float32``, or ``key<fry>`` for dtypes numpy cannot interpret."""
-    return str(dtype) if _is_extended(dtype) else np.dtype(dtype).name
+    return str(dtype) if is_extended(dtype) else np.dtype(dtype).name
 
 
 # One class per dtype. The class body holds the exact dtype it accepts.

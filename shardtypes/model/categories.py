@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .annotations import _AnnotationMeta, _is_extended, number
+from .annotations import AnnotationMeta, is_extended, number
 
 __all__ = ["CATEGORIES", "floating", "integer", "signed", "unsigned", "complexfloating", "inexact",
            "real", "numeric", "key", "anydtype"]
@@ -22,12 +22,12 @@ def _category(name: str, test: Callable[[np.dtype], bool], description: str,
     dtypes (PRNG keys), which numpy cannot interpret and which no test sees."""
 
     def accepts(cls: type[number], dtype: Any) -> bool:
-        if _is_extended(dtype):
+        if is_extended(dtype):
             return extended is not None and extended(dtype)
         return test(np.dtype(dtype))
 
     namespace = {"accepts": classmethod(accepts), "description": description}
-    return cast("type[number]", _AnnotationMeta(name, (number,), namespace))
+    return cast("type[number]", AnnotationMeta(name, (number,), namespace))
 
 
 def _kind(kind: Any) -> Callable[[np.dtype], bool]:

@@ -4,7 +4,7 @@ sits), and descriptions of values, shapes, sizes and layouts for messages.
 >>> describe(np.zeros((8, 16), np.float32))
 'float32[8,16] (numpy, on the host)'
 
-A layout is one tuple of mesh axes per dim; ``_normalise`` makes one of a ``PartitionSpec``.
+A layout is one tuple of mesh axes per dim; ``normalise`` makes one of a ``PartitionSpec``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import jax.core
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ..context.rules import _ACTIVE as _ACTIVE_RULES, RULES_HINT
+from ..context.rules import ACTIVE as _ACTIVE_RULES, RULES_HINT
 from ..context.settings import config
 from ..language.shape import entry_axes, is_unconstrained
 from .annotations import dtype_name, type_name
@@ -37,15 +37,15 @@ class Mismatch(Exception):
         self.problem = problem
 
 
-def _n_dims(n: int) -> str:
+def n_dims(n: int) -> str:
     return "1 dim" if n == 1 else f"{n} dims"
 
 
-def _fmt_shape(shape) -> str:
+def fmt_shape(shape) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
-def _fmt_layout(layout: Layout) -> str:
+def fmt_layout(layout: Layout) -> str:
     entries = []
     for axes in layout:
         if axes is None:  # a dim whose layout is not known (the kernel pass's facts)
@@ -67,7 +67,7 @@ def describe(value: Any) -> str:
     dtype = getattr(value, "dtype", None)
     if shape is None or dtype is None:
         return type(value).__name__
-    text = f"{dtype_name(dtype)}{_fmt_shape(shape)}"
+    text = f"{dtype_name(dtype)}{fmt_shape(shape)}"
     if isinstance(value, (np.ndarray, np.generic)):
         return text + " (numpy, on the host)"
     try:
@@ -87,7 +87,7 @@ def describe(value: Any) -> str:
         if unknown:
             return text + f", {unknown}"
     if isinstance(sharding, NamedSharding):
-        return text + f"{sep} sharded {_fmt_layout(_normalise(sharding.spec, len(shape), None))}"
+        return text + f"{sep} sharded {fmt_layout(normalise(sharding.spec, len(shape), None))}"
     if sharding is not None:
         return text + f"{sep} with {type(sharding).__name__}"
     return text
@@ -114,13 +114,13 @@ def _unknown_at_trace_time(sharding: Any, ndim: int) -> str | None:
     known = ""
     if explicit and isinstance(sharding, NamedSharding):
         layout = tuple(tuple(a for a in axes if a in explicit)
-                       for axes in _normalise(sharding.spec, ndim, None))
-        known = f"sharded {_fmt_layout(layout)} over Explicit axes, "
+                       for axes in normalise(sharding.spec, ndim, None))
+        known = f"sharded {fmt_layout(layout)} over Explicit axes, "
     axes = ", ".join(repr(a) for a in auto)
     return f"{known}its layout over Auto axes {axes} unknown until compiled, {when}"
 
 
-def _normalise(spec: PartitionSpec, ndim: int, axis_sizes: dict | None) -> Layout:
+def normalise(spec: PartitionSpec, ndim: int, axis_sizes: dict | None) -> Layout:
     """A PartitionSpec as one tuple of axes per dim, padded to ``ndim``; axes of size 1 dropped."""
     out = []
     for i in range(ndim):
@@ -131,7 +131,7 @@ def _normalise(spec: PartitionSpec, ndim: int, axis_sizes: dict | None) -> Layou
     return tuple(out)
 
 
-def _missing_axes_problem(missing: list[str], axis_names, where: str) -> str:
+def missing_axes_problem(missing: list[str], axis_names, where: str) -> str:
     names = ", ".join(repr(a) for a in missing)
     text = (
         f"mesh axis {names} is not in {where}, which has axes {tuple(axis_names)}"
@@ -152,7 +152,7 @@ def axis_hint(missing: list[str], axis_names) -> str:
     return text
 
 
-def _adopt(actual: Layout, expected: Layout) -> Layout:
+def adopt(actual: Layout, expected: Layout) -> Layout:
     """``expected`` with each UNCONSTRAINED dim (XLA decides) taking the axes ``actual`` has
     there: any split of such a dim passes (an array's spec never names a mesh axis twice)."""
     if not any(is_unconstrained(axes) for axes in expected):
@@ -161,16 +161,16 @@ def _adopt(actual: Layout, expected: Layout) -> Layout:
                  for found, want in zip(actual + ((),) * (len(expected) - len(actual)), expected))
 
 
-def _layout_problem(actual: Layout, expected: Layout) -> str:
-    return f"sharding is {_fmt_layout(actual)} but the annotation says {_fmt_layout(expected)}"
+def layout_problem(actual: Layout, expected: Layout) -> str:
+    return f"sharding is {fmt_layout(actual)} but the annotation says {fmt_layout(expected)}"
 
 
-def _fmt_size(size) -> str:
+def fmt_size(size) -> str:
     if isinstance(size, tuple):
-        return _fmt_shape(size)
+        return fmt_shape(size)
     return str(size)
 
 
-def _type_of(value: Any) -> str:
+def type_of(value: Any) -> str:
     """``jax.Array`` (for every concrete or traced array class), ``numpy.ndarray``, ``str``."""
     return "jax.Array" if isinstance(value, jax.Array) else type_name(type(value))

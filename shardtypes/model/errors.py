@@ -27,7 +27,7 @@ class ShardtypesWarning(UserWarning):
     """A check shardtypes was asked for cannot run as asked (for example, no source to instrument)."""
 
 
-def _qualified(value: Any) -> str:
+def qualified(value: Any) -> str:
     if isinstance(value, jax.core.Tracer):
         return "traced jax.Array"
     if isinstance(value, jax.Array):
@@ -41,7 +41,7 @@ def _qualified(value: Any) -> str:
 COLLECTED: contextvars.ContextVar[list | None] = contextvars.ContextVar("shardtypes.collected", default=None)
 
 
-def _collect(error: TypeCheckError) -> bool:
+def collect(error: TypeCheckError) -> bool:
     problems = COLLECTED.get()
     if problems is None:
         return False
@@ -49,7 +49,7 @@ def _collect(error: TypeCheckError) -> bool:
     return True
 
 
-def _found(value: Any, m: Mismatch) -> str:
+def found_text(value: Any, m: Mismatch) -> str:
     return "" if m.problem.endswith("which is not an array") else f" (found {describe(value)})"
 
 

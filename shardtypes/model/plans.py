@@ -58,7 +58,7 @@ def annotation_text(origin: type, shape: bytes) -> str:
     return f"{origin.__name__}[{shape!r}]"
 
 
-_PLANS: dict[type, Plan] = {}
+PLANS: dict[type, Plan] = {}
 
 
 def malformed(origin: type, args: tuple) -> TypeCheckError:
@@ -72,19 +72,19 @@ def malformed(origin: type, args: tuple) -> TypeCheckError:
 
 def plan_of(annotation: type[number]) -> Plan:
     """The plan of a subscripted annotation class (made once, then kept)."""
-    plan = _PLANS.get(annotation)
+    plan = PLANS.get(annotation)
     if plan is None:
         spec, shape = annotation.spec, annotation.shape_string
         if spec is None or shape is None:
             raise malformed(annotation, ())
         text = repr(annotation).removeprefix("shardtypes.")
-        plan = _PLANS[annotation] = Plan(annotation.dtype_class, spec, text, annotation.array_type)
+        plan = PLANS[annotation] = Plan(annotation.dtype_class, spec, text, annotation.array_type)
     return plan
 
 
 def plan_for(annotation: Any) -> Plan | None:
     """The plan of a shardtypes array annotation, or None for any other annotation."""
-    plan = _PLANS.get(annotation) if isinstance(annotation, type) else None
+    plan = PLANS.get(annotation) if isinstance(annotation, type) else None
     if plan is not None:
         return plan
     found = annotation_class(annotation)

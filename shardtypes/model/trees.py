@@ -65,11 +65,11 @@ class TreeInfo:
         return self._types
 
 
-_INFO: dict[type, TreeInfo] = {}
+INFO: dict[type, TreeInfo] = {}
 
 
 def tree_info(cls: Any) -> TreeInfo | None:
-    return _INFO.get(cls) if isinstance(cls, type) else None
+    return INFO.get(cls) if isinstance(cls, type) else None
 
 
 def _is_static(field: dataclasses.Field[Any]) -> bool:
@@ -146,7 +146,7 @@ def _pytree_dataclass(cls: type[_T], **dataclass_options: Any) -> type[_T]:
 
 
 def _register(cls: type[_T], base: type, axes: str) -> type[_T]:
-    if cls in _INFO:
+    if cls in INFO:
         return cls
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"pytree_dataclass: {cls.__qualname__} is not a dataclass")
@@ -161,12 +161,12 @@ def _register(cls: type[_T], base: type, axes: str) -> type[_T]:
         # Already a pytree (jax.tree_util.register_dataclass, flax.struct.dataclass, an
         # eqx.Module): registering again is JAX's error; it keeps its own registration, and
         # shardtypes reads which fields are leaves from it.
-        _INFO[cls] = TreeInfo(cls, base, axes, registered)
+        INFO[cls] = TreeInfo(cls, base, axes, registered)
         return cls
     data = [f.name for f in dataclasses.fields(cls) if not _is_static(f)]
     meta = [f.name for f in dataclasses.fields(cls) if _is_static(f)]
     jax.tree_util.register_dataclass(cls, data_fields=data, meta_fields=meta)
-    _INFO[cls] = TreeInfo(cls, base, axes)
+    INFO[cls] = TreeInfo(cls, base, axes)
     return cls
 
 
@@ -210,14 +210,14 @@ class _StackedMeta(type):
     (such a class is made on demand, so it cannot be found by module and name)."""
 
     def __repr__(cls) -> str:
-        info = _INFO.get(cls)
+        info = INFO.get(cls)
         if info is None:
             return super().__repr__()
         return f"shardtypes.Array[{info.axes!r}, {info.base.__module__}.{info.base.__qualname__}]"
 
 
 def _reduce_stacked(cls: _StackedMeta) -> tuple[Callable[..., Any], tuple[str, type]]:
-    info = _INFO[cls]
+    info = INFO[cls]
     return (_stacked_dataclass, (info.axes, info.base))
 
 
@@ -273,7 +273,7 @@ def stack_annotation(axes: str, annotation: Any, where: str = "") -> Any:
 
 @functools.lru_cache(maxsize=None)
 def _stacked_dataclass(axes: str, base: type) -> type:
-    info = _INFO[base]
+    info = INFO[base]
     fields: list[tuple[str, Any, dataclasses.Field[Any]]] = []
     for f in dataclasses.fields(base):
         ftype = info.field_types[f.name]
@@ -299,7 +299,7 @@ def _stacked_dataclass(axes: str, base: type) -> type:
                                 unsafe_hash=params.unsafe_hash)
     _register(cls, base, axes)
     # The field types are already resolved objects; record them so no string lookup happens.
-    _INFO[cls]._types = {fname: ftype for fname, ftype, _ in fields}
+    INFO[cls]._types = {fname: ftype for fname, ftype, _ in fields}
     return cls
 
 

@@ -1,7 +1,7 @@
-"""Walking an annotation tree leaf by leaf: ``_walk`` maps a function over the array annotations
+"""Walking an annotation tree leaf by leaf: ``walk_leaves`` maps a function over the array annotations
 of an annotation tree (an array annotation, a pytree dataclass or a dataclass of any model
 library, ``tuple[...]``, ``Optional[X]``, a NamedTuple, or tuples, lists and dicts of them) and
-builds a result of the same shape; each leaf is a ``_Leaf`` that says where it sits
+builds a result of the same shape; each leaf is a ``Leaf`` that says where it sits
 (``Layer.w_up``). Derivation, ``explain``, ``verify`` and ``plan`` walk annotations with it.
 """
 
@@ -15,7 +15,7 @@ import jax
 
 from ..language.shape import ShapeSpec
 from .annotations import annotation_class, is_annotation, number
-from .errors import _qualified
+from .errors import qualified
 from .nodes import ClassNode, PyTreeNode, model
 from .plans import plan_of
 from .pytrees import pytree_leaf
@@ -25,7 +25,7 @@ from .value_trees import Like, is_array_value, is_value_tree, walk_value
 __all__: list[str] = []
 
 
-class _Leaf(typing.NamedTuple):
+class Leaf(typing.NamedTuple):
     path: str
     dtype_cls: type[number]
     spec: ShapeSpec
@@ -34,22 +34,22 @@ class _Leaf(typing.NamedTuple):
     optional: bool = False  # reached through Optional[...]: a value may leave it None
 
 
-def _leaf_of(annotation: type[number], path: str, optional: bool = False) -> _Leaf:
+def _leaf_of(annotation: type[number], path: str, optional: bool = False) -> Leaf:
     plan = plan_of(annotation)
-    return _Leaf(path, plan.dtype_cls, plan.spec, plan.text, annotation, optional)
+    return Leaf(path, plan.dtype_cls, plan.spec, plan.text, annotation, optional)
 
 
 # An annotation tree deeper than this is an error (a tree built by mistake, or a cycle).
 _MAX_DEPTH = 64
 
 
-def _brief(text: str, limit: int = 80) -> str:
+def brief(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _walk(
+def walk_leaves(
     annotation: Any,
-    leaf: Callable[[_Leaf], Any],
+    leaf: Callable[[Leaf], Any],
     path: str | None = None,
     fast: Callable[[Any], Any] | None = None,
     *,
@@ -78,7 +78,7 @@ def _walk(
     where = f"the annotation{path}" if not path or path.startswith("[") else path  # (a key path from a plain container)
     if isinstance(annotation, str):
         raise TypeError(
-            f"{_brief(where)} is the string {_brief(repr(annotation))}: pass the annotation itself (with "
+            f"{brief(where)} is the string {brief(repr(annotation))}: pass the annotation itself (with "
             "PEP 563, resolve it with typing.get_type_hints first)"
         )
     array = annotation_class(annotation)
@@ -86,20 +86,20 @@ def _walk(
         return leaf(_leaf_of(array, path, _optional))
     if pytree_leaf(annotation) is not None:
         raise TypeError(
-            f"{_brief(where)} is {annotation!r}, whose structure is the value's, not the annotation's: "
+            f"{brief(where)} is {annotation!r}, whose structure is the value's, not the annotation's: "
             f"pass a value tree with it as like=, as in make_partition_specs(params, like={annotation!r})"
         )
     if any(a is annotation for a in _stack):
         raise ValueError(
-            f"{_brief(where)} contains itself (a {type(annotation).__name__} that holds itself): an "
+            f"{brief(where)} contains itself (a {type(annotation).__name__} that holds itself): an "
             "annotation tree must be finite"
         )
     if len(_stack) >= _MAX_DEPTH:
-        raise ValueError(f"{_brief(where)}: the annotation tree is nested more than {_MAX_DEPTH} levels deep")
+        raise ValueError(f"{brief(where)}: the annotation tree is nested more than {_MAX_DEPTH} levels deep")
     stack = (*_stack, annotation)
 
     def walk(a: Any, at: str, optional: bool = _optional) -> Any:
-        return _walk(a, leaf, at, fast, like=like, _stack=stack, _optional=optional)
+        return walk_leaves(a, leaf, at, fast, like=like, _stack=stack, _optional=optional)
 
     instance: Any = annotation  # (a name of its own: is_dataclass narrows what it is given)
     if not isinstance(instance, type) and dataclasses.is_dataclass(instance):
@@ -149,7 +149,7 @@ def _walk(
     if isinstance(annotation, dict):
         return {k: walk(a, f"{path}[{k!r}]") for k, a in annotation.items()}
     raise TypeError(
-        f"{_brief(where)} is {_brief(repr(annotation))}, which has no layout: use array annotations (f32[b'...']), "
+        f"{brief(where)} is {brief(repr(annotation))}, which has no layout: use array annotations (f32[b'...']), "
         "pytree dataclasses, tuple[...], Optional[...], NamedTuples, or tuples, lists and dicts "
         "of them"
     )
@@ -158,7 +158,7 @@ def _walk(
 _NOT_A_MODEL = object()
 
 
-def _walk_pytree(values: Any, like: type, leaf: Callable[[_Leaf], Any], path: str,
+def _walk_pytree(values: Any, like: type, leaf: Callable[[Leaf], Any], path: str,
                  fast: Callable[[Any], Any] | None) -> Any:
     """``values`` (a tree of arrays, or of instances of X's class) with ``like=PyTree[X]``: the
     same tree with X's result at each leaf."""
@@ -173,12 +173,12 @@ def _walk_pytree(values: Any, like: type, leaf: Callable[[_Leaf], Any], path: st
     def one(key_path: Any, value: Any) -> Any:
         at = f"{path}{jax.tree_util.keystr(key_path)}"
         if cls is None and not is_array_value(value):
-            raise TypeError(f"{at or 'the value'} is {_qualified(value)}, not an array; like= {like!r} wants "
+            raise TypeError(f"{at or 'the value'} is {qualified(value)}, not an array; like= {like!r} wants "
                             "a tree of arrays")
         if cls is not None and not is_leaf(value):
-            raise TypeError(f"{at or 'the value'} is {_qualified(value)}, not a {cls.__qualname__}; like= "
+            raise TypeError(f"{at or 'the value'} is {qualified(value)}, not a {cls.__qualname__}; like= "
                             f"{like!r} wants a tree of them")
-        return _walk(x, leaf, at, fast)
+        return walk_leaves(x, leaf, at, fast)
 
     return jax.tree_util.tree_map_with_path(one, values, is_leaf=is_leaf)
 
@@ -249,7 +249,7 @@ def _like(like: Any) -> Like:
             a is b for a, b in zip(hit[1][1], flat[1])):
         return hit[2]
     try:
-        taken = Like(like, _walk)
+        taken = Like(like, walk_leaves)
     except (TypeError, ValueError) as e:
         raise type(e)(f"like= must be an annotation tree (as the parameters' class): {e}") from None
     if len(_LIKES) >= _LIKES_MAX:

@@ -31,7 +31,7 @@ import jax
 
 from ..checking.kernel_pass import catalogue, jaxpr as kj
 from .activation_rules import auto_splits, backward_splits, dead, fused, local_shape, ones, passed_through, spec_parts
-from .memory_plan import _fmt_bytes
+from .memory_plan import fmt_bytes
 
 __all__ = ["ActivationEstimate", "LiveValue", "alike", "estimate", "trace_step", "SYMBOLIC"]
 
@@ -56,7 +56,7 @@ class LiveValue:
     where: str = ""
 
     def __str__(self) -> str:
-        return f"{_fmt_bytes(self.bytes_per_device)} {self.what}" + (f" at {self.where}" if self.where else "")
+        return f"{fmt_bytes(self.bytes_per_device)} {self.what}" + (f" at {self.where}" if self.where else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +73,7 @@ class ActivationEstimate:
             if not self.lower_bound:
                 return "none: every value the step makes is one of its outputs (or fused away)"
             return "not known: " + "; ".join(self.lower_bound) + (f" ({self.assumed})" if self.assumed else "")
-        head = f"{'at least ' if self.lower_bound else ''}{_fmt_bytes(self.bytes_per_device)} per device at the peak"
+        head = f"{'at least ' if self.lower_bound else ''}{fmt_bytes(self.bytes_per_device)} per device at the peak"
         parts = [head]
         if self.largest:
             parts.append("largest live then: " + "; ".join(f"{n} x {v}" if n > 1 else str(v)

@@ -12,7 +12,7 @@ import jax
 
 from .activations import ActivationEstimate, alike, estimate
 from .html_parts import GROUPS, group_of
-from .memory_plan import PlanReport, _fmt_bytes, plan, replicated_problem
+from .memory_plan import PlanReport, fmt_bytes, plan, replicated_problem
 
 __all__ = ["arguments_plan", "step_activations", "memory_problems"]
 
@@ -100,9 +100,9 @@ def _fit_problems(arguments: PlanReport, activations: ActivationEstimate | None,
     if total <= limit:
         return []
     some = "at least " if activations.lower_bound else ""
-    split = " + ".join(f"{group} {_fmt_bytes(parts[group])}" for group in GROUPS if parts.get(group))
+    split = " + ".join(f"{group} {fmt_bytes(parts[group])}" for group in GROUPS if parts.get(group))
     largest = sorted(arguments.rows, key=lambda r: -r.bytes_per_device)[:3]
-    named = [f"{r.path} ({r.spec}) {_fmt_bytes(r.bytes_per_device)}" for r in largest]
+    named = [f"{r.path} ({r.spec}) {fmt_bytes(r.bytes_per_device)}" for r in largest]
     named += [f"the activation {v}" if n == 1 else f"{n} activations of {v}" for n, v in alike(activations.largest)[:2]]
-    return [("memory", f"{name}() does not fit in {label}: {some}{_fmt_bytes(total)} per device "
-                              f"({split}), {_fmt_bytes(total - limit)} over; the largest parts: {'; '.join(named)}")]
+    return [("memory", f"{name}() does not fit in {label}: {some}{fmt_bytes(total)} per device "
+                              f"({split}), {fmt_bytes(total - limit)} over; the largest parts: {'; '.join(named)}")]

@@ -26,12 +26,12 @@ from jax.sharding import NamedSharding
 from ..context.mesh import abstract_mesh
 from ..context.rules import AxisRulesError
 from ..language.shape import ELLIPSIS, VARIADIC, entry_axes
-from ..language.sizes import _mapping_of_sizes, check_dims
-from ..layout.dim_sizes import _dim_size, check_dims_for, dims_used
-from ..layout.specs import _partition_spec
+from ..language.sizes import check_dims, mapping_of_sizes
+from ..layout.dim_sizes import check_dims_for, dim_size, dims_used
+from ..layout.specs import partition_spec
 from ..model.describe import axis_hint
 from ..model.value_trees import holds_annotated_class, is_value_tree
-from ..model.walk import _Leaf, _walk
+from ..model.walk import Leaf, walk_leaves
 from .html_page import render_page
 from .html_parts import parse_capacity
 
@@ -62,7 +62,7 @@ class PlanReport:
     errors: tuple[str, ...]
 
     def __post_init__(self) -> None:
-        _mapping_of_sizes(self.mesh, "PlanReport", "mesh")
+        mapping_of_sizes(self.mesh, "PlanReport", "mesh")
         if not isinstance(self.rows, tuple) or not all(isinstance(r, PlanRow) for r in self.rows):
             raise TypeError(f"PlanReport: rows must be a tuple of PlanRow, got {self.rows!r}")
         for arg in ("warnings", "errors"):
@@ -96,7 +96,7 @@ class PlanReport:
         headers = ("path", "annotation", "dtype", "shape", "PartitionSpec", "per device", "bytes/device")
         table = [headers] + [
             (r.path, r.annotation, r.dtype, _fmt_shape(r.shape), r.spec, _fmt_shape(r.device_shape),
-             _fmt_bytes(r.bytes_per_device))
+             fmt_bytes(r.bytes_per_device))
             for r in self.rows
         ]
         widths = [max(len(row[i]) for row in table) for i in range(len(headers))]
@@ -107,7 +107,7 @@ class PlanReport:
         lines.append("")
         lines.append(f"{len(self.rows)} array{'' if len(self.rows) == 1 else 's'} "
                      f"on a {mesh} mesh ({self.devices:,} devices): "
-                     f"{_fmt_bytes(self.bytes_per_device)} per device, {_fmt_bytes(self.global_bytes)} in all; "
+                     f"{fmt_bytes(self.bytes_per_device)} per device, {fmt_bytes(self.global_bytes)} in all; "
                      f"{self.replicated_fraction:.1%} of the memory they take holds replicated copies")
         for w in self.warnings:
             lines.append(f"warning: {w}")
@@ -195,7 +195,7 @@ def _fmt_shape(shape: tuple) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _fmt_bytes(n: float) -> str:
+def fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -269,23 +269,23 @@ def plan(
         replicas = devices // parts_total
         if replicas == devices and per_device > large_replicated_bytes and devices > 1:
             warnings.append(f"{path} ({text}) is replicated on all {devices:,} devices: "
-                            f"{_fmt_bytes(per_device)} on each")
+                            f"{fmt_bytes(per_device)} on each")
         padded = per_device * parts_total - global_bytes
         if padded > 0:
-            warnings.append(f"{path} ({text}): {_fmt_bytes(padded)} of padding across its shards")
+            warnings.append(f"{path} ({text}): {fmt_bytes(padded)} of padding across its shards")
         rows.append(PlanRow(path, text, np.dtype(dtype).name, tuple(shape), str(spec), tuple(device_shape),
                             per_device, replicas, global_bytes, tuple(dim_axes)))
 
     if is_value_tree(annotation) and (like is not None or holds_annotated_class(annotation)):
         check_dims_for(dims, set(), set(), "plan")  # the values have the sizes
-        boxes = _walk(annotation, _PlanLeaf, like=like)
+        boxes = walk_leaves(annotation, _PlanLeaf, like=like)
         values = jax.tree_util.tree_flatten_with_path(annotation)[0]
         for (path, value), box in zip(values, jax.tree.leaves(boxes)):
             sharding = getattr(value, "sharding", None)
             shape = tuple(value.shape)
             try:
                 spec = sharding.spec if isinstance(sharding, NamedSharding) else \
-                    _partition_spec(box.leaf, len(shape), mesh_sizes, shape)
+                    partition_spec(box.leaf, len(shape), mesh_sizes, shape)
             except (ValueError, AxisRulesError) as e:
                 errors.append(str(e))
                 continue
@@ -300,7 +300,7 @@ def plan(
         single, variadic = dims_used(annotation)
         dims = check_dims_for(dims, single, variadic, "plan", strict=False)
 
-        def leaf(leaf: _Leaf) -> None:
+        def leaf(leaf: Leaf) -> None:
             where = leaf.path or "the annotation"
             if leaf.dtype_cls.dtype is None:
                 errors.append(f"{where} ({leaf.text}): {leaf.dtype_cls.__name__} is a category; plan needs a dtype")
@@ -314,15 +314,15 @@ def plan(
                         raise ValueError(f"{where} ({leaf.text}): dim {i} is '...', which has no size; "
                                          "write '*name' and give dims[name] as a tuple")
                     else:
-                        shape.append(_dim_size(dim, dims, leaf, i, required=True))
+                        shape.append(dim_size(dim, dims, leaf, i, required=True))
                 known = tuple(shape) if leaf.spec.variadic_index is None else None
-                spec = _partition_spec(leaf, len(shape), mesh_sizes, known)
+                spec = partition_spec(leaf, len(shape), mesh_sizes, known)
             except (ValueError, KeyError) as e:
                 errors.append(str(e) if isinstance(e, ValueError) else f"{where} ({leaf.text}): dims has no {e}")
                 return
             add(where, leaf.text, leaf.dtype_cls.dtype, tuple(shape), spec)
 
-        _walk(annotation, leaf)
+        walk_leaves(annotation, leaf)
     report = PlanReport(mesh_sizes, tuple(rows), tuple(warnings), tuple(errors))
     problem = None if tolerance is None else replicated_problem(report, tolerance)
     return report if problem is None else dataclasses.replace(report, errors=report.errors + (problem,))
@@ -373,11 +373,11 @@ def replicated_problem(report: PlanReport, tolerance: float, what: str = "the ar
     costly = sorted(report.rows, key=lambda r: copies_per_device(r, devices), reverse=True)
     costly = [r for r in costly[:_COSTLIEST] if copies_per_device(r, devices) > 0]
     named = "; ".join(
-        f"{r.path} ({r.annotation}, {r.spec}): {_fmt_bytes(copies_per_device(r, devices))} of copies per "
+        f"{r.path} ({r.annotation}, {r.spec}): {fmt_bytes(copies_per_device(r, devices))} of copies per "
         f"device ({r.replicas:,} copies)" for r in costly)
     copies = share * report.bytes_per_device
     return (f"{share:.1%} of the memory {what} take per device is replicated copies "
-            f"({_fmt_bytes(copies)} of {_fmt_bytes(report.bytes_per_device)}), more than the "
+            f"({fmt_bytes(copies)} of {fmt_bytes(report.bytes_per_device)}), more than the "
             f"{tolerance:.1%} allowed (max_replicated); costliest: {named}. Shard these over more "
             "mesh axes (a logical axis with a rule, or a mesh axis in the annotation)")
 
@@ -387,7 +387,7 @@ class _PlanLeaf:
 
     __slots__ = ("leaf",)
 
-    def __init__(self, leaf: _Leaf):
+    def __init__(self, leaf: Leaf):
         self.leaf = leaf
 
 

@@ -317,6 +317,8 @@ class _Cost:
                 return found
         auto = bool(self.auto) and not self.auto.keys() <= manual
         out_splits = self.rule(eqn, ins) if auto else [None] * len(outs)
+        if auto and name == "sharding_constraint":
+            out_splits = self.constrained(tally, eqn, ins)
         base = _BASE.get(name, name)
         if base in _KERNEL_KINDS and manual:
             self.kernel_collective(tally, eqn, base, ins)
@@ -499,15 +501,30 @@ class _Cost:
             if n > 1:
                 self.auto_collective(tally, eqn, n, self.nbytes(result, out_splits[0], eqn))
 
-    def auto_collective(self, tally: _Tally, eqn: Any, n: int, nbytes: int) -> None:
-        """An all-reduce over Auto axes of ``n`` devices in all (named by size)."""
+    def constrained(self, tally: _Tally, eqn: Any, ins: list) -> list:
+        """A sharding constraint on Auto axes: its result split as it says; the ways the operand
+        was split more than that are gathered (an all-gather of the result)."""
+        result = kj.outvars(eqn)[0]
+        spec = getattr(kj.optional_param(eqn, "sharding"), "spec", None)
+        ndim = len(kj.shape(result))
+        if spec is None:
+            return [ins[0]]
+        out = spec_parts(spec, ndim, self.auto)
+        before = ins[0] if ins[0] is not None else (1,) * ndim
+        n = math.prod(b // o for b, o in zip(before, out) if b > o and b % o == 0)
+        if n > 1:
+            self.auto_collective(tally, eqn, n, self.nbytes(result, out, eqn), "all-gather")
+        return [out]
+
+    def auto_collective(self, tally: _Tally, eqn: Any, n: int, nbytes: int, kind: str = "all-reduce") -> None:
+        """A collective over Auto axes of ``n`` devices in all (named by size)."""
         names = list(self.auto)
         for k in range(1, len(names) + 1):
             for axes in itertools.combinations(names, k):
                 if math.prod(self.auto[a] for a in axes) == n:
-                    self.collective(tally, "all-reduce", axes, nbytes, eqn, "auto")
+                    self.collective(tally, kind, axes, nbytes, eqn, "auto")
                     return
-        self.collective(tally, "all-reduce", tuple(names), nbytes, eqn, "auto")
+        self.collective(tally, kind, tuple(names), nbytes, eqn, "auto")
 
     def compute(self, tally: _Tally, eqn: Any, name: str, ins: list, out_splits: list, away: set) -> None:
         """The equation's FLOPs and memory bytes (see the module's conventions)."""
@@ -567,7 +584,8 @@ def cost_of(closed: Any, leaves: list, sizes: Mapping[str, int], auto: Mapping[s
     if walk.auto and any(c.source == "auto" for c in collectives):
         named = ", ".join(f"{a}={n}" for a, n in walk.auto.items())
         assumed = (f"on Auto axes ({named}) XLA chooses layouts: each value was assumed split as its operands "
-                   "are, and a contraction or reduction over split dims to end in an all-reduce "
+                   "are (a sharding constraint as it says: what it drops all-gathered), and a contraction or reduction "
+                   "over split dims to end in an all-reduce "
                    "(axes named by their size)",)
     communication = Communication(collectives, lower, assumed)
     flops = dict(sorted(tally.flops.items(), key=lambda t: -t[1]))

@@ -31,12 +31,12 @@ from ..context.settings import forced_checks
 from ..context.tables import Scope
 from ..integrations.decorator import typechecked
 from ..language.shape import BROADCAST, NAMED, VARIADIC, entry_axes
-from ..language.sizes import _mapping_of_sizes, check_dims
+from ..language.sizes import check_dims, mapping_of_sizes
 from ..layout.dim_sizes import check_dims_for
-from ..layout.specs import _partition_spec, structs
+from ..layout.specs import partition_spec, structs
 from ..model.errors import COLLECTED
 from ..model.hints import resolve_hints
-from ..model.walk import _Leaf, _walk
+from ..model.walk import Leaf, walk_leaves
 from .activations import SYMBOLIC, ActivationEstimate, trace_step
 from .html_parts import parse_capacity
 from .memory_checks import memory_problems, step_activations
@@ -82,8 +82,8 @@ class VerifyReport:
 
 
     def __post_init__(self) -> None:
-        _mapping_of_sizes(self.mesh, "VerifyReport", "mesh")
-        _mapping_of_sizes(self.dims, "VerifyReport", "dims")
+        mapping_of_sizes(self.mesh, "VerifyReport", "mesh")
+        mapping_of_sizes(self.dims, "VerifyReport", "dims")
         if not isinstance(self.problems, tuple) or not all(isinstance(p, Problem) for p in self.problems):
             raise TypeError(f"VerifyReport: problems must be a tuple of Problem, got {self.problems!r}")
 
@@ -158,10 +158,10 @@ def _names_and_multiples(annotations: list, mesh: Any) -> tuple[dict[str, int], 
     multiples: dict[str, int] = {}
     variadic: set[str] = set()
 
-    def leaf(leaf: _Leaf) -> None:
+    def leaf(leaf: Leaf) -> None:
         spec = leaf.spec
         try:
-            pspec = _partition_spec(leaf, None if spec.variadic_index is not None else len(spec.dims), sizes)
+            pspec = partition_spec(leaf, None if spec.variadic_index is not None else len(spec.dims), sizes)
         except (ValueError, AxisRulesError):
             pspec = None
         for i, dim in enumerate(spec.dims):
@@ -181,7 +181,7 @@ def _names_and_multiples(annotations: list, mesh: Any) -> tuple[dict[str, int], 
 
     for annotation in annotations:
         try:
-            _walk(annotation, leaf)
+            walk_leaves(annotation, leaf)
         except TypeError:
             pass  # not an array tree: a static parameter
     return multiples, variadic

@@ -97,7 +97,7 @@ from shardtypes.checking.kernel_pass import Unreadable as _Unreadable
 from shardtypes.context import compat as _compat
 
 # Private exception classes, imported by path: every exception of the package must pickle.
-from shardtypes.language.sizes import _DimError
+from shardtypes.language.sizes import DimError
 from shardtypes.model import Mismatch, hints as _hints
 from shardtypes.tools.cli import _StdoutClosed
 
@@ -1056,7 +1056,7 @@ EXCEPTIONS: dict[str, Callable[[], BaseException]] = {
     # Internal ones, which a user meets only by accident (or in a traceback's chain).
     "Mismatch": lambda: Mismatch("has 2 dims (8, 4) but the annotation has 1"),
     "ArrayError": lambda: _raised(lambda: typeguard.check_type(X(), f32[b"a"])),
-    "_DimError": lambda: _DimError("dim 'a/' has an empty mesh axis name"),
+    "DimError": lambda: DimError("dim 'a/' has an empty mesh axis name"),
     "_StdoutClosed": lambda: _StdoutClosed(),
 }
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ...model.describe import _fmt_layout
+from ...model.describe import fmt_layout
 
 __all__ = ["PER_DEVICE", "KINDS", "fmt", "axes_text", "split_text", "owed_text", "pay_text", "per_device_combined",
            "per_device_checked", "relative", "relative_psummed", "relative_checked", "owed_checked",
@@ -42,7 +42,7 @@ KINDS = {"sum": ("partial sum", "a sum", "shardtypes.ops.psum or shardtypes.ops.
 def fmt(dims: tuple | None) -> str:
     if dims is None:
         return "(layout unknown)"
-    return _fmt_layout(dims)
+    return fmt_layout(dims)
 
 
 def axes_text(axes: Iterable[str]) -> str:
