@@ -16,6 +16,8 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
+from .chips import DEVICE_KINDS
+
 __all__ = ["DEVICE_KINDS", "parse_capacity", "fmt_bytes", "group_of", "GROUPS", "esc"]
 
 
@@ -24,20 +26,6 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-# Memory per chip as the vendors publish it, read as GiB (HBM stacks come in binary sizes; a
-# runtime leaves a little less free, e.g. nvidia-smi shows 79.6 GiB on an H100 80GB). Sources
-# are listed in docs/verify.md.
-DEVICE_KINDS: dict[str, tuple[int, str]] = {
-    "h100": (80 * 2**30, "NVIDIA H100 SXM/PCIe, 80 GB HBM3"),
-    "h200": (141 * 2**30, "NVIDIA H200, 141 GB HBM3e"),
-    "a100-40gb": (40 * 2**30, "NVIDIA A100 40GB, HBM2"),
-    "a100-80gb": (80 * 2**30, "NVIDIA A100 80GB, HBM2e"),
-    "tpu-v4": (32 * 2**30, "Cloud TPU v4, 32 GiB HBM2 per chip"),
-    "tpu-v5e": (16 * 2**30, "Cloud TPU v5e, 16 GB HBM2 per chip"),
-    "tpu-v5p": (95 * 2**30, "Cloud TPU v5p, 95 GB HBM2e per chip"),
-    "tpu-v6e": (32 * 2**30, "Cloud TPU v6e (Trillium), 32 GB HBM per chip"),
-}
-
 _UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*")
@@ -45,8 +33,8 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]+)\s*")
 
 def parse_capacity(value: Any, where: str = "hbm") -> tuple[int, str]:
     """``(bytes, label)`` of a device's memory: a size with a unit (``'80GiB'``, ``'16 GB'``,
-    ``'512MiB'``; GB is 10**9 bytes, GiB 2**30), a device kind (``'h100'``, ``'tpu-v5p'``, see
-    ``DEVICE_KINDS``) or a positive int of bytes. Anything else raises a ValueError naming
+    ``'512MiB'``; GB is 10**9 bytes, GiB 2**30), a device kind (``'h100'``, ``'tpu-v5p'``: the
+    chips table's, ``chips.DEVICE_KINDS``) or a positive int of bytes. Anything else raises a ValueError naming
     ``where`` and what it accepts.
 
     >>> parse_capacity('tpu-v5p')

@@ -46,6 +46,14 @@ def test_published_figures():
     assert chips.chip_named("tpu-v6e").links["ici"] == 400e9
 
 
+def test_the_memory_table_is_the_chips_table():
+    from shardtypes.tools import html_parts
+
+    for name in chips.known_chips():
+        assert html_parts.parse_capacity(name)[0] == chips.chip_named(name).hbm_bytes
+    assert html_parts.DEVICE_KINDS is chips.DEVICE_KINDS
+
+
 def test_rates_by_dtype():
     h100, a100, v5e = (chips.chip_named(n) for n in ("h100", "a100", "tpu-v5e"))
     assert h100.rate("bfloat16")[:2] == (989.5e12, "bf16")
