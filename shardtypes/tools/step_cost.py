@@ -124,6 +124,8 @@ class Communication:
                                  sorted(self.by_axes.items(), key=lambda t: -t[1]))
             head = f"{some}{fmt_bytes(self.bytes_per_device)} sent per device per step ({per_axes})"
         lines = [head]
+        if self.collectives:
+            lines.append(f"  {'per step':>10s}  {'kind':14s} {'axes':8s} {'per run':>10s} {'runs':>8s}  where (how found)")
         for c in self.collectives[:_ROWS]:
             times = f"x {c.times:,}" if c.times != 1 else ""
             lines.append(f"  {fmt_bytes(c.total):>10s}  {c.kind:14s} {','.join(c.axes) or '-':8s} "

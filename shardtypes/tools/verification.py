@@ -40,7 +40,8 @@ from ..model.walk import Leaf, walk_leaves
 from .activations import SYMBOLIC, ActivationEstimate, trace_step
 from .html_parts import parse_capacity
 from .memory_checks import memory_problems, step_activations
-from .memory_plan import parse_fraction
+from .memory_plan import fmt_bytes, parse_fraction
+from .step_cost import Communication, StepCost, step_cost
 from .verify_inputs import check_inputs_arg, lay_out_input, sizes_of_input
 
 __all__ = ["verify", "VerifyReport", "Problem", "VerificationError"]
@@ -79,6 +80,7 @@ class VerifyReport:
     outputs: Any = None
     inputs: Any = None  # the abstract arguments verify built, by parameter name
     activations: ActivationEstimate | None = None  # the step's peak intermediate memory, if traced
+    cost: StepCost | None = None  # what one device sends, computes and moves per step, if traced
 
 
     def __post_init__(self) -> None:
@@ -97,12 +99,35 @@ class VerifyReport:
         ``activations.lower_bound`` says why), or None where the step was not traced."""
         return None if self.activations is None else self.activations.bytes_per_device
 
+    @property
+    def communication(self) -> Communication | None:
+        """Every collective the step runs, with the bytes one device sends (see ``step_cost``),
+        or None where the step was not traced."""
+        return None if self.cost is None else self.cost.communication
+
+    @property
+    def communication_bytes_per_device(self) -> int | None:
+        """Bytes one device sends per step (a lower bound where ``cost.lower_bound`` says why),
+        or None where the step was not traced."""
+        return None if self.cost is None else self.cost.communication.bytes_per_device
+
+    @property
+    def flops_per_device(self) -> int | None:
+        """FLOPs one device runs per step (matmuls, convolutions, elementwise ops), or None."""
+        return None if self.cost is None else self.cost.flops_per_device
+
+    @property
+    def memory_bytes_per_device(self) -> int | None:
+        """Bytes one device reads and writes in its memory per step (see ``step_cost``), or None."""
+        return None if self.cost is None else self.cost.memory_bytes_per_device
+
     def __str__(self) -> str:
         mesh = " x ".join(f"{k}={v}" for k, v in self.mesh.items())
         devices = math.prod(self.mesh.values())
         dims = ", ".join(f"{k}={v}" for k, v in self.dims.items()) or "none"
         head = f"verify {self.function} on a {mesh} mesh ({devices:,} devices), dims {dims}"
         memory = f"\n  activations: {self.activations}" if _worth_saying(self.activations) else ""
+        memory += f"\n  cost: {_cost_line(self.cost)}" if _cost_worth_saying(self.cost) else ""
         if self.ok:
             return f"{head}: ok, no problems{memory}"
         lines = [f"{head}: {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''}"]
@@ -116,6 +141,7 @@ class VerifyReport:
             "dims": {k: str(v) for k, v in self.dims.items()}, "ok": self.ok,
             "problems": [{"kind": p.kind, "message": p.message} for p in self.problems],
             "activations": None if self.activations is None else self.activations.to_dict(),
+            "cost": None if self.cost is None else self.cost.to_dict(),
         }, indent=2)
 
     def to_html(self, hbm: int | str | None = None, *, title: str | None = None) -> str:
@@ -137,6 +163,25 @@ def _worth_saying(estimate: ActivationEstimate | None) -> bool:
         return False
     symbolic = all(why.startswith(SYMBOLIC) for why in estimate.lower_bound)
     return estimate.bytes_per_device > 0 or not symbolic
+
+
+def _cost_worth_saying(cost: StepCost | None) -> bool:
+    """Whether the report's text shows the cost: not where there is none, nor where nothing was
+    counted because every size is symbolic (``to_json`` and the field have it)."""
+    if cost is None:
+        return False
+    if cost.lower_bound and all(why.startswith(SYMBOLIC) for why in cost.lower_bound):
+        return bool(cost.matmul_flops_per_device)  # (not a scalar's psum alone)
+    return True
+
+
+def _cost_line(cost: StepCost) -> str:
+    """The cost in a line, with the largest collective's line where there is one."""
+    largest = cost.communication.collectives[:1]
+    axes = sorted(cost.communication.by_axes.items(), key=lambda t: -t[1])
+    named = ", ".join(f"{','.join(a) or '-'} {fmt_bytes(b)}" for a, b in axes)
+    per_axes = f" (over {named})" if axes else ""
+    return str(cost).replace(" sent,", f" sent{per_axes},", 1) + (f"; the most by {largest[0]}" if largest else "")
 
 
 class VerificationError(TypeCheckError):
@@ -198,6 +243,7 @@ def verify(
     max_replicated: float | str | None = None,
     hbm: int | str | None = None,
     activations: bool = True,
+    cost: bool = True,
 ) -> VerifyReport:
     """Checks ``fn`` abstractly on ``mesh`` (an AbstractMesh, or a mapping such as
     ``{'d': 64, 't': 64}`` for Explicit axes) and returns a report of every problem found.
@@ -219,6 +265,10 @@ def verify(
     (``activation_bytes_per_device``, from the traced step; ``activations=False`` skips it), and
     ``hbm`` (``'h100'``, ``'80GiB'``, bytes) makes it a 'memory' problem when the arguments
     (parameters, optimizer state, batch) and that estimate do not fit in a device's memory.
+    It also says what one device sends (``communication``, every collective with its mesh axes,
+    bytes, trip count and line; ``communication_bytes_per_device``), computes
+    (``flops_per_device``) and reads and writes in memory (``memory_bytes_per_device``) per step,
+    from the same trace (``report.cost``, a ``StepCost``; ``cost=False`` skips it).
 
     >>> report = verify(train_step, {'d': 64, 't': 64}, dims={'embed': 8192, 'layers': 80})  # doctest: +SKIP
     >>> report.ok, report.problems                                                          # doctest: +SKIP
@@ -241,6 +291,8 @@ def verify(
     capacity = None if hbm is None else parse_capacity(hbm, "verify: hbm")
     if not isinstance(activations, bool):
         raise TypeError(f"verify: activations must be True or False, got {activations!r}")
+    if not isinstance(cost, bool):
+        raise TypeError(f"verify: cost must be True or False, got {cost!r}")
     if capacity is not None and not activations:
         raise ValueError("verify: hbm needs the activation estimate; leave activations=True")
     target = inspect.unwrap(fn)
@@ -250,10 +302,11 @@ def verify(
     args: dict[str, Any] = {}
 
     estimated = None
+    costed = None
 
     def finish(outputs: Any = None) -> VerifyReport:
         report = VerifyReport(name, dict(mesh.shape), report_dims, tuple(problems), outputs, dict(args) or None,
-                              estimated)
+                              estimated, costed)
         if raise_on_error and problems:
             raise VerificationError(report)
         return report
@@ -356,6 +409,8 @@ def verify(
     problems[:0] = [Problem("check", str(e)) for e in collected]
     if traced is not None and activations:
         estimated = step_activations(*traced, mesh)
+    if traced is not None and cost:
+        costed = step_cost(*traced, mesh)
     problems.extend(Problem(kind, text) for kind, text in memory_problems(
         args, dict(mesh.shape), name, tolerance, capacity, estimated, hints))
     return finish(outputs)
