@@ -281,18 +281,22 @@ def cross_entropy(
 ) -> f32[jax.Array, b""]:
     """Mean next-token loss over the global batch, with the vocabulary split over tp."""
     vocab_axes, batch_axes = mesh_axes(f32[jax.Array, b"vocab/tp"]), mesh_axes(f32[jax.Array, b"batch/dp"])
-    top = jax.lax.pmax(jnp.max(jax.lax.stop_gradient(logits), axis=-1, keepdims=True), vocab_axes)
+
+    def over_vocab(collective, x):  # rules that put no mesh axis on tp leave it nothing to do
+        return collective(x, vocab_axes) if vocab_axes else x
+
+    top = over_vocab(jax.lax.pmax, jnp.max(jax.lax.stop_gradient(logits), axis=-1, keepdims=True))
     shifted = logits - top
-    log_z = jnp.log(jax.lax.psum(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True), vocab_axes))
+    log_z = jnp.log(over_vocab(jax.lax.psum, jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True)))
     logprobs: f32[jax.Array, b"batch/dp seq vocab/tp"] = shifted - log_z
     # This device holds vocabulary rows [start, start + local): one-hot against those only.
     local = logits.shape[-1]
-    start = jax.lax.axis_index(vocab_axes) * local
+    start = jax.lax.axis_index(vocab_axes) * local if vocab_axes else 0
     onehot: f32[jax.Array, b"batch/dp seq vocab/tp"] = jax.nn.one_hot(targets - start, local, dtype=jnp.float32)
     picked = ops.einsum_unreduced(
         "batch/dp seq vocab/tp, batch/dp seq vocab/tp -> batch/dp seq", logprobs, onehot
     )
-    picked = jax.lax.psum(picked, vocab_axes)
+    picked = over_vocab(jax.lax.psum, picked)
     tokens = dims()["batch"] * dims()["seq"]
     return -jax.lax.psum(jnp.sum(picked), batch_axes) / tokens
 
@@ -587,6 +591,27 @@ def at_scale() -> dict:
             "decode": decode}
 
 
+# Two layouts of the same step compared, as a team choosing one would: FSDP x TP (RULES: weights
+# split over d and gathered per layer, heads and hidden units split over t) against pure FSDP
+# (every weight and the batch split over all 4,096 chips, no tensor parallelism). Pure FSDP
+# needs a batch that splits over every chip, so both are compared at 4,096 sequences of 1,024
+# tokens (4M tokens a step), with the step's time per chip on H100s: on a 64x64 mesh t spans 8
+# nodes of 8 GPUs, so by default both axes run over the network (docs/chips.md).
+FSDP_RULES = AxisRules([("dp", ("d", "t")), ("fsdp", ("d", "t")), ("tp", None)], name="fsdp")
+COMPARED = {**LARGE, "batch": 4096, "seq": 1024}
+CHIP = "h100"
+
+
+def layouts_at_scale(chip: str = CHIP) -> dict:
+    """The training step verified under each rule set on the 64x64 abstract mesh, with its time
+    per step on ``chip`` (a lower bound at peak rates): layout name -> VerifyReport."""
+    reports = {}
+    for name, rules in (("fsdp x tp", RULES), ("fsdp", FSDP_RULES)):
+        with axis_rules(rules):
+            reports[name] = verify(training_kernel, LARGE_MESH, COMPARED, chip=chip)
+    return reports
+
+
 def _auto_check_cost(state: State, batch: Batch, calls: int = 10) -> str:
     """On Auto axes the step's arguments are checked while XLA compiles it; a cached call runs
     no Python of shardtypes (it enters the same Python frames as the unchecked step: only the
@@ -717,8 +742,23 @@ def main(argv: list[str] | None = None) -> dict:
         f.write(page)
     print(f"\nThe plan as a page (train: weights and Adam's moments; decode: the weights; side by side, "
           f"against an H100's memory): {args.html}")
+
+    print(f"\nTwo layouts of the step at {COMPARED['batch']:,} x {COMPARED['seq']:,} tokens, their time per step "
+          f"on {CHIP} (a lower bound per chip: peak rates, no latency; perfect overlap / none):")
+    compared = layouts_at_scale()
+    for name, report in compared.items():
+        t = report.step_time
+        print(f"  {name:9s}  {t.perfect_overlap:.2f} s / {t.no_overlap:.2f} s: compute {t.compute:.2f} s, memory "
+              f"{t.memory:.2f} s, communication "
+              + ", ".join(f"{' x '.join(axes)} {sec:.2f} s" for axes, sec in t.communication.items()))
+        print(f"             bound by {t.bound}")
+    stem, ext = os.path.splitext(args.html)
+    layouts_page = f"{stem}-layouts{ext or '.html'}"
+    with open(layouts_page, "w", encoding="utf-8") as f:
+        f.write(plan_html(compared, CHIP, title=f"FSDP x TP against pure FSDP on {CHIP}, 64x64 chips"))
+    print(f"The two side by side as a page (memory and time per step): {layouts_page}")
     return {"losses": losses, "decoded": decoded, "expected": expected, "layouts": layouts,
-            "mistake": mistake, "at_scale": scale}
+            "mistake": mistake, "at_scale": scale, "compared": compared, "layouts_page": layouts_page}
 
 
 def _words(tokens) -> str:

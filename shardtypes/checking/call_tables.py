@@ -14,9 +14,8 @@ from typing import Any, Callable, Iterator
 
 from typeguard import TypeCheckError
 
-from ..context.settings import FORCED, config
-from ..context.tables import BASE, IN_TRACE, TABLE, UNCHECKED, Table, UncheckedCall, trace_key, tracing
-from ..model.errors import in_function
+from ..context import BASE, FORCED, IN_TRACE, TABLE, UNCHECKED, Table, UncheckedCall, config, trace_key, tracing
+from ..model import in_function
 from .compile_time import COMPILE_TIME_CHECKS
 from .fast_path import ARRAY_TYPES
 from .frames import failed_function

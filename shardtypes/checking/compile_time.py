@@ -16,9 +16,9 @@ import jax
 from jax.sharding import NamedSharding, PartitionSpec
 from typeguard import TypeCheckError
 
-from ..context.settings import config
-from ..language.shape import ShapeSpec, is_unconstrained
-from ..model.describe import Layout, adopt, fmt_layout, fmt_shape, layout_problem, missing_axes_problem, normalise
+from ..context import config
+from ..language import ShapeSpec, is_unconstrained
+from ..model import Layout, adopt, fmt_layout, fmt_shape, layout_problem, missing_axes_problem, normalise
 from .compile_errors import failed
 from .sharding import drop_size_one, missing_axes, unnamed_sharding_problem
 from .sharding_primitive import compile_time_check

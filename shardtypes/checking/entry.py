@@ -16,15 +16,24 @@ import numpy as np
 import typeguard
 from typeguard import TypeCheckError
 
-from ..context.settings import FORCED, checks_on, config
-from ..context.tables import TABLE, Table
-from ..context.tracebacks import filter_traceback
-from ..language.shape import ShapeSpec
-from ..model.annotations import annotation_class, dtype_classes, install_instance_check, number, type_name
-from ..model.array_classes import union_members
-from ..model.describe import Mismatch
-from ..model.errors import collect, found_text, qualified
-from ..model.plans import Plan, annotation_text, plan_for, plan_of
+from ..context import FORCED, TABLE, Table, checks_on, config, filter_traceback
+from ..language import ShapeSpec
+from ..model import (
+    Mismatch,
+    Plan,
+    annotation_class,
+    annotation_text,
+    collect,
+    dtype_classes,
+    found_text,
+    install_instance_check,
+    number,
+    plan_for,
+    plan_of,
+    qualified,
+    type_name,
+    union_members,
+)
 from .fast_path import fast_check
 from .value import check_value
 
@@ -83,7 +92,7 @@ def _check_dtype_argument(dtype: Any) -> type:
         )
     if isinstance(dtype, type) and issubclass(dtype, number):
         return dtype
-    from ..model.categories import anydtype, floating, integer
+    from ..model import anydtype, floating, integer
 
     # Only the abstract numpy types a category means exactly: np.number would let bool through
     # as anydtype, np.inexact would turn complex away as floating.

@@ -15,9 +15,8 @@ from typing import Any, Union
 import jax
 from jax.sharding import NamedSharding
 
-from ..context.rules import ACTIVE as _ACTIVE_RULES
-from ..model.nodes import ArrayNode, ClassNode, DictNode, Node, PyTreeNode, SeqNode, follow
-from ..model.plans import Plan
+from ..context import ACTIVE as _ACTIVE_RULES
+from ..model import ArrayNode, ClassNode, DictNode, Node, Plan, PyTreeNode, SeqNode, follow
 from .sharding import named_sharding_problem
 
 __all__ = ["fast_check", "leaf_memo", "fast_tree", "tree_node", "learn_layout"]

@@ -14,9 +14,8 @@ import types
 
 from typeguard import TypeCheckMemo, _functions as _tg_functions
 
-from ..context import tables as _dims
-from ..context.tables import TABLE, Table
-from ..model.errors import field_path
+from ..context import TABLE, Table, commit_memo_table, memo_table
+from ..model import field_path
 
 __all__ = ["check_argument_types_internal", "check_return_type_internal", "failed_function"]
 
@@ -115,7 +114,7 @@ FIELD_PATH: contextvars.ContextVar[tuple] = contextvars.ContextVar("shardtypes.f
 # ---------------------------------------------------------------------------------------------
 # Tables when typeguard calls us. Inside a shardtypes call or Scope: that table. Otherwise, for
 # checks made by a plain typeguard-instrumented function: a table kept with that call's frame
-# (see _dims.memo_table). Otherwise (check_type at top level): a fresh table per check.
+# (see memo_table). Otherwise (check_type at top level): a fresh table per check.
 
 
 _CHECK_TYPE_TABLE = "_shardtypes_dimension_table"
@@ -132,7 +131,7 @@ def get_table(memo: TypeCheckMemo) -> tuple[Table, bool]:
         # so the items of one check_type([...]) share a table and separate calls never do.
         return getattr(memo.config, _CHECK_TYPE_TABLE, None) or Table(), False
     if kind is not None:
-        return _dims.memo_table(memo), False
+        return memo_table(memo), False
     return Table(), False
 
 
@@ -148,7 +147,7 @@ def set_table(memo: TypeCheckMemo, table: Table, scoped: bool) -> None:
         except (AttributeError, TypeError):  # a frozen or slotted config: one table per item
             pass
     elif kind is not None:
-        _dims.commit_memo_table(memo, table)
+        commit_memo_table(memo, table)
 
 
 def snapshot(memo: TypeCheckMemo):
@@ -157,12 +156,12 @@ def snapshot(memo: TypeCheckMemo):
         return lambda: TABLE.set(table)
     config_table = getattr(memo.config, _CHECK_TYPE_TABLE, None)
     local_vars = memo.locals
-    frame_table = _dims.memo_table(memo)
+    frame_table = memo_table(memo)
 
     def restore():
         if getattr(memo.config, _CHECK_TYPE_TABLE, None) is not config_table:
             setattr(memo.config, _CHECK_TYPE_TABLE, config_table)
         if isinstance(local_vars, dict) and local_vars is not memo.globals:
-            _dims.commit_memo_table(memo, frame_table)
+            commit_memo_table(memo, frame_table)
 
     return restore

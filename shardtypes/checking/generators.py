@@ -16,10 +16,8 @@ from typing import Any, Callable
 
 from typeguard import TypeCheckMemo, _functions as _tg_functions
 
-from ..context.settings import FORCED, config
-from ..context.tables import TABLE, Table
-from ..model.forms import generator_types
-from ..model.hints import resolve_hints
+from ..context import FORCED, TABLE, Table, config
+from ..model import generator_types, resolve_hints
 from .call_tables import EMPTY, NO_TYPE_CHECK
 from .frames import check_argument_types_internal, check_return_type_internal
 from .signature import typeguard_config

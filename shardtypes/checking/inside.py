@@ -14,9 +14,7 @@ from typing import Any, Callable
 
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from ..model.errors import FieldError, qualified
-from ..model.forms import holds_shardtypes
-from ..model.value_trees import annotated_instances
+from ..model import FieldError, annotated_instances, holds_shardtypes, qualified
 from .frames import FIELD_PATH, check_argument_types_internal, check_return_type_internal
 
 __all__ = ["looks_inside", "check_inside"]

@@ -37,10 +37,9 @@ import jax
 from jax.core import Tracer
 from typeguard import TypeCheckError
 
-from ..context.compat import trace_state, varying_axes
-from ..context.settings import checks_on
-from ..language.shape import ShapeSpec
-from ..model.describe import Mismatch, fmt_layout
+from ..context import checks_on, trace_state, varying_axes
+from ..language import ShapeSpec
+from ..model import Mismatch, fmt_layout
 from .kernel_pass.facts import Fact, Point
 from .kernel_specs import Layout, differences, einsum_owed, layout_of
 from .kernel_unreduced import is_staged as is_staged, jax_refusal

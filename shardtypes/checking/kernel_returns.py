@@ -10,8 +10,8 @@ import jax
 from jax.sharding import PartitionSpec
 from typeguard import TypeCheckError
 
-from ..context.compat import varying_axes
-from ..language.shape import entry_axes
+from ..context import varying_axes
+from ..language import entry_axes
 from .kernel_layouts import active
 
 __all__ = ["returned"]

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import jax
 
-from ..context.rule_resolution import layout as rules_layout
-from ..language.shape import ShapeSpec, ShapeSpecError
-from ..model.describe import Layout
+from ..context import layout as rules_layout
+from ..language import ShapeSpec, ShapeSpecError
+from ..model import Layout
 from .kernel_pass.messages import split_text
 
 __all__ = ["Layout", "layout_of", "differences", "einsum_owed"]

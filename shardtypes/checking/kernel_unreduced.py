@@ -11,7 +11,7 @@ import jax
 from jax.core import Tracer
 from typeguard import TypeCheckError
 
-from ..context.settings import checks_on
+from ..context import checks_on
 from .kernel_pass.jaxpr import about_unreduced, refused_op
 
 __all__ = ["is_staged", "jax_refusal"]

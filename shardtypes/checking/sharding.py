@@ -12,10 +12,9 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding
 
-from ..context.rule_resolution import layout as rules_layout
-from ..context.rules import AxisRulesError
-from ..language.shape import ShapeSpec, is_unconstrained
-from ..model.describe import Layout, Mismatch, adopt, fmt_layout, layout_problem, missing_axes_problem, normalise
+from ..context import AxisRulesError, layout as rules_layout
+from ..language import ShapeSpec, is_unconstrained
+from ..model import Layout, Mismatch, adopt, fmt_layout, layout_problem, missing_axes_problem, normalise
 
 
 def expected_layout(spec: ShapeSpec, ndim: int, mesh_sizes: dict | None = None,

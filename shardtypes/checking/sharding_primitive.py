@@ -40,7 +40,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir, partial_eval as pe
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ..model.errors import ShardtypesWarning
+from ..model import ShardtypesWarning
 from .compile_errors import failed, install
 
 __all__ = ["compile_time_check", "primitive_available", "self_test"]

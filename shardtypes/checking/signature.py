@@ -18,14 +18,8 @@ import typeguard
 from jax.sharding import AxisType
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from ..context.settings import FORCED, config
-from ..context.tables import BASE, IN_TRACE, TABLE, Table, trace_key, tracing
-from ..context.tracebacks import filter_traceback
-from ..model.errors import in_function
-from ..model.forms import literal_container
-from ..model.hints import resolve_hints
-from ..model.nodes import model
-from ..model.plans import plan_for
+from ..context import BASE, FORCED, IN_TRACE, TABLE, Table, config, filter_traceback, trace_key, tracing
+from ..model import in_function, literal_container, model, plan_for, resolve_hints
 from .call_tables import EMPTY, NO_TYPE_CHECK, run_unchecked, sizing, with_table
 from .entry import check_with_plan
 from .fast_path import ARRAY_TYPES, fast_check, fast_tree, learn_layout, tree_node

@@ -33,23 +33,21 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from ..context.compat import varying_axes
-from ..context.rules import ACTIVE as _ACTIVE_RULES
-from ..context.settings import config
-from ..context.tables import Table
-from ..language.shape import BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, is_unconstrained
-from ..language.sizes import evaluate, size_equal
-from ..model.annotations import dtype_name, number, type_name
-from ..model.array_classes import accepts_host
-from ..model.describe import (
+from ..context import ACTIVE as _ACTIVE_RULES, Table, config, varying_axes
+from ..language import BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, evaluate, is_unconstrained, size_equal
+from ..model import (
     Mismatch,
+    accepts_host,
     adopt,
+    dtype_name,
     fmt_layout,
     fmt_shape,
     fmt_size,
     missing_axes_problem,
     n_dims,
     normalise,
+    number,
+    type_name,
     type_of,
 )
 from .compile_time import COMPILE_TIME_CHECKS, check_at_compile_time

@@ -31,7 +31,7 @@ import jax
 from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh
 
-from ..language.sizes import IDENT
+from ..language import IDENT
 
 __all__ = ["default_mesh", "hybrid_mesh"]
 

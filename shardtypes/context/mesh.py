@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import jax
 from jax.sharding import AbstractMesh, AxisType, Mesh, PartitionSpec
 
-from ..language.sizes import IDENT
+from ..language import IDENT
 
 __all__ = ["current_mesh", "no_mesh_error", "abstract_mesh", "legacy_mesh_open"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..language.sizes import IDENT
+from ..language import IDENT
 from .rules import AxisRules, Rule, rule_list
 
 __all__ = ["t5x_rules", "eformer_rules"]

@@ -15,9 +15,7 @@ import functools
 import math
 from typing import Any, Literal, Mapping, Sequence
 
-from ..language import shape as _shape
-from ..language.shape import UNCONSTRAINED_AXES, ShapeSpec, is_unconstrained
-from ..language.sizes import divides, size_equal
+from ..language import LOGICAL_NAME, UNCONSTRAINED_AXES, ShapeSpec, divides, is_unconstrained, size_equal
 from .rules import ACTIVE, Active, AxisRules, AxisRulesError, fmt_target
 
 __all__ = ["DimChoice", "layout", "choices"]
@@ -230,4 +228,4 @@ def _is_logical(name: str) -> bool:
         return False
 
 
-_shape.LOGICAL_NAME[0] = _is_logical
+LOGICAL_NAME[0] = _is_logical

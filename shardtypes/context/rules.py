@@ -34,8 +34,7 @@ from typing import Any, Iterable, Iterator, Mapping, TypeAlias
 
 import jax
 
-from ..language.shape import UNCONSTRAINED_AXES, is_unconstrained
-from ..language.sizes import IDENT
+from ..language import IDENT, UNCONSTRAINED_AXES, is_unconstrained
 from .compat import JitKey
 
 __all__ = [

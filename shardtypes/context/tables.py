@@ -40,7 +40,7 @@ import jax
 import jax.core
 import numpy as np
 
-from ..language.sizes import is_size
+from ..language import is_size
 from .compat import JitKey
 from .settings import checks_on
 

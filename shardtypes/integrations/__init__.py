@@ -7,13 +7,16 @@ the signature checker and typeguard's instrumentation), and Flax NNX modules.
 
 May import: ``shardtypes.language``, ``shardtypes.context``, ``shardtypes.model``,
 ``shardtypes.checking``, ``shardtypes.layout``.
-Offers the layers above: ``typechecked``, ``register_with_typeguard``, the container checkers.
 """
 
-from .decorator import typechecked as typechecked
+from .decorator import typecheck_target as typecheck_target, typechecked as typechecked
 from .typeguard_hook import register_with_typeguard as register_with_typeguard
 
 __all__ = [
     "register_with_typeguard",
+    "typecheck_target",
     "typechecked",
 ]
+
+# What the layer offers the layers above, in its docstring, made from __all__ so that it cannot go stale.
+__doc__ = f"{__doc__ or ''}\nOffers the layers above: {', '.join(__all__)}.\n"

@@ -13,13 +13,20 @@ import jax
 import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from ..checking.frames import FIELD_PATH, checked_role, snapshot
-from ..model.errors import ArrayError, FieldError, field_path, qualified
-from ..model.forms import holds_shardtypes, type_text
-from ..model.hints import resolve_hints
-from ..model.nodes import PyTreeNode, model
-from ..model.trees import tree_info
-from ..model.value_trees import annotated_instances
+from ..checking import FIELD_PATH, checked_role, snapshot
+from ..model import (
+    ArrayError,
+    FieldError,
+    PyTreeNode,
+    annotated_instances,
+    field_path,
+    holds_shardtypes,
+    model,
+    qualified,
+    resolve_hints,
+    tree_info,
+    type_text,
+)
 
 __all__: list[str] = []
 

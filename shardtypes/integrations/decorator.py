@@ -30,12 +30,9 @@ from typing import Any, Callable, TypeVar, overload
 
 import typeguard
 
-from ..checking.call_tables import with_table
-from ..checking.generators import generator_from_signature
-from ..checking.signature import SignatureChecker, looking_inside, signature_sizer
-from ..context.tables import scope
-from ..model.annotations import number
-from ..model.errors import ShardtypesWarning
+from ..checking import SignatureChecker, generator_from_signature, looking_inside, signature_sizer, with_table
+from ..context import scope
+from ..model import ShardtypesWarning, number
 from .instrument import has_str_shapes, instrument_str_shapes, with_closure
 
 __all__ = ["typechecked"]

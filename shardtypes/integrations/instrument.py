@@ -57,8 +57,7 @@ def _resolve(expr: ast.expr, namespace: dict[str, Any]) -> Any:
 
 def _shape_constants(annotations: list[ast.expr], namespace: dict[str, Any]) -> list[ast.Constant]:
     """The ``str`` constants that are shapes or axes of shardtypes annotations."""
-    from ..model.annotations import number
-    from ..model.trees import Array, Stacked
+    from ..model import Array, Stacked, number
 
     found: list[ast.Constant] = []
     for annotation in annotations:

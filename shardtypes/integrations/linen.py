@@ -5,11 +5,10 @@ from typing import Any
 
 import jax
 
-from ..checking.entry import check_named
-from ..context.tables import Scope
-from ..layout.specs import partition_specs as derive_specs, shardings as derive_shardings
-from ..model.linen_boxes import box_annotation, is_box
-from ..model.walk import walk_leaves
+from ..checking import check_named
+from ..context import Scope
+from ..layout import partition_specs as derive_specs, shardings as derive_shardings
+from ..model import box_annotation, is_box, walk_leaves
 
 __all__ = ["annotations", "partition_specs", "shardings", "unbox", "check"]
 

@@ -7,10 +7,9 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding
 
-from ..context.tables import Scope
-from ..layout.specs import make_partition_specs, mesh_arg
-from ..model.forms import item_annotation, variable_annotation
-from ..model.hints import resolve_hints
+from ..context import Scope
+from ..layout import make_partition_specs, mesh_arg
+from ..model import item_annotation, resolve_hints, variable_annotation
 
 __all__ = ["annotations", "partition_specs", "shardings", "check"]
 
@@ -90,7 +89,7 @@ def check(model: Any, *filters: Any) -> None:
     """Checks every selected variable of ``model`` against its annotation (dtype, shape,
     sharding), all in one dimension table, so ``embed`` means one size across the model.
     Raises TypeCheckError naming the variable's path (``MLP.blocks[0].w``)."""
-    from ..checking.entry import check_named
+    from ..checking import check_named
 
     nnx = _nnx()
     anns = annotations(model, *filters)

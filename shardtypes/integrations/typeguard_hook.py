@@ -16,19 +16,28 @@ from typing import Any, Union
 import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo, _checkers as _tg_checkers
 
-from ..checking.fast_path import fast_check
-from ..checking.frames import FIELD_PATH, checked_role, get_table, origin_phrase, set_table
-from ..checking.value import check_value
-from ..context.settings import FORCED, config
-from ..context.tables import TABLE, Table
-from ..model.annotations import annotation_class, is_annotation, number
-from ..model.describe import Mismatch
-from ..model.errors import COLLECTED, ArrayError, collect, field_path, found_text
-from ..model.forms import holds_shardtypes, is_checked_class, safe_is_checked_class
-from ..model.nodes import PYTREES
-from ..model.plans import PLANS, malformed, plan_of
-from ..model.pytrees import install_pytree_instance_check
-from ..model.trees import INFO as _TREE_CLASSES
+from ..checking import FIELD_PATH, check_value, checked_role, fast_check, get_table, origin_phrase, set_table
+from ..context import FORCED, TABLE, Table, config
+from ..model import (
+    COLLECTED,
+    INFO as _TREE_CLASSES,
+    PLANS,
+    PYTREES,
+    ArrayError,
+    Mismatch,
+    annotation_class,
+    collect,
+    field_path,
+    found_text,
+    holds_shardtypes,
+    install_pytree_instance_check,
+    is_annotation,
+    is_checked_class,
+    malformed,
+    number,
+    plan_of,
+    safe_is_checked_class,
+)
 from .containers import all_or_nothing, check_dataclass, check_pytree, check_union, public_error
 
 __all__ = ["register_with_typeguard"]

@@ -5,7 +5,6 @@ collectives written as seqax's spec strings (``'embed/d hidden/t -> embed hidden
 against the dimension table and the mesh.
 
 May import: every layer below (language, context, model, checking, layout, integrations).
-Offers the layers above: ``typed_shard_map``, ``is_fully_sharded`` and the ops.
 """
 
 from .shard_map import typed_shard_map as typed_shard_map
@@ -13,3 +12,6 @@ from .shard_map import typed_shard_map as typed_shard_map
 __all__ = [
     "typed_shard_map",
 ]
+
+# What the layer offers the layers above, in its docstring, made from __all__ so that it cannot go stale.
+__doc__ = f"{__doc__ or ''}\nOffers the layers above: {', '.join(__all__)}.\n"

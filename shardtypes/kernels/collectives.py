@@ -20,16 +20,10 @@ import jax
 import jax.numpy as jnp
 from typeguard import TypeCheckError
 
-from ..checking.kernel_layouts import kernel_check_vma, op_check, with_op_context
-from ..checking.value import check_value
-from ..context.compat import varying_axes
-from ..context.rule_resolution import layout as rules_layout
-from ..context.rules import AxisRulesError
-from ..context.settings import checks_on
-from ..context.tables import TABLE, UNCHECKED, Table
-from ..language.shape import FIXED, NAMED, DimSpec, ShapeSpec, ShapeSpecError
-from ..model.categories import anydtype
-from ..model.describe import Mismatch, axis_hint, describe
+from ..checking import check_value, kernel_check_vma, op_check, with_op_context
+from ..context import TABLE, UNCHECKED, AxisRulesError, Table, checks_on, layout as rules_layout, varying_axes
+from ..language import FIXED, NAMED, DimSpec, ShapeSpec, ShapeSpecError
+from ..model import Mismatch, anydtype, axis_hint, describe
 
 __all__ = [
     "check", "call", "arrow", "single", "same_dims", "own_table", "axes", "trailing_extra",

@@ -10,10 +10,10 @@ from typing import Any, Sequence, TypeVar
 import jax
 import jax.numpy as jnp
 
-from ..checking import kernel_layouts as kl
-from ..context.compat import all_gather_invariant
-from ..language.shape import NAMED, ShapeSpecError
-from ..model.categories import integer
+from ..checking import einsum_owed, gathered, mark_per_device, mark_unreduced, op_operand, op_result, still_owed
+from ..context import all_gather_invariant
+from ..language import NAMED, ShapeSpecError
+from ..model import integer
 from . import collectives as c
 
 _T = TypeVar("_T")
@@ -56,7 +56,7 @@ def all_gather(spec: str, x: jax.Array, *, invariant: bool = False) -> jax.Array
         if b_axes != a_axes
     ]
     sizes = c.manual("all_gather", spec, tuple(a for _, names in gathers for a in names), "the spec")
-    kl.op_operand("all_gather", spec, "operand", x, before)
+    op_operand("all_gather", spec, "operand", x, before)
     c.check("all_gather", spec, "operand", before, x)
     if invariant:
         c.tracks_varying("all_gather", spec, x, tuple(sizes))
@@ -66,9 +66,9 @@ def all_gather(spec: str, x: jax.Array, *, invariant: bool = False) -> jax.Array
         else:
             x = jax.lax.all_gather(x, c.one_or_tuple(names), axis=i, tiled=True)
     c.check("all_gather", spec, "result", after, x)
-    kl.op_result("all_gather", spec, x, after)
+    op_result("all_gather", spec, x, after)
     if not invariant:
-        kl.gathered((a for _, names in gathers for a in names), c.call("all_gather", spec))
+        gathered((a for _, names in gathers for a in names), c.call("all_gather", spec))
     return x
 
 
@@ -83,10 +83,10 @@ def psum_scatter(spec: str, x: jax.Array) -> jax.Array:
     changed = [i for i in range(len(before.dims)) if b_axes[i] != a_axes[i]]
     if not changed and str(before) != str(after):
         # Axis rules put no mesh axis on the logical one gained: nothing to sum or scatter over.
-        known = kl.op_operand("psum_scatter", spec, "operand", x, before)
+        known = op_operand("psum_scatter", spec, "operand", x, before)
         c.check("psum_scatter", spec, "operand", before, x)
         c.check("psum_scatter", spec, "result", after, x)
-        kl.op_result("psum_scatter", spec, x, after, *kl.still_owed(known, ()))
+        op_result("psum_scatter", spec, x, after, *still_owed(known, ()))
         return x
     if not changed:
         raise ShapeSpecError(spec, "shardtypes.ops.psum_scatter: at least one dim must gain mesh axes")
@@ -95,7 +95,7 @@ def psum_scatter(spec: str, x: jax.Array) -> jax.Array:
         b, a = before.dims[i], after.dims[i]
         added = c.trailing_extra("psum_scatter", spec, i, b, a, fewer=b_axes[i], more=a_axes[i], verb="gain")
         scatters.append((i, added, c.manual("psum_scatter", spec, added, "the spec")))
-    known = kl.op_operand("psum_scatter", spec, "operand", x, before)
+    known = op_operand("psum_scatter", spec, "operand", x, before)
     c.check("psum_scatter", spec, "operand", before, x)
     for i, _, sizes in scatters:
         c.splits("psum_scatter", spec, after, i, x, sizes)
@@ -103,7 +103,7 @@ def psum_scatter(spec: str, x: jax.Array) -> jax.Array:
     for i, added, _ in scatters:
         x = jax.lax.psum_scatter(x, c.one_or_tuple(added), scatter_dimension=i, tiled=True)
     c.check("psum_scatter", spec, "result", after, x)
-    kl.op_result("psum_scatter", spec, x, after, *kl.still_owed(known, (a for _, added, _ in scatters for a in added)))
+    op_result("psum_scatter", spec, x, after, *still_owed(known, (a for _, added, _ in scatters for a in added)))
     return x
 
 
@@ -121,19 +121,19 @@ def all_to_all(spec: str, x: jax.Array) -> jax.Array:
     b_axes, a_axes = c.axes(before), c.axes(after)
     changed = [i for i in range(len(before.dims)) if b_axes[i] != a_axes[i]]
     if not changed and str(before) != str(after):  # axis rules map the moved axis to nothing
-        kl.op_operand("all_to_all", spec, "operand", x, before)
+        op_operand("all_to_all", spec, "operand", x, before)
         c.check("all_to_all", spec, "operand", before, x)
         c.check("all_to_all", spec, "result", after, x)
-        kl.op_result("all_to_all", spec, x, after)
+        op_result("all_to_all", spec, x, after)
         return x
     src, dst, moved = _move(spec, before, after, b_axes, a_axes, changed)
     sizes = c.manual("all_to_all", spec, moved, "the spec")
-    kl.op_operand("all_to_all", spec, "operand", x, before)
+    op_operand("all_to_all", spec, "operand", x, before)
     c.check("all_to_all", spec, "operand", before, x)
     c.splits("all_to_all", spec, after, dst, x, sizes)
     x = jax.lax.all_to_all(x, c.one_or_tuple(moved), split_axis=dst, concat_axis=src, tiled=True)
     c.check("all_to_all", spec, "result", after, x)
-    kl.op_result("all_to_all", spec, x, after)
+    op_result("all_to_all", spec, x, after)
     return x
 
 
@@ -191,11 +191,11 @@ def _reduce(op: str, collective, spec: str, x: jax.Array, axes: Any) -> jax.Arra
                 f"{i} ({str(dim)!r}) is split over it, so the {op} would combine different blocks "
                 "of it; all_gather that dim first, or sum with psum_scatter"
             )
-    known = kl.op_operand(op, spec, "operand", x, shape)
+    known = op_operand(op, spec, "operand", x, shape)
     c.check(op, spec, "operand", shape, x)
     x = collective(x, c.one_or_tuple(names))
     c.check(op, spec, "result", shape, x)
-    kl.op_result(op, spec, x, shape, *kl.still_owed(known, names))
+    op_result(op, spec, x, shape, *still_owed(known, names))
     return x
 
 
@@ -214,11 +214,11 @@ def ppermute(spec: str, x: jax.Array, axis: str | Sequence[str], perm: Sequence[
     names = c.axis_names("ppermute", spec, "axis", axis)
     sizes = c.manual("ppermute", spec, names, "argument 'axis'")
     pairs = _perm(spec, perm, math.prod(sizes.values()))
-    kl.op_operand("ppermute", spec, "operand", x, shape)
+    op_operand("ppermute", spec, "operand", x, shape)
     c.check("ppermute", spec, "operand", shape, x)
     x = jax.lax.ppermute(x, c.one_or_tuple(names), pairs)
     c.check("ppermute", spec, "result", shape, x)
-    kl.op_result("ppermute", spec, x, shape)
+    op_result("ppermute", spec, x, shape)
     return x
 
 
@@ -277,13 +277,13 @@ def einsum_unreduced(spec: str, *operands: jax.Array, **kwargs: Any) -> jax.Arra
     if stray:
         raise ShapeSpecError(spec, f"shardtypes.ops.einsum_unreduced: output dim {stray[0]!r} is in no input")
     for i, (s, x) in enumerate(zip(inputs, operands)):
-        kl.op_operand("einsum_unreduced", spec, f"operand {i}", x, s)
+        op_operand("einsum_unreduced", spec, f"operand {i}", x, s)
         c.check("einsum_unreduced", spec, f"operand {i}", s, x)
-    contracted = kl.einsum_owed(spec, inputs, output)  # after the operands: theirs is the clearer message
+    contracted = einsum_owed(spec, inputs, output)  # after the operands: theirs is the clearer message
     result = jnp.einsum(",".join(in_subs) + "->" + out_sub, *operands, **kwargs)
     c.check("einsum_unreduced", spec, "result", output, result)
-    typed = kl.mark_unreduced(result, contracted)  # JAX's unreduced type, where JAX has one
-    kl.op_result("einsum_unreduced", spec, typed, output, contracted, jax_typed=typed is not result)
+    typed = mark_unreduced(result, contracted)  # JAX's unreduced type, where JAX has one
+    op_result("einsum_unreduced", spec, typed, output, contracted, jax_typed=typed is not result)
     return typed
 
 
@@ -307,14 +307,14 @@ def index_unreduced(spec: str, table: jax.Array, ids: jax.Array) -> jax.Array:
     parsed = c.index_spec(spec)
     block_axes = c.axes(parsed.table)[parsed.position]
     sizes = c.manual("index_unreduced", spec, block_axes, "the bracketed dim")
-    kl.op_operand("index_unreduced", spec, "table", table, parsed.table)
-    kl.op_operand("index_unreduced", spec, "ids", ids, parsed.ids)
+    op_operand("index_unreduced", spec, "table", table, parsed.table)
+    op_operand("index_unreduced", spec, "ids", ids, parsed.ids)
     c.check("index_unreduced", spec, "table", parsed.table, table)
     c.check("index_unreduced", spec, "ids", parsed.ids, ids, integer)
     result = c.lookup(parsed, table, ids, block_axes, sizes)
     c.check("index_unreduced", spec, "result", parsed.output, result)
-    typed = kl.mark_unreduced(result, frozenset(block_axes))
-    kl.op_result("index_unreduced", spec, typed, parsed.output, frozenset(block_axes),
+    typed = mark_unreduced(result, frozenset(block_axes))
+    op_result("index_unreduced", spec, typed, parsed.output, frozenset(block_axes),
                  jax_typed=typed is not result)
     return typed
 
@@ -356,5 +356,5 @@ def per_device(value: _T, axes: str | Sequence[str]) -> _T:
         found = ", ".join(sorted({type(x).__name__ for x in leaves})) or "no arrays"
         raise TypeError(f"shardtypes.ops.per_device: argument 'value' must be a jax.Array or a tree of them "
                         f"(found {found})")
-    kl.mark_per_device(leaves, frozenset(names), f"shardtypes.ops.per_device(..., {c.one_or_tuple(names)!r})")
+    mark_per_device(leaves, frozenset(names), f"shardtypes.ops.per_device(..., {c.one_or_tuple(names)!r})")
     return value

@@ -25,21 +25,22 @@ import jax
 from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 from typeguard import TypeCheckError
 
-from ..checking.compile_time import COMPILE_TIME_CHECKS
-from ..checking.kernel_layouts import flows, is_staged, tracking
-from ..checking.kernel_pass import KernelPassWarning, in_facts, known_bug, traced
-from ..checking.kernel_returns import returned
-from ..context.mesh import no_mesh_error
-from ..context.rules import axis_rules, current_rules
-from ..context.tables import scope
-from ..context.tracebacks import filter_traceback
-from ..integrations.decorator import typecheck_target
-from ..language.shape import axes_entry, entry_axes
-from ..layout.specs import partition_specs as derive_specs
-from ..model.forms import holds_shardtypes, homogeneous_item
-from ..model.hints import resolve_hints
-from ..model.pytrees import holds_pytree
-from ..model.trees import tree_info
+from ..checking import (
+    COMPILE_TIME_CHECKS,
+    KernelPassWarning,
+    flows,
+    in_facts,
+    is_staged,
+    known_bug,
+    returned,
+    traced,
+    tracking,
+)
+from ..context import axis_rules, current_rules, filter_traceback, no_mesh_error, scope
+from ..integrations import typecheck_target
+from ..language import axes_entry, entry_axes
+from ..layout import partition_specs as derive_specs
+from ..model import holds_pytree, holds_shardtypes, homogeneous_item, resolve_hints, tree_info
 from .params import Each, bare_array_annotation, check_kernel, check_static, conform_result, conform_specs
 
 __all__ = ["typed_shard_map"]

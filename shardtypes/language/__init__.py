@@ -5,32 +5,63 @@ PartitionSpec a spec names, size expressions (``seq+1``, ``heads//kv``) and the 
 (``dims={'batch': 8}``), and the names static checkers see for the annotation classes.
 
 May import: nothing of shardtypes; no JAX at import (pure Python).
-Offers the layers above: ``ShapeSpec``, ``DimSpec``, ``ShapeSpecError``, the dim kinds and
-``entry_axes``/``axes_entry`` (``shape``); ``is_size``, ``evaluate`` and friends (``sizes``).
 """
 
 from .shape import (
+    ANY as ANY,
+    BROADCAST as BROADCAST,
+    ELLIPSIS as ELLIPSIS,
+    EXPR as EXPR,
+    FIXED as FIXED,
+    LOGICAL_NAME as LOGICAL_NAME,
+    NAMED as NAMED,
+    UNCONSTRAINED_AXES as UNCONSTRAINED_AXES,
+    VARIADIC as VARIADIC,
     DimSpec as DimSpec,
     ShapeSpec as ShapeSpec,
     ShapeSpecError as ShapeSpecError,
     axes_entry as axes_entry,
     entry_axes as entry_axes,
+    is_unconstrained as is_unconstrained,
 )
 from .sizes import (
+    IDENT as IDENT,
     check_dims as check_dims,
+    close_name as close_name,
     divides as divides,
     evaluate as evaluate,
+    is_size as is_size,
+    mapping_of_sizes as mapping_of_sizes,
     size_equal as size_equal,
+    unused_dims_error as unused_dims_error,
 )
 
 __all__ = [
+    "LOGICAL_NAME",
+    "ANY",
+    "BROADCAST",
     "DimSpec",
+    "ELLIPSIS",
+    "EXPR",
+    "FIXED",
+    "IDENT",
+    "NAMED",
     "ShapeSpec",
     "ShapeSpecError",
+    "UNCONSTRAINED_AXES",
+    "VARIADIC",
     "axes_entry",
     "check_dims",
+    "close_name",
     "divides",
     "entry_axes",
     "evaluate",
+    "is_size",
+    "is_unconstrained",
+    "mapping_of_sizes",
     "size_equal",
+    "unused_dims_error",
 ]
+
+# What the layer offers the layers above, in its docstring, made from __all__ so that it cannot go stale.
+__doc__ = f"{__doc__ or ''}\nOffers the layers above: {', '.join(__all__)}.\n"

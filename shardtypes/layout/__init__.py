@@ -6,8 +6,6 @@ values out as annotated), automatic specs for unannotated arrays, ``validate_sha
 
 May import: ``shardtypes.language``, ``shardtypes.context``, ``shardtypes.model``,
 ``shardtypes.checking``.
-Offers the layers above: ``make_partition_specs``, ``make_shardings``,
-``make_shape_dtype_structs``, ``shard``, ``tree_guard``, ``explain`` and the auto-spec tools.
 """
 
 from .auto import auto_partition_spec as auto_partition_spec, auto_partition_specs as auto_partition_specs
@@ -16,6 +14,7 @@ from .data_layout import (
     data_layout as data_layout,
     make_global_array as make_global_array,
 )
+from .dim_sizes import check_dims_for as check_dims_for, dim_size as dim_size, dims_used as dims_used
 from .explanations import explain as explain
 from .least_sharding import convert_specs as convert_specs, partition_specs_for_budget as partition_specs_for_budget
 from .placement import shard as shard, tree_guard as tree_guard
@@ -27,27 +26,45 @@ from .specs import (
     make_partition_specs as make_partition_specs,
     make_shape_dtype_structs as make_shape_dtype_structs,
     make_shardings as make_shardings,
+    mesh_arg as mesh_arg,
+    partition_spec as partition_spec,
+    partition_specs as partition_specs,
+    shardings as shardings,
+    structs as structs,
 )
 from .validate import ShardingProblem as ShardingProblem, validate_shardings as validate_shardings
+from .value_structs import structs_of_values as structs_of_values
 
 __all__ = [
     "DataLayout",
     "PartitionSpecTree",
+    "ShardingProblem",
     "ShardingTree",
     "StructTree",
-    "ShardingProblem",
     "auto_partition_spec",
     "auto_partition_specs",
+    "check_dims_for",
     "convert_specs",
     "data_layout",
+    "dim_size",
+    "dims_used",
     "explain",
     "is_fully_sharded",
     "make_global_array",
     "make_partition_specs",
     "make_shape_dtype_structs",
     "make_shardings",
+    "mesh_arg",
+    "partition_spec",
+    "partition_specs",
     "partition_specs_for_budget",
     "shard",
+    "shardings",
+    "structs",
+    "structs_of_values",
     "tree_guard",
     "validate_shardings",
 ]
+
+# What the layer offers the layers above, in its docstring, made from __all__ so that it cannot go stale.
+__doc__ = f"{__doc__ or ''}\nOffers the layers above: {', '.join(__all__)}.\n"

@@ -30,12 +30,10 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
-from ..checking.entry import check
-from ..context.settings import forced_checks
-from ..context.tables import Scope
-from ..language.shape import entry_axes
-from ..model.annotations import annotation_class, number
-from ..model.plans import plan_of
+from ..checking import check
+from ..context import Scope, forced_checks
+from ..language import entry_axes
+from ..model import annotation_class, number, plan_of
 from .specs import mesh_arg, shardings as derive_shardings
 
 __all__ = ["DataLayout", "data_layout", "make_global_array"]

@@ -8,9 +8,20 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from ..language.shape import ANY, BROADCAST, EXPR, FIXED, NAMED, VARIADIC, entry_axes
-from ..language.sizes import check_dims, divides, evaluate, unused_dims_error
-from ..model.walk import Leaf, walk_leaves
+from ..language import (
+    ANY,
+    BROADCAST,
+    EXPR,
+    FIXED,
+    NAMED,
+    VARIADIC,
+    check_dims,
+    divides,
+    entry_axes,
+    evaluate,
+    unused_dims_error,
+)
+from ..model import Leaf, walk_leaves
 
 __all__ = ["check_dims_for", "dims_used", "undivided"]
 
@@ -99,7 +110,7 @@ def check_dims_for(dims: Any, single: set[str], variadic: set[str], what: str, s
             )
     unused = [n for n in dims if n not in used]
     if not strict:
-        from ..language.sizes import close_name
+        from ..language import close_name
 
         unused = [n for n in unused if close_name(n, used) is not None]
     if unused:

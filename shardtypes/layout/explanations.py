@@ -8,12 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..context.mesh import current_mesh
-from ..context.rule_resolution import choices as rules_choices
-from ..context.rules import AxisRulesError, current_rules
-from ..language.shape import is_unconstrained
-from ..language.sizes import check_dims
-from ..model.walk import Leaf, walk_leaves
+from ..context import AxisRulesError, choices as rules_choices, current_mesh, current_rules
+from ..language import check_dims, is_unconstrained
+from ..model import Leaf, walk_leaves
 from .dim_sizes import dim_size
 from .specs import mesh_arg
 

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
-from ..language.shape import entry_axes
+from ..language import entry_axes
 from ..model import public_names
 from .auto import (
     Unit,

@@ -16,10 +16,9 @@ import numpy as np
 from jax.sharding import NamedSharding
 from typeguard import TypeCheckError
 
-from ..context.tracebacks import filter_traceback
-from ..language.shape import entry_axes
-from ..model import ClassNode, describe, model
-from ..model.walk import Leaf, brief, walk_leaves
+from ..context import filter_traceback
+from ..language import entry_axes
+from ..model import ClassNode, Leaf, brief, describe, model, walk_leaves
 from .dim_sizes import undivided
 from .specs import mesh_arg, shardings as derive_shardings
 

@@ -19,14 +19,16 @@ from typing import Any, Callable, Mapping, ParamSpec, TypeAlias, TypeVar
 import jax
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
-from ..context.mesh import current_mesh, legacy_mesh_open, no_mesh_error
-from ..context.rule_resolution import layout as rules_layout
-from ..context.rules import AxisRulesError, current_rules
-from ..language.shape import ELLIPSIS, VARIADIC, axes_entry, entry_axes
-from ..language.sizes import check_dims, divides
-from ..model.describe import axis_hint
-from ..model.value_trees import is_value_tree
-from ..model.walk import Leaf, brief, walk_leaves
+from ..context import (
+    AxisRulesError,
+    current_mesh,
+    current_rules,
+    layout as rules_layout,
+    legacy_mesh_open,
+    no_mesh_error,
+)
+from ..language import ELLIPSIS, VARIADIC, axes_entry, check_dims, divides, entry_axes
+from ..model import Leaf, axis_hint, brief, is_value_tree, walk_leaves
 from .dim_sizes import check_dims_for, dim_size, dims_used
 from .value_structs import structs_of_values
 

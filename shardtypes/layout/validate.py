@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
-from ..language.shape import entry_axes
+from ..language import entry_axes
 from ..model import public_names
 from .auto import concrete_sizes, fmt_bytes, is_spec_leaf, mesh_axis_sizes, path_or_array, shape_of
 from .placement import tree_guard

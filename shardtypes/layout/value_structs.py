@@ -17,7 +17,7 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding
 
-from ..model.value_trees import is_array_value
+from ..model import is_array_value
 from .dim_sizes import undivided
 
 __all__ = ["structs_of_values"]

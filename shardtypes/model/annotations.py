@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..language.shape import ShapeSpec
+from ..language import ShapeSpec
 from .array_classes import check_union, union_members, union_of
 
 __all__ = ["number", "dtype_names", "annotation_class", "is_annotation", "is_dtype_class", "subscript", "type_name"]

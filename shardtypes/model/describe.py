@@ -17,9 +17,8 @@ import jax.core
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ..context.rules import ACTIVE as _ACTIVE_RULES, RULES_HINT
-from ..context.settings import config
-from ..language.shape import entry_axes, is_unconstrained
+from ..context import ACTIVE as _ACTIVE_RULES, RULES_HINT, config
+from ..language import entry_axes, is_unconstrained
 from .annotations import dtype_name, type_name
 
 __all__ = ["Mismatch", "describe", "axis_hint"]

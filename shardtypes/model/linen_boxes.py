@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable
 
-from ..language.shape import ShapeSpecError
+from ..language import ShapeSpecError
 from .annotations import dtype_classes, subscript
 from .categories import anydtype
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..language.shape import ShapeSpec
+from ..language import ShapeSpec
 from .annotations import dtype_classes, install_nested, number, subscript
 
 __all__: list[str] = []

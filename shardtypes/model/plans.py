@@ -11,7 +11,7 @@ from typing import Any
 import jax
 from typeguard import TypeCheckError
 
-from ..language.shape import ANY, FIXED, NAMED, ShapeSpec
+from ..language import ANY, FIXED, NAMED, ShapeSpec
 from .annotations import annotation_class, number
 from .array_classes import union_members
 

@@ -26,7 +26,7 @@ from typing import Any, Callable, TypeVar, Union, dataclass_transform, overload
 
 import jax
 
-from ..language.shape import FIXED, NAMED, ShapeSpec
+from ..language import FIXED, NAMED, ShapeSpec
 from .annotations import annotation_class, subscript
 from .hints import resolve_hints
 

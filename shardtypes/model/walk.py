@@ -13,7 +13,7 @@ from typing import Any, Callable, Union
 
 import jax
 
-from ..language.shape import ShapeSpec
+from ..language import ShapeSpec
 from .annotations import annotation_class, is_annotation, number
 from .errors import qualified
 from .nodes import ClassNode, PyTreeNode, model

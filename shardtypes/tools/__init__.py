@@ -5,7 +5,6 @@ collected), ``plan`` (the layout and bytes per device of every array), their rep
 ``shardtypes`` command line.
 
 May import: every layer below.
-Offers: ``verify``, ``plan``, their reports and their HTML pages (``plan_html``), and ``main`` (the command line).
 """
 
 from .cli import main as main
@@ -32,3 +31,6 @@ __all__ = [
     "plan",
     "verify",
 ]
+
+# What the layer offers the layers above, in its docstring, made from __all__ so that it cannot go stale.
+__doc__ = f"{__doc__ or ''}\nOffers the layers above: {', '.join(__all__)}.\n"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..checking.kernel_pass import catalogue, jaxpr as kj
-from ..language.shape import entry_axes
+from ..checking import jaxprs as kj, primitives as catalogue
+from ..language import entry_axes
 
 __all__ = ["fused", "dead", "passed_through", "local_shape", "auto_splits", "backward_splits", "spec_parts", "ones"]
 

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import jax
 
-from ..checking.kernel_pass import catalogue, jaxpr as kj
+from ..checking import jaxprs as kj, primitives as catalogue
 from .activation_rules import auto_splits, backward_splits, dead, fused, local_shape, ones, passed_through, spec_parts
 from .memory_plan import fmt_bytes
 

@@ -68,13 +68,16 @@ class Chip:
     def rate(self, dtype: Any) -> tuple[float, str, str | None]:
         """The peak rate for ``dtype`` (a name such as 'bfloat16' or a numpy dtype): (FLOP/s, the
         class it was taken from, and a sentence when the chip publishes no figure for it and a
-        neighbouring one stands in)."""
+        neighbouring one stands in). Integer and bool ops (elementwise: indices, masks) run at the
+        fp32 rate (bf16 on TPUs), unsaid."""
         name = _dtype_name(dtype)
         cls = _DTYPE_CLASSES.get(name) or ("fp8" if name.startswith("float8") else None)
         want = self.float32_as if cls == "fp32" else cls
         if want is not None and want in self.flops:
             return self.flops[want], want, None
         stand_in = "fp32" if want is None and "fp32" in self.flops else "bf16"
+        if want is None and (name == "bool" or re.fullmatch(r"u?int\d+", name)):
+            return self.flops[stand_in], stand_in, None  # elementwise integer ops: no chip publishes a rate
         missing = f"no {want} rate" if want else f"no rate for {name}"
         return (self.flops[stand_in], stand_in, f"{name} counted at {self.name}'s {stand_in} rate "
                 f"({fmt_rate(self.flops[stand_in], 'FLOP/s')}): it publishes {missing}")
@@ -474,6 +477,7 @@ def fmt_seconds(seconds: float) -> str:
     """'62.0 ms', '1.25 s', '830 µs', '0 s' (three significant digits)."""
     if seconds <= 0:
         return "0 s"
+    seconds = float(f"{seconds:.3g}")  # (999.6 ms is '1 s', not '1e+03 ms')
     for scale, unit in ((1, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
         if seconds >= scale or unit == "ns":
             value = seconds / scale

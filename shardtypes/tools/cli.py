@@ -22,9 +22,10 @@ import os
 import sys
 from typing import Any, Iterator, Sequence
 
-from ..context.rules import RULES_HINT, AxisRules, axis_rules
+from ..context import RULES_HINT, AxisRules, axis_rules
+from .chips import DEVICE_KINDS, axis_links, chip_named, fmt_seconds
 from .html_page import write_html
-from .html_parts import DEVICE_KINDS, parse_capacity
+from .html_parts import parse_capacity
 from .memory_plan import PlanReport, parse_fraction, plan, plan_html
 from .terminal import plan_lines, progress, render, use_colour
 from .verification import VerifyReport, verify
@@ -56,6 +57,13 @@ VERIFY_EXAMPLES = """\
 
   # logical axis names, resolved through rules defined in your module
   shardtypes verify mymodel:train_step --mesh data=8,model=8 --rules mymodel:RULES
+
+  # the step's time on a chip (a lower bound), with the link each mesh axis runs over
+  shardtypes verify mymodel:train_step --mesh d=64,t=8 --dims embed=8192 --chip h100 --links t=nvlink,d=network
+
+  # two layouts of one step compared (--rules given twice), side by side on a page
+  shardtypes verify mymodel:train_step --mesh d=64,t=64 --chip h100 --rules mymodel:RULES \\
+      --rules fsdp=mymodel:FSDP_RULES --html layouts.html
 """
 
 TARGETS = """
@@ -130,6 +138,30 @@ def _capacity(text: str) -> str:
         return text
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e).removeprefix("--hbm: ")) from None
+
+
+def _chip(text: str) -> str:
+    try:
+        return chip_named(text, "--chip").name
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--chip: ")) from None
+
+
+def _rules_targets(given: Sequence[str] | None) -> dict[str, str]:
+    """--rules as label -> MODULE:OBJECT: 'label=MODULE:OBJECT', or MODULE:OBJECT labelled by its
+    OBJECT (by the whole target where two OBJECTs share a name)."""
+    pairs = []
+    for text in given or ():
+        label, sep, target = text.partition("=")
+        pairs.append((label.strip(), target.strip()) if sep and ":" in target else (None, text))
+    names = [label or target.rpartition(":")[2] for label, target in pairs]
+    out: dict[str, str] = {}
+    for (label, target), name in zip(pairs, names):
+        key = label or (name if names.count(name) == 1 else target)
+        if key in out:
+            raise ValueError(f"--rules: {key!r} is given twice")
+        out[key] = target
+    return out
 
 
 def _share(text: str) -> float:
@@ -248,7 +280,9 @@ def _main(argv: Sequence[str] | None) -> int:
                         help="the abstract mesh, e.g. d=64,t=64 (Explicit axes)")
     common.add_argument("--dims", type=lambda t: _pairs(t, _size), default={},
                         metavar="NAME=SIZE,...", help="sizes of named dims, e.g. embed=8192,layers=80")
-    common.add_argument("--rules", metavar="MODULE:OBJECT", help="AxisRules to resolve logical axis names")
+    common.add_argument("--rules", action="append", metavar="[LABEL=]MODULE:OBJECT",
+                        help="AxisRules to resolve logical axis names; give it several times to compare the "
+                        "layouts the rule sets choose side by side (labelled LABEL, or OBJECT)")
     common.add_argument("--mode", action="append", help="the rules' mode (e.g. decode); for plan, give it "
                         "several times to compare modes side by side ('default': the rules without a mode)")
     common.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -276,26 +310,51 @@ def _main(argv: Sequence[str] | None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     verify_cmd.add_argument("--static", type=lambda t: _pairs(t, ast.literal_eval), default={},
                             metavar="NAME=VALUE,...", help="values of non-array parameters (Python literals)")
+    verify_cmd.add_argument("--chip", type=_chip, metavar="KIND",
+                            help="the step's time per device on this chip (" + ", ".join(DEVICE_KINDS) + "): a "
+                            "lower bound from its cost at the chip's peak rates; see docs/chips.md")
+    verify_cmd.add_argument("--links", type=lambda t: _pairs(t, str), metavar="AXIS=LINK,...",
+                            help="the link each mesh axis runs over, one of the chip's (nvlink, network; ici, "
+                            "dcn) or a bandwidth (50GB/s, 400Gb/s); default: the trailing axes that fit in a "
+                            "node of 8 GPUs or a TPU slice over the fast link, the rest over the slow one")
     with _writing_stdout():  # --help, --version and usage errors print here
         args = parser.parse_args(argv)
 
     modes = args.mode or [None]
+    try:
+        rule_sets = _rules_targets(args.rules)
+    except ValueError as e:
+        parser.error(str(e))
     if len(modes) > 1 and args.command == "verify":
         parser.error("--mode: verify takes one mode (plan compares several)")
+    if len(modes) > 1 and len(rule_sets) > 1:
+        parser.error("--mode: with --rules given several times (rule sets compared), give one mode")
     if len(set(modes)) < len(modes):
         parser.error(f"--mode: a mode is given twice in {modes}")
     if args.html and not os.path.isdir(os.path.dirname(os.path.abspath(args.html))):
         parser.error(f"--html {args.html}: no such directory")
+    chip, links = getattr(args, "chip", None), getattr(args, "links", None)
+    if links is not None and chip is None:
+        parser.error("--links needs --chip")
+    if chip is not None:
+        try:
+            axis_links(args.mesh, chip, links, chip_option="--chip", links_option="--links")
+        except ValueError as e:
+            parser.error(str(e))
     target = _load(args.target)
     contexts: dict[Any, Any]
-    if args.rules:
-        rules = _load(args.rules)
-        if not isinstance(rules, AxisRules):
-            parser.error(f"--rules {args.rules}: expected AxisRules, found {type(rules).__name__}")
-        for mode in modes:
-            if mode is not None and mode != "default" and mode not in rules.modes:
-                parser.error(f"--mode {mode!r}: {args.rules} has modes {sorted(rules.modes) or 'none'} (and 'default')")
-        contexts = {m: axis_rules(rules, mode=None if m == "default" and m not in rules.modes else m) for m in modes}
+    if rule_sets:
+        contexts = {}
+        for label, where in rule_sets.items():
+            rules = _load(where)
+            if not isinstance(rules, AxisRules):
+                parser.error(f"--rules {where}: expected AxisRules, found {type(rules).__name__}")
+            for mode in modes:
+                if mode is not None and mode != "default" and mode not in rules.modes:
+                    parser.error(f"--mode {mode!r}: {where} has modes {sorted(rules.modes) or 'none'} (and 'default')")
+            for m in modes:
+                context = axis_rules(rules, mode=None if m == "default" and m not in rules.modes else m)
+                contexts[label if len(rule_sets) > 1 else m] = context
     elif args.mode:
         parser.error("--mode needs --rules")
     else:  # a name that is not a mesh axis may be a logical one: say how to give rules here
@@ -309,7 +368,8 @@ def _main(argv: Sequence[str] | None) -> int:
                 else:
                     with progress(f"shardtypes verify: tracing {args.target}"):  # shown after 1 s
                         reports[mode] = verify(target, args.mesh, args.dims, static=args.static,
-                                               max_replicated=args.max_replicated, hbm=args.hbm)
+                                               max_replicated=args.max_replicated, hbm=args.hbm, chip=chip,
+                                               links=links)
     except (TypeError, ValueError) as e:
         # What plan() and verify() reject before they start (a target that is not an annotation
         # or a function, a bad size): bad usage, told in their words. Problems found in the
@@ -318,9 +378,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return 2
     report = next(iter(reports.values()))
     failed = any(not r.ok or (args.command == "plan" and args.strict and bool(r.warnings)) for r in reports.values())
+    heading = "rules" if len(rule_sets) > 1 else "mode"
     if args.html:
-        page = (plan_html({str(m): r for m, r in reports.items()}, args.hbm) if len(reports) > 1
-                else report.to_html(args.hbm))
+        page = (plan_html({str(m): r for m, r in reports.items()}, args.hbm or chip) if len(reports) > 1
+                else report.to_html(args.hbm or chip))
         try:
             write_html(args.html, page, f"shardtypes {args.command}: --html")
         except OSError as e:
@@ -333,14 +394,28 @@ def _main(argv: Sequence[str] | None) -> int:
         elif args.json:
             print(json.dumps({m: json.loads(_to_json(r)) for m, r in reports.items()}, indent=2))
         else:
-            print("\n\n".join(f"mode {m}:\n{r}" for m, r in reports.items()))
+            print("\n\n".join(f"{heading} {m}:\n{r}" for m, r in reports.items()))
+            times = {m: r.step_time for m, r in reports.items() if getattr(r, "step_time", None) is not None}
+            if len(times) > 1:
+                print(_compare_times(times))
         if args.command == "plan" and not args.json:  # the memory bar and the largest arrays
             capacity = parse_capacity(args.hbm, "--hbm") if args.hbm else None
             colour = use_colour(sys.stdout, args.color)
             for m, r in reports.items():
-                title = f"\nmode {m}:" if len(reports) > 1 else ""
+                title = f"\n{heading} {m}:" if len(reports) > 1 else ""
                 print(f"{title}\n{render(plan_lines(r, capacity), colour)}")
     return 1 if failed else 0
+
+
+def _compare_times(times: dict) -> str:
+    """Step times side by side, fastest (by the lower bound) first."""
+    width = max(len(str(m)) for m in times)
+    chips = ", ".join(dict.fromkeys(t.chip for t in times.values()))
+    lines = [f"\nstep time on {chips}, a lower bound per device (perfect overlap / none):"]
+    for m, t in sorted(times.items(), key=lambda kv: kv[1].perfect_overlap):
+        lines.append(f"  {str(m):{width}s}  {fmt_seconds(t.perfect_overlap):>9s} / {fmt_seconds(t.no_overlap):<9s}"
+                     f"  bound by {t.bound}")
+    return "\n".join(lines)
 
 
 @contextlib.contextmanager

@@ -14,12 +14,10 @@ from typing import Any, Callable, Mapping
 
 import jax
 
-from ..context.settings import forced_checks
-from ..context.tables import Scope, dims as current_dims
-from ..integrations.decorator import typechecked
-from ..layout.specs import shardings
-from ..layout.value_structs import structs_of_values
-from ..model.value_trees import is_value_tree
+from ..context import Scope, dims as current_dims, forced_checks
+from ..integrations import typechecked
+from ..layout import shardings, structs_of_values
+from ..model import is_value_tree
 
 __all__ = ["check_inputs_arg", "lay_out_input", "sizes_of_input"]
 

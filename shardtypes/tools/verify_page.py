@@ -38,4 +38,5 @@ def verify_html(report: Any, hbm: int | str | None = None, *, title: str | None 
         notes=notes,
         verify=True,
         activations={"": report.activations} if report.activations is not None else None,
+        times={"": report.step_time} if getattr(report, "step_time", None) is not None else None,
     )

@@ -1,5 +1,8 @@
 """The architecture in the folders (docs/architecture.md): one subpackage per layer, each
-importing only the layers below it; no import cycles; no module over 800 lines (modules split by job, not by count); annotation
+importing only the layers below it, through that layer's package (``from ..model import walk_leaves``,
+never ``from ..model.walk import walk_leaves``); no name with a leading underscore imported from
+another module (jaxtyping's convention: a module may be private, a name another module uses is
+not); each layer's "Offers" line is its ``__all__``; no import cycles; no module over 800 lines (modules split by job, not by count); annotation
 structure (``typing.get_origin``/``get_args``/``__origin__``) taken apart only in the model
 layer; no private JAX API. Read from the source with ``ast``, so that a violation is reported
 with the file, line and import that make it.
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import textwrap
 
 import pytest
@@ -110,10 +114,67 @@ def problems(root: pathlib.Path) -> list[str]:
                 word = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
                 if word in STRUCTURE_NAMES:
                     out.append(f"{rel}:{node.lineno}: {word} outside the model layer (ask shardtypes.model)")
+        out.extend(_privacy(path, rel, name, package, modules))
+        if path.name == "__init__.py" and len(name.split(".")) == 2 and name.split(".")[1] in LAYERS:
+            out.extend(_offers(path, rel))
         if "jax._src" in path.read_text():
             out.append(f"{rel}: imports jax._src (public JAX APIs only)")
     out.extend(_cycles(graph))
     return out
+
+
+def _privacy(path: pathlib.Path, rel: pathlib.Path, name: str, package: str, modules: dict) -> list[str]:
+    """Underscore names imported from another module, and imports from another layer that go
+    past that layer's package to one of its modules."""
+    out = []
+    source = path.read_text()
+    parts = name.split(".")
+    here = parts if path.name == "__init__.py" else parts[:-1]
+    layer = parts[1] if len(parts) > 1 and parts[1] in LAYERS else None
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            target = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else []))
+        else:
+            target = node.module or ""
+        if target.split(".")[0] != package:
+            continue
+        text = ast.get_source_segment(source, node) or ""
+        for alias in node.names:
+            private = alias.name.startswith("_") and not alias.name.startswith("__")
+            if private and f"{target}.{alias.name}" not in modules:
+                out.append(f"{rel}:{node.lineno}: imports the private name {alias.name} from {target} "
+                           f"(a name another module imports has no underscore): {text}")
+        tparts = target.split(".")
+        if layer and len(tparts) > 2 and tparts[1] in LAYERS and tparts[1] != layer:
+            out.append(f"{rel}:{node.lineno}: reaches past the {tparts[1]} layer's package into {target} "
+                       f"(import from {package}.{tparts[1]}, which offers what other layers use): {text}")
+    return out
+
+
+def _offers(init: pathlib.Path, rel: pathlib.Path) -> list[str]:
+    """A layer's docstring says what it offers the layers above: a hand-written "Offers" line must
+    name exactly its ``__all__``; without one, the package must make the line from ``__all__``."""
+    tree = ast.parse(init.read_text())
+    names = None
+    made = False
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id == "__all__":
+                names = set(ast.literal_eval(node.value))
+            elif node.targets[0].id == "__doc__":
+                made = "Offers" in ast.unparse(node.value) and "__all__" in ast.unparse(node.value)
+    if names is None:
+        return [f"{rel}: a layer package without __all__ (what it offers the layers above)"]
+    doc = ast.get_docstring(tree) or ""
+    if "Offers" in doc:
+        said = set(re.findall(r"``(\w+)``", doc[doc.index("Offers"):]))
+        if said != names:
+            return [f"{rel}: the docstring's Offers line differs from __all__: it names "
+                    f"{sorted(said - names)} not in __all__ and leaves out {sorted(names - said)}"]
+        return []
+    return [] if made else [f"{rel}: no Offers line (write one that names __all__, or make it from __all__)"]
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[str]:
@@ -157,10 +218,16 @@ def test_every_layer_says_its_job_what_it_may_import_and_what_it_offers():
         init = PACKAGE / layer / "__init__.py"
         doc = ast.get_docstring(ast.parse(init.read_text())) or ""
         assert doc.startswith(f"Layer {LAYERS.index(layer) + 1}, "), (layer, doc[:40])
-        assert "May import:" in doc and "Offers" in doc, layer
+        assert "May import:" in doc, layer
+        module = __import__(f"shardtypes.{layer}", fromlist=["__all__"])
+        offers = (module.__doc__ or "").split("Offers the layers above: ")[1]
+        assert offers.strip().rstrip(".").split(", ") == list(module.__all__), layer
 
 
 # The test above must be able to fail: a made-up package with each breach.
+LAYER_INIT = "__all__ = []\n__doc__ = f'Offers the layers above: {__all__}'\n"  # a layer package that is in order
+
+
 def _write(root: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
     for name, text in files.items():
         path = root / "pkg" / name
@@ -171,18 +238,54 @@ def _write(root: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
 
 def test_an_import_from_a_lower_layer_to_a_higher_one_is_reported_with_its_line(tmp_path):
     pkg = _write(tmp_path, {
-        "__init__.py": "", "language/__init__.py": "", "model/__init__.py": "",
+        "__init__.py": "", "language/__init__.py": LAYER_INIT, "model/__init__.py": LAYER_INIT,
         "model/nodes.py": "x = 1\n",
         "language/shape.py": "import re\n\ndef f():\n    from ..model.nodes import x\n    return x\n",
     })
     assert problems(pkg) == [
-        "pkg/language/shape.py:4: language imports model, a layer above it: from ..model.nodes import x"
+        "pkg/language/shape.py:4: language imports model, a layer above it: from ..model.nodes import x",
+        "pkg/language/shape.py:4: reaches past the model layer's package into pkg.model.nodes (import from "
+        "pkg.model, which offers what other layers use): from ..model.nodes import x",
+    ]
+
+
+def test_a_private_name_from_another_module_and_a_way_past_a_layer_package_are_reported(tmp_path):
+    pkg = _write(tmp_path, {
+        "__init__.py": "from . import _version\n", "_version.py": "v = 1\n",
+        "language/__init__.py": "from .shape import S\n__all__ = ['S']\n__doc__ = f'Offers the layers above: {__all__}'\n",
+        "language/shape.py": "S = 1\n_hidden = 2\n",
+        "context/__init__.py": "__all__ = []\n__doc__ = f'Offers the layers above: {__all__}'\n",
+        "context/a.py": "from ..language.shape import S\nfrom ..language import shape\n",
+        "context/b.py": "from ..language.shape import _hidden\n",
+    })
+    assert problems(pkg) == [
+        "pkg/context/a.py:1: reaches past the language layer's package into pkg.language.shape "
+        "(import from pkg.language, which offers what other layers use): from ..language.shape import S",
+        "pkg/context/b.py:1: imports the private name _hidden from pkg.language.shape (a name another module "
+        "imports has no underscore): from ..language.shape import _hidden",
+        "pkg/context/b.py:1: reaches past the language layer's package into pkg.language.shape "
+        "(import from pkg.language, which offers what other layers use): from ..language.shape import _hidden",
+    ]
+
+
+def test_an_offers_line_that_differs_from_all_or_is_missing_is_reported(tmp_path):
+    pkg = _write(tmp_path, {
+        "__init__.py": "",
+        "language/__init__.py": '"""Layer 1.\n\nOffers the layers above: ``S`` and ``T``."""\nS = 1\n__all__ = ["S", "U"]\n',
+        "context/__init__.py": '"""Layer 2."""\n__all__ = []\n',
+        "model/__init__.py": '"""Layer 3."""\n',
+    })
+    assert problems(pkg) == [
+        "pkg/context/__init__.py: no Offers line (write one that names __all__, or make it from __all__)",
+        "pkg/language/__init__.py: the docstring's Offers line differs from __all__: it names ['T'] not in "
+        "__all__ and leaves out ['U']",
+        "pkg/model/__init__.py: a layer package without __all__ (what it offers the layers above)",
     ]
 
 
 def test_a_cycle_a_long_module_a_stray_module_and_get_origin_outside_the_model_are_reported(tmp_path):
     pkg = _write(tmp_path, {
-        "__init__.py": "", "context/__init__.py": "",
+        "__init__.py": "", "context/__init__.py": LAYER_INIT,
         "context/a.py": "from .b import y\nx = 1\n",
         "context/b.py": "from .a import x\ny = 2\n",
         "context/long.py": "x = 1\n" * (MAX_LINES + 1),
@@ -199,8 +302,8 @@ def test_a_cycle_a_long_module_a_stray_module_and_get_origin_outside_the_model_a
 
 def test_a_clean_package_has_no_problems(tmp_path):
     pkg = _write(tmp_path, {
-        "__init__.py": "from .tools.cli import main\n", "language/__init__.py": "from .shape import S\n",
-        "language/shape.py": "S = 1\n", "tools/__init__.py": "", "tools/cli.py": "from ..language import S\nmain = S\n",
+        "__init__.py": "from .tools.cli import main\n", "language/__init__.py": "from .shape import S\n" + LAYER_INIT.replace("[]", "['S']"),
+        "language/shape.py": "S = 1\n", "tools/__init__.py": LAYER_INIT, "tools/cli.py": "from ..language import S\nmain = S\n",
     })
     assert problems(pkg) == []
 

@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 import jax
 from jax.sharding import PartitionSpec
 
-from ...language.shape import entry_axes
+from ...language import entry_axes
 from .. import kernel_layouts  # (the side table; it imports facts from here: read at call time)
 from . import jaxpr as kj
 from .facts import UNKNOWN, Fact

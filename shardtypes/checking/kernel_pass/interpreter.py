@@ -40,7 +40,7 @@ from typing import Any, Sequence
 
 from typeguard import TypeCheckError
 
-from ...language.shape import entry_axes
+from ...language import entry_axes
 from ..kernel_specs import differences
 from . import collectives, loops, messages as say, structural  # noqa: F401 - the rule modules register themselves
 from .algebra import (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ...model.describe import fmt_layout
+from ...model import fmt_layout
 
 __all__ = ["PER_DEVICE", "KINDS", "fmt", "axes_text", "split_text", "owed_text", "pay_text", "per_device_combined",
            "per_device_checked", "relative", "relative_psummed", "relative_checked", "owed_checked",
