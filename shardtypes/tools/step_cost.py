@@ -49,7 +49,7 @@ from typing import Any, Mapping
 
 import jax
 
-from ..checking.kernel_pass import catalogue, jaxpr as kj
+from ..checking import jaxprs as kj, primitives as catalogue
 from ..language import entry_axes
 from .activation_rules import auto_splits, dead, fused, local_shape, ones, spec_parts
 from .activations import SYMBOLIC, user_frame
@@ -125,7 +125,8 @@ class Communication:
             head = f"{some}{fmt_bytes(self.bytes_per_device)} sent per device per step ({per_axes})"
         lines = [head]
         if self.collectives:
-            lines.append(f"  {'per step':>10s}  {'kind':14s} {'axes':8s} {'per run':>10s} {'runs':>8s}  where (how found)")
+            lines.append(f"  {'per step':>10s}  {'kind':14s} {'axes':8s} {'per run':>10s} {'runs':>8s}  "
+                         "where (how found)")
         for c in self.collectives[:_ROWS]:
             times = f"x {c.times:,}" if c.times != 1 else ""
             lines.append(f"  {fmt_bytes(c.total):>10s}  {c.kind:14s} {','.join(c.axes) or '-':8s} "
