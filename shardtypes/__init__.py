@@ -101,7 +101,7 @@ else:
         signed as signed,
         unsigned as unsigned,
     )
-    from .model.trees import Stacked as Stacked
+    from .model.pytree_dataclasses import Stacked as Stacked
 from .checking.kernel_pass import KernelPassWarning as KernelPassWarning
 from .context.hosts import default_mesh as default_mesh, hybrid_mesh as hybrid_mesh
 from .context.rule_presets import eformer_rules as eformer_rules, t5x_rules as t5x_rules
@@ -132,7 +132,7 @@ from .layout.specs import (
     make_shardings as make_shardings,
 )
 from .layout.validate import ShardingProblem as ShardingProblem, validate_shardings as validate_shardings
-from .model.trees import Array as Array, pytree_dataclass as pytree_dataclass
+from .model.pytree_dataclasses import Array as Array, pytree_dataclass as pytree_dataclass
 
 if not TYPE_CHECKING:
     from .model.pytrees import PyTree as PyTree

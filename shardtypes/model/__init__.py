@@ -95,7 +95,7 @@ from .pytrees import (
     is_pytree as is_pytree,
     pytree_leaf as pytree_leaf,
 )
-from .trees import (
+from .pytree_dataclasses import (
     INFO as INFO,
     Array as Array,
     Stacked as Stacked,

@@ -14,7 +14,7 @@ from typing import Any
 
 from .annotations import is_annotation
 from .nodes import PYTREES, ClassNode, model
-from .trees import INFO as _TREE_CLASSES
+from .pytree_dataclasses import INFO as _TREE_CLASSES
 
 __all__ = ["generator_types", "holds_shardtypes", "is_checked_class", "safe_is_checked_class", "type_text",
            "variable_annotation", "item_annotation", "homogeneous_item", "literal_container"]

@@ -26,7 +26,7 @@ import jax
 from .annotations import annotation_class
 from .hints import resolve_hints
 from .plans import Plan, plan_of
-from .trees import tree_info
+from .pytree_dataclasses import tree_info
 
 __all__ = ["Node", "ArrayNode", "ClassNode", "SeqNode", "DictNode", "UnionNode", "OtherNode", "PyTreeNode",
            "model", "follow", "PYTREES"]

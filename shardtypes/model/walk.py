@@ -19,7 +19,7 @@ from .errors import qualified
 from .nodes import ClassNode, PyTreeNode, model
 from .plans import plan_of
 from .pytrees import pytree_leaf
-from .trees import tree_info
+from .pytree_dataclasses import tree_info
 from .value_trees import Like, is_array_value, is_value_tree, walk_value
 
 __all__: list[str] = []

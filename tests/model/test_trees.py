@@ -1,4 +1,4 @@
-"""Trees (shardtypes.model.trees and the dataclass checker in shardtypes.integrations): pytree
+"""Trees (shardtypes.model.pytree_dataclasses and the dataclass checker in shardtypes.integrations): pytree
 dataclasses, checking them field by field with paths in the messages, and stacking with
 ``Array[axes, cls]`` (docs/design.md, "Trees"; issue 3, items 1 and 2).
 """
