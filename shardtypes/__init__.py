@@ -135,7 +135,7 @@ from .layout.validate import ShardingProblem as ShardingProblem, validate_shardi
 from .model.pytree_dataclasses import Array as Array, pytree_dataclass as pytree_dataclass
 
 if not TYPE_CHECKING:
-    from .model.pytrees import PyTree as PyTree
+    from .model.pytree_annotation import PyTree as PyTree
 from dataclasses import field as field
 
 from typeguard import TypeCheckError as TypeCheckError

@@ -88,7 +88,7 @@ from .plans import (
     plan_for as plan_for,
     plan_of as plan_of,
 )
-from .pytrees import (
+from .pytree_annotation import (
     PyTree as PyTree,
     holds_pytree as holds_pytree,
     install_pytree_instance_check as install_pytree_instance_check,

@@ -31,7 +31,7 @@ from .pytree_dataclasses import tree_info
 __all__ = ["Node", "ArrayNode", "ClassNode", "SeqNode", "DictNode", "UnionNode", "OtherNode", "PyTreeNode",
            "model", "follow", "PYTREES"]
 
-# The PyTree[X] classes and their X (filled by ``pytrees``, which builds on this module).
+# The PyTree[X] classes and their X (filled by ``pytree_annotation``, which builds on this module).
 PYTREES: dict[type, Any] = {}
 
 

@@ -18,7 +18,7 @@ from .annotations import annotation_class, is_annotation, number
 from .errors import qualified
 from .nodes import ClassNode, PyTreeNode, model
 from .plans import plan_of
-from .pytrees import pytree_leaf
+from .pytree_annotation import pytree_leaf
 from .pytree_dataclasses import tree_info
 from .value_trees import Like, is_array_value, is_value_tree, walk_value
 
