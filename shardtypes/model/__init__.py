@@ -5,7 +5,7 @@ the categories ``floating``, ``integer``, ``key``, ``anydtype`` and the rest), t
 ``Array[axes, cls]``, ``Stacked``, ``PyTree[X]``), and ``model(annotation)``: the node tree every other layer
 walks (array annotations with their ``Plan``, dataclass-likes of every model library, tuples,
 lists, dicts, NamedTuples, unions, ``Annotated``), and trees of values whose annotated classes
-give the layout (optimizer states: ``value_trees``). ``typing.get_origin``/``get_args`` appear
+give the layout (optimizer states: ``optimizer_states``). ``typing.get_origin``/``get_args`` appear
 nowhere else in the package. The errors a check raises (``FieldError``, ``ArrayError``) and the
 descriptions of values in messages live here too, so every layer above can raise them.
 
@@ -103,7 +103,7 @@ from .pytree_dataclasses import (
     stack_annotation as stack_annotation,
     tree_info as tree_info,
 )
-from .value_trees import (
+from .optimizer_states import (
     Like as Like,
     annotated_instances as annotated_instances,
     holds_annotated_class as holds_annotated_class,

@@ -20,7 +20,7 @@ from .nodes import ClassNode, PyTreeNode, model
 from .plans import plan_of
 from .pytree_annotation import pytree_leaf
 from .pytree_dataclasses import tree_info
-from .value_trees import Like, is_array_value, is_value_tree, walk_value
+from .optimizer_states import Like, is_array_value, is_value_tree, walk_value
 
 __all__: list[str] = []
 
@@ -60,7 +60,7 @@ def walk_leaves(
     """Maps ``leaf`` over the array annotations of an annotation tree, keeping its shape.
     ``path`` names where a leaf sits, from the root's name (``Layer.w_up``, ``[0]['x']``).
     ``fast(annotation)``, if given, is tried first and may answer from a cache (None: no answer).
-    A tree of values (an optimizer state, an abstract model) is walked by ``value_trees``: its
+    A tree of values (an optimizer state, an abstract model) is walked by ``optimizer_states``: its
     annotated classes give the layout, and ``like`` (an annotation tree, or a ``Like``) the
     layout of subtrees with its structure that no annotation covers.
     A tree that contains itself, or is nested more than ``_MAX_DEPTH`` deep, is a ValueError.
@@ -188,7 +188,7 @@ def _model_class_or_instance(annotation: Any, walk: Callable[[Any, str], Any], p
     ``register_dataclass`` class, a plain dataclass) given as its class, built from its field
     annotations without running its ``__init__``; an instance of a plain dataclass (one leaf to
     JAX) as its class's layout with the instance's other fields; ``_NOT_A_MODEL`` for anything
-    else. (An instance of a pytree class, real or abstract, is a value tree: ``value_trees``
+    else. (An instance of a pytree class, real or abstract, is a value tree: ``optimizer_states``
     walks it.)"""
     if not isinstance(annotation, type):
         cls = type(annotation)
