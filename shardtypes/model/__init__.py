@@ -111,7 +111,7 @@ from .optimizer_states import (
     is_value_tree as is_value_tree,
     walk_value as walk_value,
 )
-from .walk import Leaf as Leaf, brief as brief, walk_leaves as walk_leaves
+from .annotation_leaves import Leaf as Leaf, brief as brief, walk_leaves as walk_leaves
 
 __all__ = [
     "Array",

@@ -139,7 +139,7 @@ class _Box:
 
 class Like:
     """A ``like=`` annotation tree taken apart: its leaves' annotations by key path, in JAX's
-    flattening order. ``walk(annotation, leaf)`` is the annotation walk (``model.walk.walk_leaves``)."""
+    flattening order. ``walk(annotation, leaf)`` is the annotation walk (``model.annotation_leaves.walk_leaves``)."""
 
     def __init__(self, annotation: Any, walk: Callable[[Any, Callable[[Any], Any]], Any]):
         tree = walk(annotation, lambda leaf: _Box(leaf.annotation))

@@ -1,6 +1,6 @@
 """The architecture in the folders (docs/architecture.md): one subpackage per layer, each
 importing only the layers below it, through that layer's package (``from ..model import walk_leaves``,
-never ``from ..model.walk import walk_leaves``); no name with a leading underscore imported from
+never ``from ..model.annotation_leaves import walk_leaves``); no name with a leading underscore imported from
 another module (jaxtyping's convention: a module may be private, a name another module uses is
 not); each layer's "Offers" line is its ``__all__``; no import cycles; no module over 800 lines (modules split by job, not by count); annotation
 structure (``typing.get_origin``/``get_args``/``__origin__``) taken apart only in the model
