@@ -25,7 +25,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "_mesh": ("context.mesh",), "_hosts": ("context.hosts",), "_rules": ("context.rules",),
     "_rule_presets": ("context.rule_presets",), "_rule_resolution": ("context.rule_resolution",),
     "_dtypes": ("model.annotations", "model.categories"), "_hints": ("model.hints",), "_trees": ("model.pytree_dataclasses",),
-    "_model": ("model.nodes", "checking.fast_path"), "_plans": ("model.plans", "checking.fast_path"),
+    "_model": ("model.annotation_nodes", "checking.fast_path"), "_plans": ("model.plans", "checking.fast_path"),
     "_tree_walk": ("model.annotation_leaves",), "_describe": ("model.describe",), "_errors": ("model.errors",),
     "_check": ("checking.value",), "_check_entry": ("checking.entry",),
     "_sharding_check": ("checking.sharding",), "_compile_time": ("checking.compile_time",),

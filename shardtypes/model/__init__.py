@@ -67,7 +67,7 @@ from .forms import (
 )
 from .hints import resolve_hints as resolve_hints
 from .linen_boxes import box_annotation as box_annotation, is_box as is_box
-from .nodes import (
+from .annotation_nodes import (
     PYTREES as PYTREES,
     ArrayNode as ArrayNode,
     ClassNode as ClassNode,

@@ -16,7 +16,7 @@ import jax
 from ..language import ShapeSpec
 from .annotations import annotation_class, is_annotation, number
 from .errors import qualified
-from .nodes import ClassNode, PyTreeNode, model
+from .annotation_nodes import ClassNode, PyTreeNode, model
 from .plans import plan_of
 from .pytree_annotation import pytree_leaf
 from .pytree_dataclasses import tree_info

@@ -13,7 +13,7 @@ import typing
 from typing import Any
 
 from .annotations import is_annotation
-from .nodes import PYTREES, ClassNode, model
+from .annotation_nodes import PYTREES, ClassNode, model
 from .pytree_dataclasses import INFO as _TREE_CLASSES
 
 __all__ = ["generator_types", "holds_shardtypes", "is_checked_class", "safe_is_checked_class", "type_text",

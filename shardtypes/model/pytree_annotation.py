@@ -23,7 +23,7 @@ import typing
 from typing import Any, Callable
 
 from .annotations import annotation_class, is_dtype_class
-from .nodes import PYTREES, ArrayNode, ClassNode, model
+from .annotation_nodes import PYTREES, ArrayNode, ClassNode, model
 
 __all__ = ["PyTree", "holds_pytree", "install_pytree_instance_check", "is_pytree", "pytree_leaf"]
 

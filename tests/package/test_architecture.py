@@ -239,13 +239,13 @@ def _write(root: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
 def test_an_import_from_a_lower_layer_to_a_higher_one_is_reported_with_its_line(tmp_path):
     pkg = _write(tmp_path, {
         "__init__.py": "", "language/__init__.py": LAYER_INIT, "model/__init__.py": LAYER_INIT,
-        "model/nodes.py": "x = 1\n",
-        "language/shape.py": "import re\n\ndef f():\n    from ..model.nodes import x\n    return x\n",
+        "model/annotation_nodes.py": "x = 1\n",
+        "language/shape.py": "import re\n\ndef f():\n    from ..model.annotation_nodes import x\n    return x\n",
     })
     assert problems(pkg) == [
-        "pkg/language/shape.py:4: language imports model, a layer above it: from ..model.nodes import x",
-        "pkg/language/shape.py:4: reaches past the model layer's package into pkg.model.nodes (import from "
-        "pkg.model, which offers what other layers use): from ..model.nodes import x",
+        "pkg/language/shape.py:4: language imports model, a layer above it: from ..model.annotation_nodes import x",
+        "pkg/language/shape.py:4: reaches past the model layer's package into pkg.model.annotation_nodes (import from "
+        "pkg.model, which offers what other layers use): from ..model.annotation_nodes import x",
     ]
 
 
