@@ -24,7 +24,7 @@ from .call_tables import EMPTY, NO_TYPE_CHECK, run_unchecked, sizing, with_table
 from .entry import check_with_plan
 from .fast_path import ARRAY_TYPES, fast_check, fast_tree, learn_layout, tree_node
 from .frames import check_argument_types_internal, check_return_type_internal
-from .inside import check_inside, looks_inside
+from .inside_unannotated import check_inside, looks_inside
 
 __all__: list[str] = []
 
@@ -54,7 +54,7 @@ class _Param:
         self.node = tree_node(node) if node is not None else None
         self.leaf_origins: dict = {}
         # An annotation with no shardtypes one in it (Any, optax.OptState): the annotated class
-        # instances inside the value are checked against their classes (checking/inside.py).
+        # instances inside the value are checked against their classes (checking/inside_unannotated.py).
         self.inside = looks_inside(annotation, plan)
         # (bindings, table) of the last call in which this parameter bound first into an empty
         # table: the next such call with the same bindings object reuses the table (both are
