@@ -142,7 +142,7 @@ from typeguard import TypeCheckError as TypeCheckError
 
 from . import _legacy, linen as linen, nnx as nnx, ops as ops
 from ._version import __version__ as __version__
-from .checking.entry import check as check, is_instance as is_instance
+from .checking.direct_checks import check as check, is_instance as is_instance
 from .integrations.decorator import typechecked as typechecked
 from .integrations.typeguard_hook import register_with_typeguard as register_with_typeguard
 from .model.errors import ArrayError as ArrayError, FieldError as FieldError, ShardtypesWarning as ShardtypesWarning

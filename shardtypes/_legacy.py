@@ -27,7 +27,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "_dtypes": ("model.annotations", "model.categories"), "_hints": ("model.hints",), "_trees": ("model.pytree_dataclasses",),
     "_model": ("model.annotation_nodes", "checking.fast_path"), "_plans": ("model.plans", "checking.fast_path"),
     "_tree_walk": ("model.annotation_leaves",), "_describe": ("model.describe",), "_errors": ("model.errors",),
-    "_check": ("checking.value",), "_check_entry": ("checking.entry",),
+    "_check": ("checking.value",), "_check_entry": ("checking.direct_checks",),
     "_sharding_check": ("checking.sharding",), "_compile_time": ("checking.compile_time",),
     "_call_tables": ("checking.call_tables",), "_signature": ("checking.signature",),
     "_typeguard_frames": ("checking.frames",),

@@ -10,7 +10,7 @@ May import: ``shardtypes.language``, ``shardtypes.context``, ``shardtypes.model`
 
 from .call_tables import with_table as with_table
 from .compile_time import COMPILE_TIME_CHECKS as COMPILE_TIME_CHECKS
-from .entry import (
+from .direct_checks import (
     check as check,
     check_named as check_named,
     check_with_plan as check_with_plan,

@@ -371,7 +371,7 @@ def op_operand(op: str, spec_text: Any, what: str, value: Any, spec: ShapeSpec) 
 
 
 def still_owed(entry: Known | None, paid: Any) -> tuple[frozenset, str]:
-    """What a reduction over mesh axes ``paid`` leaves owed of ``entry``'s sum, and who made it."""
+    """What a reduction over mesh axes ``paid`` leaves owed of ``direct_checks``'s sum, and who made it."""
     if entry is None or not entry.owed:
         return frozenset(), ""
     return entry.owed - frozenset(paid), entry.owed_by
