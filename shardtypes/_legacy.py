@@ -30,7 +30,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "_check": ("checking.value",), "_check_entry": ("checking.direct_checks",),
     "_sharding_check": ("checking.sharding",), "_compile_time": ("checking.compile_time",),
     "_call_tables": ("checking.call_tables",), "_signature": ("checking.signature",),
-    "_typeguard_frames": ("checking.frames",),
+    "_typeguard_frames": ("checking.typeguard_frames",),
     "_specs": ("layout.specs",), "_shard": ("layout.placement",), "_auto": ("layout.auto",),
     "_least_sharding": ("layout.least_sharding",), "_validate_specs": ("layout.validate",),
     "_explain": ("layout.explanations",), "_data_layout": ("layout.data_layout",),

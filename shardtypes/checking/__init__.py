@@ -21,7 +21,7 @@ from .fast_path import (
     fast_tree as fast_tree,
     learn_layout as learn_layout,
 )
-from .frames import (
+from .typeguard_frames import (
     FIELD_PATH as FIELD_PATH,
     checked_role as checked_role,
     get_table as get_table,

@@ -18,7 +18,7 @@ from ..context import BASE, FORCED, IN_TRACE, TABLE, UNCHECKED, Table, Unchecked
 from ..model import in_function
 from .compile_time import COMPILE_TIME_CHECKS
 from .fast_path import ARRAY_TYPES
-from .frames import failed_function
+from .typeguard_frames import failed_function
 
 __all__: list[str] = []
 

@@ -19,7 +19,7 @@ from typeguard import TypeCheckMemo, _functions as _tg_functions
 from ..context import FORCED, TABLE, Table, config
 from ..model import generator_types, resolve_hints
 from .call_tables import EMPTY, NO_TYPE_CHECK
-from .frames import check_argument_types_internal, check_return_type_internal
+from .typeguard_frames import check_argument_types_internal, check_return_type_internal
 from .signature import typeguard_config
 
 __all__ = ["generator_from_signature"]

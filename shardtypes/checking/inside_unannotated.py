@@ -15,7 +15,7 @@ from typing import Any, Callable
 from typeguard import TypeCheckError, TypeCheckMemo
 
 from ..model import FieldError, annotated_instances, holds_shardtypes, qualified
-from .frames import FIELD_PATH, check_argument_types_internal, check_return_type_internal
+from .typeguard_frames import FIELD_PATH, check_argument_types_internal, check_return_type_internal
 
 __all__ = ["looks_inside", "check_inside"]
 
