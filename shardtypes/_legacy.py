@@ -36,7 +36,7 @@ MOVED: dict[str, tuple[str, ...]] = {
     "_explain": ("layout.explanations",), "_data_layout": ("layout.data_layout",),
     "_typeguard": ("integrations.typeguard_hook",), "_containers": ("integrations.containers",),
     "_instrument": ("integrations.instrument",), "_decorator": ("integrations.decorator",),
-    "_shard_map": ("kernels.shard_map",), "_collectives": ("kernels.collectives",),
+    "_shard_map": ("kernels.shard_map",), "_collectives": ("kernels.op_specs",),
     "_verify": ("tools.verification",), "_memory_plan": ("tools.memory_plan",),
 }
 

@@ -14,7 +14,7 @@ from ..checking import einsum_owed, gathered, mark_per_device, mark_unreduced, o
 from ..context import all_gather_invariant
 from ..language import NAMED, ShapeSpecError
 from ..model import integer
-from . import collectives as c
+from . import op_specs as c
 
 _T = TypeVar("_T")
 
