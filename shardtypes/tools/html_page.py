@@ -15,6 +15,7 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
+from .chips import fmt_seconds
 from .html_parts import (
     GROUPS,
     axis_colour,
@@ -24,6 +25,7 @@ from .html_parts import (
     memory_bar,
     mesh_svg,
     split_html,
+    time_bar,
 )
 
 __all__ = ["render_page", "MAX_ROWS"]
@@ -82,6 +84,9 @@ color:var(--mut)}
 .problems li{margin:6px 0}.links a{margin-right:8px}
 a{color:#1a5fb4;text-decoration:none}a:hover{text-decoration:underline}
 .note{color:var(--mut);font-size:12px;margin-top:6px}
+.mem .cap.olap{border-color:#c62828}
+.compare td,.compare th{padding:3px 10px 3px 0;text-align:left;vertical-align:top}
+.compare .best{font-weight:600}
 """
 
 
@@ -95,13 +100,17 @@ def render_page(
     notes: Sequence[str] = (),
     verify: bool = False,
     activations: Mapping[str, Any] | None = None,
+    times: Mapping[str, Any] | None = None,
 ) -> str:
     """The page of ``reports`` (mode name -> a plan's report; one entry for a single plan, whose
     name is then not shown) with the device memory ``capacity`` (bytes, label), and
     ``problems`` ((kind, message) pairs, as verify's; ``verify=True`` says "no problems" when
     there are none) listed first with links to their arrays. ``activations`` (mode name -> an
-    ``ActivationEstimate``) adds each mode's step intermediates as a band of its own."""
+    ``ActivationEstimate``) adds each mode's step intermediates as a band of its own; ``times``
+    (mode name -> a ``StepTime``) each mode's time per step beside its memory, on one scale,
+    and with several, a table comparing them."""
     activations = activations or {}
+    times = {m: t for m, t in (times or {}).items() if t is not None}
     modes = list(reports)
     first = reports[modes[0]]
     mesh = dict(first.mesh)
@@ -121,6 +130,9 @@ def render_page(
         meta.append("modes " + ", ".join(esc(m) for m in modes))
     if capacity:
         meta.append(f"capacity {esc(capacity[1])} per device")
+    chips_named = sorted({t.chip for t in times.values()})
+    if chips_named:
+        meta.append(f"time per step on {esc(', '.join(chips_named))}")
     out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
            f"<title>{esc(title)}</title><style>{CSS}</style></head><body><main>",
@@ -130,12 +142,16 @@ def render_page(
     out.append(f'<p class="meta">{" · ".join(meta)}</p>')
     if verify or problems or notes:
         out.append(_problems(problems, notes, ids))
+    if len(times) > 1:
+        out.append(_compare(times))
     out.append('<div class="cards">')
     out.append(f'<div class="card mesh-card"><h2>Mesh</h2>{mesh_svg(mesh)}</div>')
     totals = {m: r.bytes_per_device + _bytes_of(activations.get(m)) for m, r in reports.items()}
     scale = max([capacity[0] if capacity else 0, *totals.values()])
+    seconds = max([t.no_overlap for t in times.values()], default=0.0)
     for m, r in reports.items():
-        out.append(_memory_card(m if len(modes) > 1 else "", r, capacity, scale, ids, activations.get(m)))
+        out.append(_memory_card(m if len(modes) > 1 else "", r, capacity, scale, ids, activations.get(m),
+                                times.get(m), seconds, list(mesh)))
     out.append("</div>")
     out.append(_table(reports, paths, ids, mesh))
     out.append("</main></body></html>")
@@ -146,8 +162,23 @@ def _bytes_of(estimate: Any) -> int:
     return 0 if estimate is None else int(estimate.bytes_per_device)
 
 
+def _compare(times: Mapping[str, Any]) -> str:
+    """The modes' step times in a table, fastest (by the lower bound) first in bold."""
+    best = min(times, key=lambda m: times[m].perfect_overlap)
+    rows = "".join(
+        f'<tr class="{"best" if m == best else ""}"><td>{esc(m)}</td><td>{esc(t.chip)}</td>'
+        f'<td class="num">{fmt_seconds(t.perfect_overlap)}</td><td class="num">{fmt_seconds(t.no_overlap)}</td>'
+        f"<td>{esc(t.bound)}</td></tr>" for m, t in sorted(times.items(), key=lambda kv: kv[1].perfect_overlap))
+    return ('<div class="card" style="margin-bottom:16px"><h2>Time per step, side by side</h2>'
+            '<table class="compare"><tr><th>layout</th><th>chip</th><th class="num">perfect overlap</th>'
+            f'<th class="num">no overlap</th><th>bound by</th></tr>{rows}</table>'
+            '<p class="note">A lower bound per device at the chip\'s peak rates, without latency: to compare '
+            "layouts, not to predict the step (see docs/chips.md).</p></div>")
+
+
 def _memory_card(mode: str, report: Any, capacity: tuple[int, str] | None, scale: int,
-                 ids: Mapping[str, str], estimate: Any = None) -> str:
+                 ids: Mapping[str, str], estimate: Any = None, step_time: Any = None, seconds: float = 0.0,
+                 mesh: Sequence[str] = ()) -> str:
     by_group: dict[str, int] = dict.fromkeys(GROUPS, 0)
     for row in report.rows:
         by_group[group_of(row.path, row.annotation)] += row.bytes_per_device
@@ -160,6 +191,9 @@ def _memory_card(mode: str, report: Any, capacity: tuple[int, str] | None, scale
     if estimate is not None:
         parts.append(f'<p class="note">activations: the step\'s peak intermediate memory, estimated by verify: '
                      f"{esc(estimate)}</p>")
+    if step_time is not None:
+        parts.append(f'<h2 style="margin-top:12px">Time per step on {esc(step_time.chip)}</h2>'
+                     f"{time_bar(step_time, seconds, mesh)}")
     largest = sorted(report.rows, key=lambda r: -r.bytes_per_device)[:5]
     if largest:
         parts.append('<h2 style="margin-top:12px">Largest per device</h2><table class="list">')

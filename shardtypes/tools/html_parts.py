@@ -16,7 +16,7 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
-from .chips import DEVICE_KINDS
+from .chips import DEVICE_KINDS, fmt_seconds
 
 __all__ = ["DEVICE_KINDS", "parse_capacity", "fmt_bytes", "group_of", "GROUPS", "esc"]
 
@@ -218,3 +218,44 @@ def memory_bar(by_group: Mapping[str, int], capacity: int | None, scale: int, ca
 
 def _percent(x: float) -> str:
     return f"{x:.0%}" if x >= 0.1 else f"{x:.1%}" if x >= 0.001 else "<0.1%"
+
+
+# Time per step (verify's ``report.step_time``): compute, memory, and communication per group of
+# mesh axes, one after the other on a scale shared by the modes side by side, with a mark where
+# they would end overlapped perfectly.
+TIME_COLOURS = {"compute": "#3d4a59", "memory": "#8fa3b8"}
+
+
+def time_bar(step_time: Any, scale: float, mesh: Sequence[str]) -> str:
+    """A stacked bar of ``step_time``'s parts (seconds) drawn on a scale of ``scale`` seconds, a
+    legend with each part and the link it runs over, the two totals and what bounds the step."""
+    scale = scale if scale > 0 else 1.0
+    parts = [("compute", step_time.compute, TIME_COLOURS["compute"]),
+             ("memory", step_time.memory, TIME_COLOURS["memory"])]
+    for axes, seconds in step_time.communication.items():
+        slowest = min(axes, key=lambda a: step_time.links[a].bytes_per_second)
+        label = f"communication over {' × '.join(axes)} ({step_time.links[slowest]})"
+        colours = [axis_colour(list(mesh), a) for a in axes]
+        # a group of axes: its axes' colours in stripes
+        fill = colours[0] if len(colours) == 1 else "repeating-linear-gradient(135deg," + ",".join(
+            f"{c} {i * 6}px,{c} {(i + 1) * 6}px" for i, c in enumerate(colours)) + ")"
+        parts.append((label, seconds, fill))
+    out = ['<div class="mem time"><div class="track">']
+    for label, seconds, colour in parts:
+        if seconds > 0:
+            out.append(f'<span class="seg" style="width:{100 * seconds / scale:.3f}%;background:{colour}" '
+                       f'title="{esc(label)}: {fmt_seconds(seconds)}"></span>')
+    out.append(f'<span class="cap olap" style="left:{min(100.0, 100 * step_time.perfect_overlap / scale):.3f}%" '
+               f'title="perfect overlap: {fmt_seconds(step_time.perfect_overlap)}"></span></div>')
+    rows = "".join(f'<tr><td><span class="sw" style="background:{colour}"></span>{esc(label)}</td>'
+                   f'<td class="num">{fmt_seconds(seconds)}</td></tr>' for label, seconds, colour in parts)
+    rows += (f'<tr class="tot"><td>perfect overlap (the lower bound)</td>'
+             f'<td class="num">{fmt_seconds(step_time.perfect_overlap)}</td></tr>'
+             f'<tr><td>no overlap</td><td class="num">{fmt_seconds(step_time.no_overlap)}</td></tr>')
+    out.append(f'<table class="legend">{rows}</table>')
+    out.append(f'<p class="note">bound by {esc(step_time.bound)}</p>')
+    out += [f'<p class="note">assumed: {esc(a)}</p>' for a in step_time.assumptions[:4]]
+    if len(step_time.assumptions) > 4:
+        out.append(f'<p class="note">and {len(step_time.assumptions) - 4} more assumptions</p>')
+    out.append("</div>")
+    return "".join(out)

@@ -23,15 +23,11 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding
 
-from ..context.mesh import abstract_mesh
-from ..context.rules import AxisRulesError
-from ..language.shape import ELLIPSIS, VARIADIC, entry_axes
-from ..language.sizes import check_dims, mapping_of_sizes
-from ..layout.dim_sizes import check_dims_for, dim_size, dims_used
-from ..layout.specs import partition_spec
-from ..model.describe import axis_hint
-from ..model.value_trees import holds_annotated_class, is_value_tree
-from ..model.walk import Leaf, walk_leaves
+from ..context import AxisRulesError, abstract_mesh
+from ..language import ELLIPSIS, VARIADIC, check_dims, entry_axes, mapping_of_sizes
+from ..layout import check_dims_for, dim_size, dims_used, partition_spec
+from ..model import Leaf, axis_hint, holds_annotated_class, is_value_tree, walk_leaves
+from .chips import DEVICE_KINDS, step_time
 from .html_page import render_page
 from .html_parts import parse_capacity
 
@@ -150,16 +146,27 @@ def plan_html(reports: Any, hbm: int | str | None = None, *, title: str | None =
     >>> with axis_rules(RULES, mode='decode'):                         # doctest: +SKIP
     ...     decode = plan(State, {'d': 64, 't': 64}, DIMS)
     >>> open('plan.html', 'w').write(plan_html({'train': train, 'decode': decode}, 'h100'))  # doctest: +SKIP
+
+    A mode may also be a ``VerifyReport``: its arguments are planned, its activations drawn, and
+    its time per step (``report.step_time``; or, where verify was given no chip and ``hbm`` names
+    one, the step's cost on that chip over the default links) drawn beside its memory. Two
+    layouts of one step compared, the rules that choose them side by side:
+
+    >>> with axis_rules(FSDP_X_TP):                                    # doctest: +SKIP
+    ...     a = verify(train_step, {'d': 64, 't': 64}, DIMS, chip='h100')
+    >>> with axis_rules(FSDP):                                         # doctest: +SKIP
+    ...     b = verify(train_step, {'d': 64, 't': 64}, DIMS, chip='h100')
+    >>> page = plan_html({'fsdp x tp': a, 'fsdp': b}, 'h100')          # doctest: +SKIP
     """
-    if isinstance(reports, PlanReport):
+    if isinstance(reports, PlanReport) or _is_verify_report(reports):
         reports = {"": reports}
     if not isinstance(reports, Mapping) or not reports:
         raise TypeError(f"plan_html: reports must be a PlanReport or a non-empty mapping of mode name to "
-                        f"PlanReport, got {type(reports).__name__} {reports!r:.80}")
+                        f"PlanReport or VerifyReport, got {type(reports).__name__} {reports!r:.80}")
     for mode, report in reports.items():
-        if not isinstance(mode, str) or not isinstance(report, PlanReport):
-            raise TypeError(f"plan_html: reports[{mode!r}] must be a PlanReport under a str mode name, "
-                            f"got {type(report).__name__}")
+        if not isinstance(mode, str) or not (isinstance(report, PlanReport) or _is_verify_report(report)):
+            raise TypeError(f"plan_html: reports[{mode!r}] must be a PlanReport or a VerifyReport under a str "
+                            f"mode name, got {type(report).__name__}")
     meshes = {tuple(dict(r.mesh).items()) for r in reports.values()}
     if len(meshes) > 1:
         raise ValueError(f"plan_html: the reports are on different meshes {[dict(r.mesh) for r in reports.values()]}; "
@@ -167,11 +174,35 @@ def plan_html(reports: Any, hbm: int | str | None = None, *, title: str | None =
     if title is not None and not isinstance(title, str):
         raise TypeError(f"plan_html: title must be a str, got {title!r:.60}")
     capacity = None if hbm is None else parse_capacity(hbm, "plan_html: hbm")
+    verified = {m: r for m, r in reports.items() if not isinstance(r, PlanReport)}
+    times = {m: _step_time_of(r, hbm) for m, r in verified.items()}
+    if activations is None and verified:
+        activations = {m: r.activations for m, r in verified.items() if r.activations is not None} or None
+    reports = {m: r if isinstance(r, PlanReport) else r.arguments_plan() for m, r in reports.items()}
     activations = _activations_by_mode(activations, reports)
     rows = next(iter(reports.values())).rows
     name = rows[0].path.split(".")[0].split("[")[0] if rows else ""
+    if not title and verified:
+        title = "verify " + " vs ".join(dict.fromkeys(r.function for r in verified.values()))
     return render_page(reports, title=title or f"Plan{' of ' + name if name else ''}", capacity=capacity,
-                       activations=activations)
+                       activations=activations, times=times)
+
+
+def _is_verify_report(report: Any) -> bool:
+    # (VerifyReport is verify's, a module above this one; it is known by what it offers)
+    return callable(getattr(report, "arguments_plan", None)) and hasattr(report, "step_time")
+
+
+def _step_time_of(report: Any, hbm: Any) -> Any:
+    """A verify report's time per step: its own, or its cost on the chip ``hbm`` names (default
+    links); None where it has neither."""
+    if report.step_time is not None or report.cost is None or not isinstance(hbm, str):
+        return report.step_time
+    key = hbm.strip().lower()
+    if key not in DEVICE_KINDS:
+        return None
+    return step_time(report.cost, dict(report.mesh), key, chip_option="plan_html: hbm",
+                     links_option="verify(links=...)")
 
 
 def _activations_by_mode(activations: Any, reports: Mapping[str, Any]) -> dict:

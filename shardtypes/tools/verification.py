@@ -25,21 +25,15 @@ from typing import Any, Callable, Mapping
 import jax
 from typeguard import TypeCheckError
 
-from ..context.mesh import abstract_mesh
-from ..context.rules import AxisRulesError
-from ..context.settings import forced_checks
-from ..context.tables import Scope
-from ..integrations.decorator import typechecked
-from ..language.shape import BROADCAST, NAMED, VARIADIC, entry_axes
-from ..language.sizes import check_dims, mapping_of_sizes
-from ..layout.dim_sizes import check_dims_for
-from ..layout.specs import partition_spec, structs
-from ..model.errors import COLLECTED
-from ..model.hints import resolve_hints
-from ..model.walk import Leaf, walk_leaves
+from ..context import AxisRulesError, Scope, abstract_mesh, forced_checks
+from ..integrations import typechecked
+from ..language import BROADCAST, NAMED, VARIADIC, check_dims, entry_axes, mapping_of_sizes
+from ..layout import check_dims_for, partition_spec, structs
+from ..model import COLLECTED, Leaf, resolve_hints, walk_leaves
 from .activations import SYMBOLIC, ActivationEstimate, trace_step
+from .chips import StepTime, axis_links, chip_named, step_time
 from .html_parts import parse_capacity
-from .memory_checks import memory_problems, step_activations
+from .memory_checks import arguments_plan, memory_problems, step_activations
 from .memory_plan import fmt_bytes, parse_fraction
 from .step_cost import Communication, StepCost, step_cost
 from .verify_inputs import check_inputs_arg, lay_out_input, sizes_of_input
@@ -81,6 +75,7 @@ class VerifyReport:
     inputs: Any = None  # the abstract arguments verify built, by parameter name
     activations: ActivationEstimate | None = None  # the step's peak intermediate memory, if traced
     cost: StepCost | None = None  # what one device sends, computes and moves per step, if traced
+    step_time: StepTime | None = None  # the cost in seconds on verify's chip=, if given
 
 
     def __post_init__(self) -> None:
@@ -121,6 +116,18 @@ class VerifyReport:
         """Bytes one device reads and writes in its memory per step (see ``step_cost``), or None."""
         return None if self.cost is None else self.cost.memory_bytes_per_device
 
+    @property
+    def step_seconds(self) -> float | None:
+        """The step's time per device on verify's ``chip`` (seconds): a lower bound, with
+        compute, memory and communication overlapped perfectly (``step_time`` has the rest), or
+        None where verify was given no chip or the step was not traced."""
+        return None if self.step_time is None else self.step_time.perfect_overlap
+
+    def arguments_plan(self) -> Any:
+        """The plan (a ``PlanReport``) of the arguments verify built: their layout and bytes per
+        device (those whose sizes are symbolic left out), as ``to_html`` and ``plan_html`` draw it."""
+        return arguments_plan(self.inputs, dict(self.mesh))[0]
+
     def __str__(self) -> str:
         mesh = " x ".join(f"{k}={v}" for k, v in self.mesh.items())
         devices = math.prod(self.mesh.values())
@@ -128,6 +135,7 @@ class VerifyReport:
         head = f"verify {self.function} on a {mesh} mesh ({devices:,} devices), dims {dims}"
         memory = f"\n  activations: {self.activations}" if _worth_saying(self.activations) else ""
         memory += f"\n  cost: {_cost_line(self.cost)}" if _cost_worth_saying(self.cost) else ""
+        memory += f"\n  step time: {self.step_time}" if self.step_time is not None else ""
         if self.ok:
             return f"{head}: ok, no problems{memory}"
         lines = [f"{head}: {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''}"]
@@ -142,6 +150,7 @@ class VerifyReport:
             "problems": [{"kind": p.kind, "message": p.message} for p in self.problems],
             "activations": None if self.activations is None else self.activations.to_dict(),
             "cost": None if self.cost is None else self.cost.to_dict(),
+            "step_time": None if self.step_time is None else self.step_time.to_dict(),
         }, indent=2)
 
     def to_html(self, hbm: int | str | None = None, *, title: str | None = None) -> str:
@@ -244,6 +253,8 @@ def verify(
     hbm: int | str | None = None,
     activations: bool = True,
     cost: bool = True,
+    chip: str | None = None,
+    links: Mapping[str, Any] | None = None,
 ) -> VerifyReport:
     """Checks ``fn`` abstractly on ``mesh`` (an AbstractMesh, or a mapping such as
     ``{'d': 64, 't': 64}`` for Explicit axes) and returns a report of every problem found.
@@ -268,7 +279,12 @@ def verify(
     It also says what one device sends (``communication``, every collective with its mesh axes,
     bytes, trip count and line; ``communication_bytes_per_device``), computes
     (``flops_per_device``) and reads and writes in memory (``memory_bytes_per_device``) per step,
-    from the same trace (``report.cost``, a ``StepCost``; ``cost=False`` skips it).
+    from the same trace (``report.cost``, a ``StepCost``; ``cost=False`` skips it). ``chip``
+    (``'h100'``, ``'tpu-v5p'``, ...) turns that cost into seconds per step on the chip
+    (``report.step_time``, ``report.step_seconds``: a lower bound at its peak rates), with each
+    mesh axis over the link ``links`` gives it (``{'t': 'nvlink', 'd': 'network'}``, or
+    bandwidths such as ``{'d': '50GB/s'}``; by default the trailing axes that fit in a node of 8
+    GPUs or a TPU slice over the fast link, the rest over the slow one; see docs/chips.md).
 
     >>> report = verify(train_step, {'d': 64, 't': 64}, dims={'embed': 8192, 'layers': 80})  # doctest: +SKIP
     >>> report.ok, report.problems                                                          # doctest: +SKIP
@@ -295,6 +311,13 @@ def verify(
         raise TypeError(f"verify: cost must be True or False, got {cost!r}")
     if capacity is not None and not activations:
         raise ValueError("verify: hbm needs the activation estimate; leave activations=True")
+    if links is not None and chip is None:
+        raise ValueError("verify: links= says which link each mesh axis runs over on a chip; give chip= too")
+    if chip is not None:
+        chip = chip_named(chip, "verify(chip=...)")
+        if not cost:
+            raise ValueError("verify: chip= needs the step's cost; leave cost=True")
+        axis_links(dict(mesh.shape), chip, links, chip_option="verify(chip=...)", links_option="verify(links=...)")
     target = inspect.unwrap(fn)
     name = getattr(target, "__qualname__", repr(fn))
     problems: list[Problem] = []
@@ -305,8 +328,10 @@ def verify(
     costed = None
 
     def finish(outputs: Any = None) -> VerifyReport:
+        timed = None if costed is None or chip is None else step_time(
+            costed, dict(mesh.shape), chip, links, chip_option="verify(chip=...)", links_option="verify(links=...)")
         report = VerifyReport(name, dict(mesh.shape), report_dims, tuple(problems), outputs, dict(args) or None,
-                              estimated, costed)
+                              estimated, costed, timed)
         if raise_on_error and problems:
             raise VerificationError(report)
         return report

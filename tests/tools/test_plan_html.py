@@ -157,7 +157,7 @@ def test_plan_html_rejects_what_it_cannot_draw():
         plan_html([one])
     with pytest.raises(TypeError, match=r"plan_html: reports must be a PlanReport .* got dict \{\}"):
         plan_html({})
-    with pytest.raises(TypeError, match=r"plan_html: reports\['train'\] must be a PlanReport under a str mode name, got str"):
+    with pytest.raises(TypeError, match=r"plan_html: reports\['train'\] must be a PlanReport or a VerifyReport under a str mode name, got str"):
         plan_html({"train": "report"})
     with pytest.raises(ValueError, match=r"plan_html: the reports are on different meshes"):
         plan_html({"a": one, "b": plan(f32[b"a/d"], {"d": 4}, {"a": 8})})
