@@ -92,7 +92,8 @@ def roofline_peak(fn, args, mesh, out_specs=None) -> int | None:
         with jax.set_mesh(mesh):
             _, result = roofline.roofline(fn, mesh=mesh)(*args)
     except Exception as e:  # (an experimental API: say what went wrong, do not stop the benchmark)
-        print(f"      (roofline could not read {getattr(fn, '__name__', 'the step')}: {type(e).__name__}: {str(e)[:120]})")
+        name = getattr(fn, "__name__", "the step")
+        print(f"      (roofline could not read {name}: {type(e).__name__}: {str(e)[:120]})")
         return None
     finally:
         for q, level in zip(quiet, levels):
@@ -298,7 +299,8 @@ def main() -> None:
         peak = roofline_peak(*peer) if isinstance(peer, tuple) else peer
         ratio = estimate / temp
         inside = 1 / target <= ratio <= target
-        print(f"  {name:13s} {estimate:11,d} {temp:11,d} {ratio:6.2f}  within {target:g}x: {'yes' if inside else 'NO ':3s}  "
+        verdict = "yes" if inside else "NO"
+        print(f"  {name:13s} {estimate:11,d} {temp:11,d} {ratio:6.2f}  within {target:g}x: {verdict:3s}  "
               f"{total:11,d} {'-' if peak is None else format(peak, ',d'):>11s}  ({seconds:.1f} s)")
         print(f"      {report.activations}")
     print("\n  XLA all: arguments + outputs + temp per device; roofline: jax.experimental.roofline's peak_hbm_bytes "

@@ -14,7 +14,8 @@ from typing import Any
 from ..checking import jaxprs as kj, primitives as catalogue
 from ..language import entry_axes
 
-__all__ = ["fused", "dead", "passed_through", "local_shape", "auto_splits", "backward_splits", "spec_parts", "ones"]
+__all__ = ["fused", "dead", "passed_through", "local_shape", "auto_splits", "backward_splits", "spec_parts", "ones",
+           "partial_sum", "loop_carries", "FUSING"]
 
 
 # Elementwise primitives (and broadcasts), which XLA fuses into their consumers: a value one of
@@ -26,11 +27,16 @@ _ELEMENTWISE = frozenset("""
     real reduce_precision rem round rsqrt select_n sign sin sinh sqrt square sub tan tanh xor
 """.split()) | frozenset(catalogue.ELEMENTWISE_ADDED)
 
+# Slices in and out of a window, which XLA computes inside the fusion that reads them (a
+# gradient accumulated into one layer of a stacked array, ``zeros.at[i].set(g)`` added to the
+# accumulator, is one loop fusion, in place): fused like elementwise ops, though their shapes differ.
+_WINDOWS = frozenset({"dynamic_slice", "dynamic_update_slice"})
 
-# What XLA fuses an elementwise producer into: other elementwise ops, and reductions (an input
-# fusion reads the producer's values as it reduces them).
-_FUSING = _ELEMENTWISE | frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and",
-                                    "reduce_or", "argmax", "argmin"})
+
+# What XLA fuses an elementwise producer into: other elementwise ops, slices, and reductions (an
+# input fusion reads the producer's values as it reduces them).
+FUSING = _ELEMENTWISE | _WINDOWS | frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod",
+                                              "reduce_and", "reduce_or", "argmax", "argmin"})
 
 
 def dead(eqns: list, outs: set) -> set:
@@ -57,17 +63,18 @@ def fused(eqns: list, outs: set) -> set:
         for v in kj.invars(eqn):
             if not kj.is_literal(v):
                 readers.setdefault(v, []).append(name)
-        if name in _ELEMENTWISE:
+        if name in _ELEMENTWISE or name in _WINDOWS:
             for v in kj.outvars(eqn):
                 producer[v] = name
     return {v for v in producer if v not in outs and readers.get(v)
-            and all(r in _FUSING for r in readers[v])}
+            and all(r in FUSING for r in readers[v])}
 
 
 def passed_through(eqn: Any) -> dict:
     """The results of a call (jit, remat, custom rules) that are one of its operands as they are,
-    or an earlier result again: result -> the operand (or result) it is."""
-    call = kj.call_jaxpr(eqn) if kj.sub_jaxprs(eqn) else None
+    or an earlier result again: result -> the operand (or result) it is. (Not a scan's: its
+    body's results are slices of its stacked results.)"""
+    call = kj.call_jaxpr(eqn) if kj.sub_jaxprs(eqn) and kj.name(eqn) != "scan" else None
     if call is None:
         return {}
     outer_of = dict(zip(kj.invars(call), kj.invars(eqn)))
@@ -150,6 +157,13 @@ def auto_splits(eqn: Any, ins: list) -> list:
         return [kept] * len(outs)
     if name in ("reshape", "squeeze"):
         return [reshaped(shapes[0], split[0], kj.shape(outs[0]))]
+    if name == "dynamic_slice":  # a dim taken whole keeps its split (one layer of a stacked weight)
+        out_shape = kj.shape(outs[0])
+        return [tuple(s if n == m else 1 for s, n, m in zip(split[0], shapes[0], out_shape))]
+    if name == "dynamic_update_slice":  # the operand's splits, and the update's of the dims it fills
+        update = split[1] if len(split) > 1 else ()
+        return [tuple(max(s, update[d]) if d < len(update) and shapes[1][d] == n else s
+                      for d, (s, n) in enumerate(zip(split[0], shapes[0])))]
     result = []
     for v in outs:
         out_shape = kj.shape(v)
@@ -186,15 +200,36 @@ def reshaped(shape: tuple, split: tuple, out_shape: tuple) -> tuple:
     return tuple(out)
 
 
+def loop_carries(eqn: Any) -> list:
+    """(initial value, result) of each carry of a scan or while loop; [] for anything else."""
+    name = kj.name(eqn)
+    try:
+        if name == "scan":
+            consts, carries = kj.scan_groups(eqn)
+            return list(zip(kj.invars(eqn)[consts:consts + carries], kj.outvars(eqn)[:carries]))
+        if name == "while":
+            cond_n, body_n = kj.while_groups(eqn)
+            return list(zip(kj.invars(eqn)[cond_n + body_n:], kj.outvars(eqn)))
+    except (kj.Unreadable, TypeError, ValueError):
+        pass
+    return []
+
+
 def backward_splits(eqns: list, splits: dict) -> dict:
     """``splits`` (value -> splits over Auto axes, from a walk forward) with each operand of an
     elementwise op that has the result's shape split at least as the result is, walking back:
     XLA lays out a mask, an ``iota`` or a broadcast counter like the activation it is combined
-    with, though nothing before it is split."""
+    with, though nothing before it is split. A loop's carry starts split as it ends (XLA gives
+    the initial value the layout of the loop's buffer: a gradient accumulator, zeros, is laid
+    out like the gradients added to it)."""
     settled = dict(splits)
     for eqn in reversed(eqns):
         outs = kj.outvars(eqn)
         name = kj.name(eqn)
+        for u, o in loop_carries(eqn):
+            start, end = settled.get(u), settled.get(o)
+            if not kj.is_literal(u) and start is not None and end is not None and len(start) == len(end):
+                settled[u] = tuple(max(a, b) for a, b in zip(start, end))
         if name not in _ELEMENTWISE or len(outs) != 1:
             continue
         result = settled.get(outs[0])
@@ -213,3 +248,31 @@ def backward_splits(eqns: list, splits: dict) -> dict:
                 settled[v] = tuple(max(own[i], result[d]) if i < len(operand) and operand[i] == shape[d] else own[i]
                                    for i, d in enumerate(dims))
     return settled
+
+
+def partial_sum(eqn: Any, ins: list) -> bool:
+    """Whether a ``dot_general`` contracts a dim split over the mesh (by its operands' shardings on
+    Explicit axes, or by ``ins``, their splits over Auto axes): each device then holds a partial
+    sum the size of the result, which XLA all-reduces into a buffer of its own."""
+    if kj.name(eqn) != "dot_general":
+        return False
+    contracted, _ = kj.param(eqn, "dimension_numbers")
+    for v, dims, auto in zip(kj.invars(eqn)[:2], contracted, ins[:2] if ins else (None, None)):
+        aval = kj.aval(v)
+        sharding = getattr(aval, "sharding", None)
+        split = spec_parts(getattr(sharding, "spec", ()), len(kj.shape(v)), _split_axes(sharding))
+        if any(split[d] > 1 or (auto is not None and d < len(auto) and auto[d] > 1) for d in dims):
+            return True
+    return False
+
+
+def _split_axes(sharding: Any) -> dict:
+    """The sizes of the mesh axes a value's sharding splits it over as a whole array (Explicit
+    and Auto; not Manual axes, inside a kernel, where shapes are local)."""
+    try:
+        mesh = sharding.mesh
+        types = getattr(mesh, "axis_types", None) or ()
+        manual = {a for a, t in zip(mesh.axis_names, types) if "Manual" in str(t)}
+        return {a: n for a, n in dict(mesh.shape).items() if a not in manual}
+    except Exception:
+        return {}

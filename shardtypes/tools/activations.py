@@ -30,7 +30,19 @@ from typing import Any, Callable
 import jax
 
 from ..checking import jaxprs as kj, primitives as catalogue
-from .activation_rules import auto_splits, backward_splits, dead, fused, local_shape, ones, passed_through, spec_parts
+from .activation_rules import (
+    FUSING,
+    auto_splits,
+    backward_splits,
+    dead,
+    fused,
+    local_shape,
+    loop_carries,
+    ones,
+    partial_sum,
+    passed_through,
+    spec_parts,
+)
 from .memory_plan import fmt_bytes
 
 __all__ = ["ActivationEstimate", "LiveValue", "alike", "estimate", "trace_step", "SYMBOLIC"]
@@ -43,6 +55,10 @@ _LARGEST = 5
 # identity whose result nothing uses; XLA drops it), JAX's changes of a value's varying type
 # inside shard_map, and identities under jit (``stop_gradient``, a ``device_put`` in a traced
 # step). Their results stand for their operands.
+# Primitives with a jaxpr of their operands' count that are not calls of it on them: a scan's
+# body runs on slices of its stacked operands, a kernel's on local blocks.
+_NOT_CALLS = frozenset({"scan", "shard_map"})
+
 _FREE = frozenset({"shardtypes_check_sharding", "pbroadcast", "stop_gradient", "device_put", *catalogue.CASTS})
 
 
@@ -132,7 +148,7 @@ def estimate(closed: Any, leaves: list, auto_axes: dict[str, int]) -> Activation
     jaxpr = kj.inner_jaxpr(closed)
     in_splits = [walk.input_splits(leaf) for leaf in leaves] if walk.auto else [None] * len(leaves)
     peak, top, _ = walk.jaxpr(jaxpr, in_splits)
-    largest = tuple(walk.label(b, eqn, v, splits) for b, _, eqn, v, splits in sorted(top, key=lambda t: -t[0]))
+    largest = tuple(walk.label(*entry) for entry in sorted(top, key=lambda t: -t[0]))
     assumed = ""
     if walk.auto:
         named = ", ".join(f"{a}={n}" for a, n in auto_axes.items())
@@ -155,6 +171,7 @@ class _Walk:
         self.asked: list = []  # the settled splits of its inputs
         self.walked: dict = {}  # (id of a jaxpr, its operands' splits) -> (its result, asked)
         self.demands: dict = {}  # a call's operand -> the splits its body settled it to
+        self.kinds: dict = {}  # the order of a value that is not its equation's result -> what it is
 
     # -- sizes -------------------------------------------------------------------------------
 
@@ -177,24 +194,38 @@ class _Walk:
             return 0
         return math.prod(local) * itemsize
 
-    def label(self, nbytes: int, eqn: Any, v: Any, splits: tuple | None) -> LiveValue:
+    def label(self, nbytes: int, order: int, eqn: Any, v: Any, splits: tuple | None) -> LiveValue:
         aval = kj.aval(v)
         local: tuple = local_shape(aval, splits) or tuple(getattr(aval, "shape", ()))
         dtype = getattr(getattr(aval, "dtype", None), "name", "?")
-        return LiveValue(nbytes, f"{kj.name(eqn)} {dtype}[{','.join(map(str, local))}]", user_frame(kj.frames(eqn)))
+        kind = self.kinds.get(order)
+        return LiveValue(nbytes, f"{kj.name(eqn)}{' ' + kind if kind else ''} {dtype}[{','.join(map(str, local))}]",
+                         user_frame(kj.frames(eqn)))
+
+    def entry(self, v: Any, splits: tuple | None, eqn: Any, kind: str = "") -> tuple:
+        """(bytes, order, eqn, var, splits): a value the walk counts, ``kind`` saying what it is
+        where it is not the equation's result as such (a partial sum, a slice)."""
+        self.order += 1
+        if kind:
+            self.kinds[self.order] = kind
+        return (self.bytes(v, splits, eqn), self.order, eqn, v, splits)
 
     # -- the walk ----------------------------------------------------------------------------
 
-    def jaxpr(self, jaxpr: Any, in_splits: list, settled: dict | None = None) -> tuple[int, list, list]:
+    def jaxpr(self, jaxpr: Any, in_splits: list, settled: dict | None = None,
+              sliced: tuple | None = None) -> tuple[int, list, list]:
         """(peak bytes of the intermediates, the largest values live at the peak, the splits of
         the outputs). On Auto axes the splits are settled first: a walk forward, then back
-        through elementwise ops (``activation_rules.backward_splits``), as XLA propagates."""
-        key = (id(jaxpr), tuple(in_splits))
+        through elementwise ops (``activation_rules.backward_splits``), as XLA propagates.
+        ``sliced``, ``(a scan's equation, n)``: the inputs from the n-th on are the slices of its
+        stacked operands, one per trip, which XLA copies out where a matmul (anything but an
+        elementwise op) reads them."""
+        key = (id(jaxpr), tuple(in_splits), sliced[1] if sliced else None)
         if settled is None and key in self.walked:  # (a body met again with the same operands)
             result, self.asked = self.walked[key]
             return result
         if self.auto and settled is None:
-            self.jaxpr(jaxpr, in_splits, {})
+            self.jaxpr(jaxpr, in_splits, {}, sliced)
             settled = backward_splits(kj.eqns(jaxpr), {**self.splits, **self.demands})
         eqns = kj.eqns(jaxpr)
         splits: dict = dict(zip(kj.invars(jaxpr), in_splits))
@@ -205,11 +236,13 @@ class _Walk:
         deps: dict = {}  # a fused value -> the materialized values it is computed from
         aliases: set = set()  # results that are their operands (no memory of their own)
         last: dict = {}
+        readers: dict = {}  # a value -> the primitives that read it
         for i, eqn in enumerate(eqns):
             found: set = set()
             for v in kj.invars(eqn):
                 if not kj.is_literal(v):
                     found.update(deps.get(v, (v,)))
+                    readers.setdefault(v, set()).add(kj.name(eqn))
             for u in found:
                 last[u] = i
             passed = passed_through(eqn)
@@ -220,9 +253,15 @@ class _Walk:
                     source = passed[v]
                     deps[v] = deps.get(source, (source,)) if not kj.is_literal(source) else ()
                     aliases.add(v)
+        in_place, into_outs = _carried(eqns, last, deps, outs, set(kj.invars(jaxpr)))
         live: dict = {}  # var -> (bytes, order, eqn, var, splits)
         current = peak = 0
         at_peak: list = []
+        if sliced:  # the slices a matmul reads: copies, live from the trip's start
+            for v in kj.invars(jaxpr)[sliced[1]:]:
+                if v in last and readers.get(v, set()) - FUSING:
+                    live[v] = self.entry(v, splits.get(v), sliced[0], "slice")
+                    current += live[v][0]
         for i, eqn in enumerate(eqns):
             ins = [splits.get(v) if not kj.is_literal(v) else None for v in kj.invars(eqn)]
             inner_peak, inner_top, out_splits = self.inner(eqn, ins)
@@ -232,14 +271,21 @@ class _Walk:
             free = kj.name(eqn) in _FREE
             for v, s in zip(kj.outvars(eqn), out_splits):
                 s = splits[v] = settled.get(v, s) if settled else s
-                if v in outs or free or v in away or v in aliases or (v not in last and kj.has_effects(eqn)):
+                if v in outs or free or v in away or v in aliases or v in into_outs \
+                        or (v not in last and kj.has_effects(eqn)):
                     continue  # an output of the step (or of the body it is in): not counted here
-                self.order += 1
-                made.append((v, (self.bytes(v, s, eqn), self.order, eqn, v, s)))
+                made.append((v, self.entry(v, s, eqn)))
             moment = current + sum(entry[0] for _, entry in made) + inner_peak
+            passing = []  # the partial sum of a matmul over a split dim, before XLA's all-reduce
+            if partial_sum(eqn, ins):
+                v = kj.outvars(eqn)[0]
+                passing = [self.entry(v, splits.get(v), eqn, "partial sum")]
+                moment += passing[0][0]
+            moment -= sum(live[u][0] for u in in_place.get(i, ()) if u in live)  # (a carry's buffer, updated)
             if moment > peak:
                 peak = moment
-                at_peak = heapq.nlargest(_LARGEST, [*live.values(), *(e for _, e in made), *inner_top])
+                at_peak = heapq.nlargest(_LARGEST, [*(e for u, e in live.items() if u not in in_place.get(i, ())),
+                                                    *(e for _, e in made), *passing, *inner_top])
             for v, entry in made:
                 if last.get(v, -1) > i:
                     live[v] = entry
@@ -270,8 +316,8 @@ class _Walk:
         if not subs or name in _FREE:
             return 0, [], None
         try:
-            call = kj.call_jaxpr(eqn)
-            if call is not None and name != "shard_map":
+            call = kj.call_jaxpr(eqn) if name not in _NOT_CALLS else None
+            if call is not None:
                 walked = self.jaxpr(call, ins)
                 for v, asked in zip(kj.invars(eqn), self.asked):  # the body lays them out so
                     if asked is not None and not kj.is_literal(v):
@@ -281,7 +327,7 @@ class _Walk:
                 consts, carries = kj.scan_groups(eqn)
                 body = subs[0]
                 xs = [s[1:] if s is not None else None for s in ins[consts + carries:]]
-                peak, top, outs = self.jaxpr(body, ins[:consts + carries] + xs)
+                peak, top, outs = self.jaxpr(body, ins[:consts + carries] + xs, sliced=(eqn, consts + carries))
                 ys = [(1, *s) if s is not None else None for s in outs[carries:]]
                 return peak, top, outs[:carries] + ys
             if name == "while":
@@ -315,3 +361,24 @@ class _Walk:
             return auto_splits(eqn, ins)
         except Exception:  # a param of another shape: the results taken as not split
             return [ones(kj.aval(v)) for v in kj.outvars(eqn)]
+
+
+def _carried(eqns: list, last: dict, deps: dict, outs: set, inputs: set) -> tuple[dict, set]:
+    """XLA runs a loop's carries in place: a value whose last reader is a loop, as a carry's
+    initial value, is the buffer the loop updates. ``({index of the loop: those values whose
+    carry's result is counted (the same buffer again)}, {those whose carry's result is an
+    output: made in the output's buffer, not counted})``. An input (an argument of the step)
+    is not: XLA copies it, since its buffer is the caller's."""
+    in_place: dict = {}
+    into_outs: set = set()
+    for i, eqn in enumerate(eqns):
+        seen: set = set()
+        for u, o in loop_carries(eqn):
+            if kj.is_literal(u) or u in inputs or u in deps or u in seen or last.get(u) != i:
+                continue
+            seen.add(u)
+            if o in outs:
+                into_outs.add(u)
+            else:
+                in_place.setdefault(i, set()).add(u)
+    return in_place, into_outs
