@@ -3,7 +3,11 @@ still load. An annotation, spec, rule set or error pickled by shardtypes 0.1 (be
 names the function that rebuilds it by its old module (``shardtypes._dtypes._subscript``);
 importing such a name gives a stand-in module whose attributes are looked up in the modules
 that hold the code now. Nothing in shardtypes imports the old names, and new pickles never
-refer to them.
+refer to them. Modules renamed inside the layers (``shardtypes.model.trees``, now
+``model.pytree_dataclasses``) are forwarded the same way.
+
+No release of shardtypes has been made: this module and its import hook go in the first one
+(0.2.0), when pickles from before it no longer need to load.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ MOVED: dict[str, tuple[str, ...]] = {
     "_compat": ("context.compat",), "_config": ("context.settings",), "_dims": ("context.tables",),
     "_mesh": ("context.mesh",), "_hosts": ("context.hosts",), "_rules": ("context.rules",),
     "_rule_presets": ("context.rule_presets",), "_rule_resolution": ("context.rule_resolution",),
-    "_dtypes": ("model.annotations", "model.categories"), "_hints": ("model.hints",), "_trees": ("model.pytree_dataclasses",),
+    "_dtypes": ("model.annotations", "model.categories"), "_hints": ("model.hints",),
+    "_trees": ("model.pytree_dataclasses",),
     "_model": ("model.annotation_nodes", "checking.fast_path"), "_plans": ("model.plans", "checking.fast_path"),
     "_tree_walk": ("model.annotation_leaves",), "_describe": ("model.describe",), "_errors": ("model.errors",),
     "_check": ("checking.value",), "_check_entry": ("checking.direct_checks",),
@@ -38,6 +43,12 @@ MOVED: dict[str, tuple[str, ...]] = {
     "_instrument": ("integrations.instrument",), "_decorator": ("integrations.decorator",),
     "_shard_map": ("kernels.shard_map",), "_collectives": ("kernels.op_specs",),
     "_verify": ("tools.verification",), "_memory_plan": ("tools.memory_plan",),
+    # Modules renamed inside the layers for what they hold (issue 35).
+    "model.trees": ("model.pytree_dataclasses",), "model.pytrees": ("model.pytree_annotation",),
+    "model.value_trees": ("model.optimizer_states",), "model.walk": ("model.annotation_leaves",),
+    "model.nodes": ("model.annotation_nodes",), "checking.inside": ("checking.inside_unannotated",),
+    "checking.entry": ("checking.direct_checks",), "checking.frames": ("checking.typeguard_frames",),
+    "kernels.collectives": ("kernels.op_specs",),
 }
 
 

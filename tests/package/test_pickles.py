@@ -2,16 +2,19 @@
 errors pickled on main before the move name the old flat modules (``shardtypes._dtypes``,
 ``shardtypes._shape``, ...). ``tests/data/pickles_before_layers.pkl`` was saved then."""
 
+import importlib
 import pathlib
 import pickle
 import subprocess
 import sys
 
 import jax
+import pytest
 from typeguard import TypeCheckError
 
 import shardtypes
 from shardtypes import Array, AxisRules, DimSpec, ShapeSpec, bf16, f32, floating
+from shardtypes._legacy import MOVED
 
 SAVED = pathlib.Path(__file__).resolve().parents[1] / "data" / "pickles_before_layers.pkl"
 
@@ -71,3 +74,14 @@ def test_array_errors_pickled_under_their_old_private_name_load_as_the_public_cl
         assert type(error) is shardtypes.ArrayError
         assert str(error) == "jax.Array is not f32[b'a']"
     assert pickle.dumps(shardtypes.ArrayError("x")).count(b"_ArrayError") == 0
+
+
+@pytest.mark.parametrize("old, new", [(k, v[0]) for k, v in MOVED.items() if "." in k])
+def test_a_module_renamed_inside_a_layer_still_imports_from_its_old_path(old, new):
+    legacy = importlib.import_module(f"shardtypes.{old}")
+    current = importlib.import_module(f"shardtypes.{new}")
+    names = [n for n in vars(current) if not n.startswith("__") and not isinstance(getattr(current, n), type(legacy))]
+    assert names, new
+    for name in names:
+        assert getattr(legacy, name) is getattr(current, name), (old, name)
+    assert f"shardtypes.{new}" in legacy.__doc__
