@@ -21,14 +21,6 @@ from .fast_path import (
     fast_tree as fast_tree,
     learn_layout as learn_layout,
 )
-from .typeguard_frames import (
-    FIELD_PATH as FIELD_PATH,
-    checked_role as checked_role,
-    get_table as get_table,
-    origin_phrase as origin_phrase,
-    set_table as set_table,
-    snapshot as snapshot,
-)
 from .generators import generator_from_signature as generator_from_signature
 from .kernel_layouts import (
     einsum_owed as einsum_owed,
@@ -58,6 +50,14 @@ from .signature import (
     SignatureChecker as SignatureChecker,
     looking_inside as looking_inside,
     signature_sizer as signature_sizer,
+)
+from .typeguard_frames import (
+    FIELD_PATH as FIELD_PATH,
+    checked_role as checked_role,
+    get_table as get_table,
+    origin_phrase as origin_phrase,
+    set_table as set_table,
+    snapshot as snapshot,
 )
 from .value import check_value as check_value
 

@@ -19,8 +19,8 @@ from typeguard import TypeCheckMemo, _functions as _tg_functions
 from ..context import FORCED, TABLE, Table, config
 from ..model import generator_types, resolve_hints
 from .call_tables import EMPTY, NO_TYPE_CHECK
-from .typeguard_frames import check_argument_types_internal, check_return_type_internal
 from .signature import typeguard_config
+from .typeguard_frames import check_argument_types_internal, check_return_type_internal
 
 __all__ = ["generator_from_signature"]
 

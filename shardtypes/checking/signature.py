@@ -23,8 +23,8 @@ from ..model import in_function, literal_container, model, plan_for, resolve_hin
 from .call_tables import EMPTY, NO_TYPE_CHECK, run_unchecked, sizing, with_table
 from .direct_checks import check_with_plan
 from .fast_path import ARRAY_TYPES, fast_check, fast_tree, learn_layout, tree_node
-from .typeguard_frames import check_argument_types_internal, check_return_type_internal
 from .inside_unannotated import check_inside, looks_inside
+from .typeguard_frames import check_argument_types_internal, check_return_type_internal
 
 __all__: list[str] = []
 

@@ -13,6 +13,20 @@ May import: ``shardtypes.language``, ``shardtypes.context``.
 """
 
 from . import nesting as _nesting  # noqa: F401  (imported to install f32[floating[jax.Array, b'a'], b'b'])
+from .annotation_leaves import Leaf as Leaf, brief as brief, walk_leaves as walk_leaves
+from .annotation_nodes import (
+    PYTREES as PYTREES,
+    ArrayNode as ArrayNode,
+    ClassNode as ClassNode,
+    DictNode as DictNode,
+    Node as Node,
+    OtherNode as OtherNode,
+    PyTreeNode as PyTreeNode,
+    SeqNode as SeqNode,
+    UnionNode as UnionNode,
+    follow as follow,
+    model as model,
+)
 from .annotations import (
     annotation_class as annotation_class,
     dtype_classes as dtype_classes,
@@ -67,18 +81,13 @@ from .forms import (
 )
 from .hints import resolve_hints as resolve_hints
 from .linen_boxes import box_annotation as box_annotation, is_box as is_box
-from .annotation_nodes import (
-    PYTREES as PYTREES,
-    ArrayNode as ArrayNode,
-    ClassNode as ClassNode,
-    DictNode as DictNode,
-    Node as Node,
-    OtherNode as OtherNode,
-    PyTreeNode as PyTreeNode,
-    SeqNode as SeqNode,
-    UnionNode as UnionNode,
-    follow as follow,
-    model as model,
+from .optimizer_states import (
+    Like as Like,
+    annotated_instances as annotated_instances,
+    holds_annotated_class as holds_annotated_class,
+    is_array_value as is_array_value,
+    is_value_tree as is_value_tree,
+    walk_value as walk_value,
 )
 from .plans import (
     PLANS as PLANS,
@@ -103,15 +112,6 @@ from .pytree_dataclasses import (
     stack_annotation as stack_annotation,
     tree_info as tree_info,
 )
-from .optimizer_states import (
-    Like as Like,
-    annotated_instances as annotated_instances,
-    holds_annotated_class as holds_annotated_class,
-    is_array_value as is_array_value,
-    is_value_tree as is_value_tree,
-    walk_value as walk_value,
-)
-from .annotation_leaves import Leaf as Leaf, brief as brief, walk_leaves as walk_leaves
 
 __all__ = [
     "Array",

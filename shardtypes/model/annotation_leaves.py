@@ -14,13 +14,13 @@ from typing import Any, Callable, Union
 import jax
 
 from ..language import ShapeSpec
+from .annotation_nodes import ClassNode, PyTreeNode, model
 from .annotations import annotation_class, is_annotation, number
 from .errors import qualified
-from .annotation_nodes import ClassNode, PyTreeNode, model
+from .optimizer_states import Like, is_array_value, is_value_tree, walk_value
 from .plans import plan_of
 from .pytree_annotation import pytree_leaf
 from .pytree_dataclasses import tree_info
-from .optimizer_states import Like, is_array_value, is_value_tree, walk_value
 
 __all__: list[str] = []
 

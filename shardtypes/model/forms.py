@@ -12,8 +12,8 @@ import functools
 import typing
 from typing import Any
 
-from .annotations import is_annotation
 from .annotation_nodes import PYTREES, ClassNode, model
+from .annotations import is_annotation
 from .pytree_dataclasses import INFO as _TREE_CLASSES
 
 __all__ = ["generator_types", "holds_shardtypes", "is_checked_class", "safe_is_checked_class", "type_text",

@@ -27,12 +27,12 @@ from typing import Any, Callable
 
 import jax
 
+from .annotation_nodes import ArrayNode, ClassNode, DictNode, Node, SeqNode, UnionNode, follow, model
 from .annotations import dtype_classes, subscript
 from .categories import anydtype
 from .describe import describe
 from .forms import safe_is_checked_class
 from .linen_boxes import box_annotation, is_box
-from .annotation_nodes import ArrayNode, ClassNode, DictNode, Node, SeqNode, UnionNode, follow, model
 
 __all__ = ["Like", "walk_value", "is_value_tree", "is_array_value", "holds_annotated_class", "scalar_annotation",
            "annotated_instances"]

@@ -22,8 +22,8 @@ import functools
 import typing
 from typing import Any, Callable
 
-from .annotations import annotation_class, is_dtype_class
 from .annotation_nodes import PYTREES, ArrayNode, ClassNode, model
+from .annotations import annotation_class, is_dtype_class
 
 __all__ = ["PyTree", "holds_pytree", "install_pytree_instance_check", "is_pytree", "pytree_leaf"]
 
