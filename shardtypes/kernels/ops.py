@@ -14,7 +14,7 @@ from ..checking import einsum_owed, gathered, mark_per_device, mark_unreduced, o
 from ..context import all_gather_invariant
 from ..language import NAMED, ShapeSpecError
 from ..model import integer
-from . import op_specs as c
+from . import op_specs
 
 _T = TypeVar("_T")
 
@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 
-@c.own_table
+@op_specs.own_table
 def all_gather(spec: str, x: jax.Array, *, invariant: bool = False) -> jax.Array:
     """Gathers the mesh axes that ``spec`` removes from a dim: ``'V/t M/d -> V/t M'``.
 
@@ -46,46 +46,47 @@ def all_gather(spec: str, x: jax.Array, *, invariant: bool = False) -> jax.Array
     weights gathered inside a training step.
     """
     if not isinstance(invariant, bool):
-        raise TypeError(f"{c.call('all_gather', spec)}: argument 'invariant' must be True or False, "
+        raise TypeError(f"{op_specs.call('all_gather', spec)}: argument 'invariant' must be True or False, "
                         f"not {invariant!r}")
-    (before,), after = c.arrow("all_gather", spec, 1)
-    c.same_dims("all_gather", spec, before, after)
+    (before,), after = op_specs.arrow("all_gather", spec, 1)
+    op_specs.same_dims("all_gather", spec, before, after)
     gathers = [
-        (i, c.trailing_extra("all_gather", spec, i, b, a, fewer=a_axes, more=b_axes, verb="remove"))
-        for i, (b, a, b_axes, a_axes) in enumerate(zip(before.dims, after.dims, c.axes(before), c.axes(after)))
+        (i, op_specs.trailing_extra("all_gather", spec, i, b, a, fewer=a_axes, more=b_axes, verb="remove"))
+        for i, (b, a, b_axes, a_axes) in enumerate(
+            zip(before.dims, after.dims, op_specs.axes(before), op_specs.axes(after)))
         if b_axes != a_axes
     ]
-    sizes = c.manual("all_gather", spec, tuple(a for _, names in gathers for a in names), "the spec")
+    sizes = op_specs.manual("all_gather", spec, tuple(a for _, names in gathers for a in names), "the spec")
     op_operand("all_gather", spec, "operand", x, before)
-    c.check("all_gather", spec, "operand", before, x)
+    op_specs.check("all_gather", spec, "operand", before, x)
     if invariant:
-        c.tracks_varying("all_gather", spec, x, tuple(sizes))
+        op_specs.tracks_varying("all_gather", spec, x, tuple(sizes))
     for i, names in gathers:
         if invariant:
-            x = all_gather_invariant(x, c.one_or_tuple(names), i, math.prod(sizes[a] for a in names))
+            x = all_gather_invariant(x, op_specs.one_or_tuple(names), i, math.prod(sizes[a] for a in names))
         else:
-            x = jax.lax.all_gather(x, c.one_or_tuple(names), axis=i, tiled=True)
-    c.check("all_gather", spec, "result", after, x)
+            x = jax.lax.all_gather(x, op_specs.one_or_tuple(names), axis=i, tiled=True)
+    op_specs.check("all_gather", spec, "result", after, x)
     op_result("all_gather", spec, x, after)
     if not invariant:
-        gathered((a for _, names in gathers for a in names), c.call("all_gather", spec))
+        gathered((a for _, names in gathers for a in names), op_specs.call("all_gather", spec))
     return x
 
 
-@c.own_table
+@op_specs.own_table
 def psum_scatter(spec: str, x: jax.Array) -> jax.Array:
     """Sums over the mesh axes that ``spec`` adds to dims and leaves each such dim scattered over
     the axes it gains: ``'B/d L M -> B/d L M/t'``, or several dims at once, ``'A B -> A/d B/t'``
     (summed over ``d`` and ``t``)."""
-    (before,), after = c.arrow("psum_scatter", spec, 1)
-    c.same_dims("psum_scatter", spec, before, after)
-    b_axes, a_axes = c.axes(before), c.axes(after)
+    (before,), after = op_specs.arrow("psum_scatter", spec, 1)
+    op_specs.same_dims("psum_scatter", spec, before, after)
+    b_axes, a_axes = op_specs.axes(before), op_specs.axes(after)
     changed = [i for i in range(len(before.dims)) if b_axes[i] != a_axes[i]]
     if not changed and str(before) != str(after):
         # Axis rules put no mesh axis on the logical one gained: nothing to sum or scatter over.
         known = op_operand("psum_scatter", spec, "operand", x, before)
-        c.check("psum_scatter", spec, "operand", before, x)
-        c.check("psum_scatter", spec, "result", after, x)
+        op_specs.check("psum_scatter", spec, "operand", before, x)
+        op_specs.check("psum_scatter", spec, "result", after, x)
         op_result("psum_scatter", spec, x, after, *still_owed(known, ()))
         return x
     if not changed:
@@ -93,21 +94,21 @@ def psum_scatter(spec: str, x: jax.Array) -> jax.Array:
     scatters = []
     for i in changed:
         b, a = before.dims[i], after.dims[i]
-        added = c.trailing_extra("psum_scatter", spec, i, b, a, fewer=b_axes[i], more=a_axes[i], verb="gain")
-        scatters.append((i, added, c.manual("psum_scatter", spec, added, "the spec")))
+        added = op_specs.trailing_extra("psum_scatter", spec, i, b, a, fewer=b_axes[i], more=a_axes[i], verb="gain")
+        scatters.append((i, added, op_specs.manual("psum_scatter", spec, added, "the spec")))
     known = op_operand("psum_scatter", spec, "operand", x, before)
-    c.check("psum_scatter", spec, "operand", before, x)
+    op_specs.check("psum_scatter", spec, "operand", before, x)
     for i, _, sizes in scatters:
-        c.splits("psum_scatter", spec, after, i, x, sizes)
+        op_specs.splits("psum_scatter", spec, after, i, x, sizes)
     # One psum_scatter per dim: each sums over its own axes, so together they sum over all of them.
     for i, added, _ in scatters:
-        x = jax.lax.psum_scatter(x, c.one_or_tuple(added), scatter_dimension=i, tiled=True)
-    c.check("psum_scatter", spec, "result", after, x)
+        x = jax.lax.psum_scatter(x, op_specs.one_or_tuple(added), scatter_dimension=i, tiled=True)
+    op_specs.check("psum_scatter", spec, "result", after, x)
     op_result("psum_scatter", spec, x, after, *still_owed(known, (a for _, added, _ in scatters for a in added)))
     return x
 
 
-@c.own_table
+@op_specs.own_table
 def all_to_all(spec: str, x: jax.Array) -> jax.Array:
     """Moves mesh axes from one dim to another: ``'B/d L M -> B L M/d'``.
 
@@ -116,23 +117,23 @@ def all_to_all(spec: str, x: jax.Array) -> jax.Array:
     dim that loses them and are appended, in the same order, to the one that gains them
     (``'B/d/t M -> B/d M/t'`` moves ``t``; ``'B/d/t M -> B M/d/t'`` moves both).
     """
-    (before,), after = c.arrow("all_to_all", spec, 1)
-    c.same_dims("all_to_all", spec, before, after)
-    b_axes, a_axes = c.axes(before), c.axes(after)
+    (before,), after = op_specs.arrow("all_to_all", spec, 1)
+    op_specs.same_dims("all_to_all", spec, before, after)
+    b_axes, a_axes = op_specs.axes(before), op_specs.axes(after)
     changed = [i for i in range(len(before.dims)) if b_axes[i] != a_axes[i]]
     if not changed and str(before) != str(after):  # axis rules map the moved axis to nothing
         op_operand("all_to_all", spec, "operand", x, before)
-        c.check("all_to_all", spec, "operand", before, x)
-        c.check("all_to_all", spec, "result", after, x)
+        op_specs.check("all_to_all", spec, "operand", before, x)
+        op_specs.check("all_to_all", spec, "result", after, x)
         op_result("all_to_all", spec, x, after)
         return x
     src, dst, moved = _move(spec, before, after, b_axes, a_axes, changed)
-    sizes = c.manual("all_to_all", spec, moved, "the spec")
+    sizes = op_specs.manual("all_to_all", spec, moved, "the spec")
     op_operand("all_to_all", spec, "operand", x, before)
-    c.check("all_to_all", spec, "operand", before, x)
-    c.splits("all_to_all", spec, after, dst, x, sizes)
-    x = jax.lax.all_to_all(x, c.one_or_tuple(moved), split_axis=dst, concat_axis=src, tiled=True)
-    c.check("all_to_all", spec, "result", after, x)
+    op_specs.check("all_to_all", spec, "operand", before, x)
+    op_specs.splits("all_to_all", spec, after, dst, x, sizes)
+    x = jax.lax.all_to_all(x, op_specs.one_or_tuple(moved), split_axis=dst, concat_axis=src, tiled=True)
+    op_specs.check("all_to_all", spec, "result", after, x)
     op_result("all_to_all", spec, x, after)
     return x
 
@@ -144,9 +145,9 @@ def _move(spec, before, after, b_axes, a_axes, changed) -> tuple[int, int, tuple
                                    f"gives mesh axes to the other (found {len(changed)} changed)")
     i, j = changed
     src, dst = (i, j) if len(b_axes[i]) > len(a_axes[i]) else (j, i)
-    lost = c.trailing_extra("all_to_all", spec, src, before.dims[src], after.dims[src],
+    lost = op_specs.trailing_extra("all_to_all", spec, src, before.dims[src], after.dims[src],
                             fewer=a_axes[src], more=b_axes[src], verb="move")
-    gained = c.trailing_extra("all_to_all", spec, dst, before.dims[dst], after.dims[dst],
+    gained = op_specs.trailing_extra("all_to_all", spec, dst, before.dims[dst], after.dims[dst],
                               fewer=b_axes[dst], more=a_axes[dst], verb="move")
     if lost != gained:
         raise ShapeSpecError(spec, f"shardtypes.ops.all_to_all: dim {src} gives up {'/'.join(lost)} "
@@ -155,7 +156,7 @@ def _move(spec, before, after, b_axes, a_axes, changed) -> tuple[int, int, tuple
     return src, dst, lost
 
 
-@c.own_table
+@op_specs.own_table
 def psum(spec: str, x: jax.Array, axes: str | Sequence[str]) -> jax.Array:
     """Adds up ``x``'s partial sums over mesh axes ``axes`` (``jax.lax.psum``); the layout is
     ``spec`` before and after::
@@ -172,7 +173,7 @@ def psum(spec: str, x: jax.Array, axes: str | Sequence[str]) -> jax.Array:
     return _reduce("psum", jax.lax.psum, spec, x, axes)
 
 
-@c.own_table
+@op_specs.own_table
 def pmean(spec: str, x: jax.Array, axes: str | Sequence[str]) -> jax.Array:
     """The mean over mesh axes ``axes`` (``jax.lax.pmean``), like ``psum``:
     ``pmean('B/d L M', loss_parts, ('d', 't'))``."""
@@ -180,26 +181,26 @@ def pmean(spec: str, x: jax.Array, axes: str | Sequence[str]) -> jax.Array:
 
 
 def _reduce(op: str, collective, spec: str, x: jax.Array, axes: Any) -> jax.Array:
-    shape = c.single(op, spec, f"{op}('B/d L M', x, 't')")
-    names = c.axis_names(op, spec, "axes", axes)
-    c.manual(op, spec, names, "argument 'axes'")
-    for i, (dim, dim_axes) in enumerate(zip(shape.dims, c.axes(shape))):
+    shape = op_specs.single(op, spec, f"{op}('B/d L M', x, 't')")
+    names = op_specs.axis_names(op, spec, "axes", axes)
+    op_specs.manual(op, spec, names, "argument 'axes'")
+    for i, (dim, dim_axes) in enumerate(zip(shape.dims, op_specs.axes(shape))):
         split = [a for a in names if a in dim_axes]
         if split:
             raise ValueError(
-                f"{c.call(op, spec)}: argument 'axes' reduces over mesh axis {split[0]!r}, but dim "
+                f"{op_specs.call(op, spec)}: argument 'axes' reduces over mesh axis {split[0]!r}, but dim "
                 f"{i} ({str(dim)!r}) is split over it, so the {op} would combine different blocks "
                 "of it; all_gather that dim first, or sum with psum_scatter"
             )
     known = op_operand(op, spec, "operand", x, shape)
-    c.check(op, spec, "operand", shape, x)
-    x = collective(x, c.one_or_tuple(names))
-    c.check(op, spec, "result", shape, x)
+    op_specs.check(op, spec, "operand", shape, x)
+    x = collective(x, op_specs.one_or_tuple(names))
+    op_specs.check(op, spec, "result", shape, x)
     op_result(op, spec, x, shape, *still_owed(known, names))
     return x
 
 
-@c.own_table
+@op_specs.own_table
 def ppermute(spec: str, x: jax.Array, axis: str | Sequence[str], perm: Sequence[tuple[int, int]]) -> jax.Array:
     """Sends ``x`` from device ``src`` to device ``dst`` along mesh axis ``axis`` for each pair
     of ``perm`` (``jax.lax.ppermute``); devices no pair sends to get zeros. The layout is
@@ -210,20 +211,20 @@ def ppermute(spec: str, x: jax.Array, axis: str | Sequence[str], perm: Sequence[
     Device indices run over ``axis`` (over the tuple, major axis first, if ``axis`` is one);
     each source and each destination appears at most once.
     """
-    shape = c.single("ppermute", spec, "ppermute('B/d L M', x, 'd', [(0, 1), (1, 0)])")
-    names = c.axis_names("ppermute", spec, "axis", axis)
-    sizes = c.manual("ppermute", spec, names, "argument 'axis'")
+    shape = op_specs.single("ppermute", spec, "ppermute('B/d L M', x, 'd', [(0, 1), (1, 0)])")
+    names = op_specs.axis_names("ppermute", spec, "axis", axis)
+    sizes = op_specs.manual("ppermute", spec, names, "argument 'axis'")
     pairs = _perm(spec, perm, math.prod(sizes.values()))
     op_operand("ppermute", spec, "operand", x, shape)
-    c.check("ppermute", spec, "operand", shape, x)
-    x = jax.lax.ppermute(x, c.one_or_tuple(names), pairs)
-    c.check("ppermute", spec, "result", shape, x)
+    op_specs.check("ppermute", spec, "operand", shape, x)
+    x = jax.lax.ppermute(x, op_specs.one_or_tuple(names), pairs)
+    op_specs.check("ppermute", spec, "result", shape, x)
     op_result("ppermute", spec, x, shape)
     return x
 
 
 def _perm(spec: str, perm: Any, n: int) -> list[tuple[int, int]]:
-    head = f"{c.call('ppermute', spec)}: argument 'perm'"
+    head = f"{op_specs.call('ppermute', spec)}: argument 'perm'"
 
     def index(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool)
@@ -245,7 +246,7 @@ def _perm(spec: str, perm: Any, n: int) -> list[tuple[int, int]]:
     return [(src, dst) for src, dst in pairs]
 
 
-@c.own_table
+@op_specs.own_table
 def einsum_unreduced(spec: str, *operands: jax.Array, **kwargs: Any) -> jax.Array:
     """A local ``jnp.einsum`` written with dim names: ``'B/d L M, M F/t -> B/d L F/t'``.
 
@@ -255,7 +256,7 @@ def einsum_unreduced(spec: str, *operands: jax.Array, **kwargs: Any) -> jax.Arra
     (``jax.lax.pcast(..., to='unreduced')``), so JAX refuses nonlinear ops on it before the
     reduction (docs/shard-map.md, "Sums still owed").
     """
-    inputs, output = c.arrow("einsum_unreduced", spec, len(operands))
+    inputs, output = op_specs.arrow("einsum_unreduced", spec, len(operands))
     letters: dict[str, str] = {}
 
     def subscript(s) -> str:
@@ -278,16 +279,16 @@ def einsum_unreduced(spec: str, *operands: jax.Array, **kwargs: Any) -> jax.Arra
         raise ShapeSpecError(spec, f"shardtypes.ops.einsum_unreduced: output dim {stray[0]!r} is in no input")
     for i, (s, x) in enumerate(zip(inputs, operands)):
         op_operand("einsum_unreduced", spec, f"operand {i}", x, s)
-        c.check("einsum_unreduced", spec, f"operand {i}", s, x)
+        op_specs.check("einsum_unreduced", spec, f"operand {i}", s, x)
     contracted = einsum_owed(spec, inputs, output)  # after the operands: theirs is the clearer message
     result = jnp.einsum(",".join(in_subs) + "->" + out_sub, *operands, **kwargs)
-    c.check("einsum_unreduced", spec, "result", output, result)
+    op_specs.check("einsum_unreduced", spec, "result", output, result)
     typed = mark_unreduced(result, contracted)  # JAX's unreduced type, where JAX has one
     op_result("einsum_unreduced", spec, typed, output, contracted, jax_typed=typed is not result)
     return typed
 
 
-@c.own_table
+@op_specs.own_table
 def index_unreduced(spec: str, table: jax.Array, ids: jax.Array) -> jax.Array:
     """Entries of ``table`` picked by integer ``ids`` along the table's dim in brackets, which
     may be sharded: ``'batch/d len [V/t], batch/d len -> batch/d len'`` (seqax's loss: the
@@ -304,15 +305,15 @@ def index_unreduced(spec: str, table: jax.Array, ids: jax.Array) -> jax.Array:
     the bracketed dim's mesh axes: follow with ``psum`` (or ``psum_scatter``) over them. Under
     ``jax.jit`` with ``check_vma`` on, JAX types it unreduced too (as ``einsum_unreduced``).
     """
-    parsed = c.index_spec(spec)
-    block_axes = c.axes(parsed.table)[parsed.position]
-    sizes = c.manual("index_unreduced", spec, block_axes, "the bracketed dim")
+    parsed = op_specs.index_spec(spec)
+    block_axes = op_specs.axes(parsed.table)[parsed.position]
+    sizes = op_specs.manual("index_unreduced", spec, block_axes, "the bracketed dim")
     op_operand("index_unreduced", spec, "table", table, parsed.table)
     op_operand("index_unreduced", spec, "ids", ids, parsed.ids)
-    c.check("index_unreduced", spec, "table", parsed.table, table)
-    c.check("index_unreduced", spec, "ids", parsed.ids, ids, integer)
-    result = c.lookup(parsed, table, ids, block_axes, sizes)
-    c.check("index_unreduced", spec, "result", parsed.output, result)
+    op_specs.check("index_unreduced", spec, "table", parsed.table, table)
+    op_specs.check("index_unreduced", spec, "ids", parsed.ids, ids, integer)
+    result = op_specs.lookup(parsed, table, ids, block_axes, sizes)
+    op_specs.check("index_unreduced", spec, "result", parsed.output, result)
     typed = mark_unreduced(result, frozenset(block_axes))
     op_result("index_unreduced", spec, typed, parsed.output, frozenset(block_axes),
                  jax_typed=typed is not result)
@@ -323,16 +324,16 @@ def axis_index(name: str | Sequence[str]) -> jax.Array:
     """This device's index along mesh axis ``name`` (``jax.lax.axis_index``), inside a
     ``shard_map`` where ``name`` is manual: ``axis_index('d')``. A tuple of axes gives the
     index over them together, major axis first."""
-    names = c.axis_names("axis_index", name, "name", name)
-    c.manual("axis_index", name, names, "argument 'name'")
-    return jax.lax.axis_index(c.one_or_tuple(names))
+    names = op_specs.axis_names("axis_index", name, "name", name)
+    op_specs.manual("axis_index", name, names, "argument 'name'")
+    return jax.lax.axis_index(op_specs.one_or_tuple(names))
 
 
 def axis_size(name: str | Sequence[str]) -> int:
     """The size of mesh axis ``name`` (``jax.lax.axis_size``), inside a ``shard_map`` where it
     is manual: ``axis_size('d')``. A tuple of axes gives the product of their sizes."""
-    names = c.axis_names("axis_size", name, "name", name)
-    return math.prod(c.manual("axis_size", name, names, "argument 'name'").values())
+    names = op_specs.axis_names("axis_size", name, "name", name)
+    return math.prod(op_specs.manual("axis_size", name, names, "argument 'name'").values())
 
 
 def per_device(value: _T, axes: str | Sequence[str]) -> _T:
@@ -349,12 +350,12 @@ def per_device(value: _T, axes: str | Sequence[str]) -> _T:
     them is a TypeCheckError naming this call; sum, average or gather it first. Use it where a
     value is per-device by design and the pass cannot know it, not to silence a missing psum.
     """
-    names = c.axis_names("per_device", axes, "axes", axes)
-    c.manual("per_device", axes, names, "argument 'axes'")
+    names = op_specs.axis_names("per_device", axes, "axes", axes)
+    op_specs.manual("per_device", axes, names, "argument 'axes'")
     leaves = jax.tree.leaves(value)
     if not leaves or not all(isinstance(x, jax.Array) for x in leaves):
         found = ", ".join(sorted({type(x).__name__ for x in leaves})) or "no arrays"
         raise TypeError(f"shardtypes.ops.per_device: argument 'value' must be a jax.Array or a tree of them "
                         f"(found {found})")
-    mark_per_device(leaves, frozenset(names), f"shardtypes.ops.per_device(..., {c.one_or_tuple(names)!r})")
+    mark_per_device(leaves, frozenset(names), f"shardtypes.ops.per_device(..., {op_specs.one_or_tuple(names)!r})")
     return value

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import messages as say
-from .algebra import drop_rel, fact_of as _one
+from .algebra import drop_rel, fact_of
 from .catalogue import ASYNC_DONES, standing_for
 from .facts import FOLD, UNKNOWN, Fact, Owed, ring_of
 from .jaxpr import axis_names, invars, is_literal, name as prim_name, outvars, param
@@ -90,7 +90,7 @@ def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         kept = None if f.dims is None else tuple(
             None if axes is None else tuple(a for a in axes if a not in names) for axes in f.dims)
         stacked = None if kept is None else kept[:dim] + ((),) + kept[dim:]
-        return _one(p, eqn, ins, stacked, f.owed - names, vary=vary, rel=drop_rel(f.rel, names),
+        return fact_of(p, eqn, ins, stacked, f.owed - names, vary=vary, rel=drop_rel(f.rel, names),
                     lost=gathered_lost(f, names), copies=copies)
     # Tiled along a dim not split over the axes: every device's part side by side, nothing owed
     # over them any more. (Along a dim split over them, the blocks are put back together, each
@@ -100,10 +100,10 @@ def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     owed, rel = (f.owed if undone else f.owed - names), drop_rel(f.rel, names)
     lost = gathered_lost(f, names)
     if f.dims is None:
-        return _one(p, eqn, ins, None, owed, vary=vary, rel=rel, lost=lost, copies=copies)
+        return fact_of(p, eqn, ins, None, owed, vary=vary, rel=rel, lost=lost, copies=copies)
     tiled = list(f.dims)
     tiled[dim] = _gathered(p, eqn, f, dim)
-    return _one(p, eqn, ins, tuple(tiled), owed, vary=vary, rel=rel, lost=lost, copies=copies)
+    return fact_of(p, eqn, ins, tuple(tiled), owed, vary=vary, rel=rel, lost=lost, copies=copies)
 
 
 @rule("all_to_all", *standing_for("all_to_all"))
@@ -112,16 +112,16 @@ def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     names = tuple(a for a in axis_names(eqn) if a in p.manual)
     vary = None if f.vary is None else f.vary | frozenset(names)
     if f.dims is None or not param(eqn, "tiled"):
-        return _one(p, eqn, ins, None, vary=vary)
+        return fact_of(p, eqn, ins, None, vary=vary)
     split, concat = param(eqn, "split_axis"), param(eqn, "concat_axis")
     dims = list(f.dims)
     if split == concat:  # chunks of one dim exchanged in place: a permutation of it, no layout
         dims[split] = None
-        return _one(p, eqn, ins, tuple(dims), vary=vary)
+        return fact_of(p, eqn, ins, tuple(dims), vary=vary)
     dims[concat] = _gathered(p, eqn, f, concat)
     if dims[split] is not None:
         dims[split] = dims[split] + names
-    return _one(p, eqn, ins, tuple(dims), vary=vary)
+    return fact_of(p, eqn, ins, tuple(dims), vary=vary)
 
 
 @rule("reduce_scatter", *standing_for("reduce_scatter"))
@@ -138,7 +138,7 @@ def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         split = frozenset(a for axes in f.dims or () if axes for a in axes)
         counted = counted | (frozenset(names) - f.vary - f.owed - split - f.copies)
     if f.dims is None or not param(eqn, "tiled"):
-        return _one(p, eqn, ins, None, owed, vary=vary, counted=counted)
+        return fact_of(p, eqn, ins, None, owed, vary=vary, counted=counted)
     dims = list(f.dims)
     k = param(eqn, "scatter_dimension")
     if any(axes and set(axes) & set(names) for axes in dims):
@@ -148,7 +148,7 @@ def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         dims = [None if axes is None or (i != k and set(axes) & set(names)) else
                 tuple(a for a in axes if a not in names) for i, axes in enumerate(dims)]
     dims[k] = None if dims[k] is None else dims[k] + names
-    return _one(p, eqn, ins, tuple(dims), owed, vary=vary, counted=counted)
+    return fact_of(p, eqn, ins, tuple(dims), owed, vary=vary, counted=counted)
 
 
 @rule("ppermute", *standing_for("ppermute"))
@@ -162,9 +162,9 @@ def _ppermute(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     ring = ring_of(ins[0], along[0]) if len(along) == 1 else None
     shift = cyclic_shift(p, eqn, ring[0]) if ring is not None else None
     if ring is None or shift is None:
-        return _one(p, eqn, ins, dims)
+        return fact_of(p, eqn, ins, dims)
     n = p.sizes[ring[0]]
-    return _one(p, eqn, ins, dims, ring=(ring[0], ring[1], frozenset((o + shift) % n for o in ring[2])))
+    return fact_of(p, eqn, ins, dims, ring=(ring[0], ring[1], frozenset((o + shift) % n for o in ring[2])))
 
 
 def cyclic_shift(p: Any, eqn: Any, axis: str) -> int | None:
@@ -191,7 +191,7 @@ def _pbroadcast(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     if f.owed & names:
         p.nonlinear(f"{prim_name(eqn)} (one device's part handed to all)", f)
     dims = None if f.dims is None else tuple(None if a is not None and names & set(a) else a for a in f.dims)
-    return _one(p, eqn, ins[:1], dims)
+    return fact_of(p, eqn, ins[:1], dims)
 
 
 @rule(*ASYNC_DONES)

@@ -11,7 +11,7 @@ from jax.sharding import PartitionSpec
 
 from ...language import entry_axes
 from .. import kernel_layouts  # (the side table; it imports facts from here: read at call time)
-from . import jaxpr as kj
+from . import jaxpr as jaxprs
 from .facts import UNKNOWN, Fact
 from .interpreter import Pass
 
@@ -52,23 +52,23 @@ def with_closure(jaxpr: Any, leaves: list, facts: list[Fact]) -> list[Fact]:
     outside the kernel (a jit argument, anything under ``grad``) are inputs too, staged before the
     arguments; each is the same on every device, as ``shard_map`` hands a closed-over value to
     every device whole. Matched by shape, so an argument's layout never goes to a closed-over value."""
-    ins = kj.invars(jaxpr)
+    ins = jaxprs.invars(jaxpr)
     extra = len(ins) - len(facts)
     if extra <= 0:
         return facts
     shapes = [tuple(getattr(leaf, "shape", ())) for leaf in leaves]
-    if [kj.shape(v) for v in ins[extra:]] == shapes:
+    if [jaxprs.shape(v) for v in ins[extra:]] == shapes:
         closure, args = ins[:extra], facts
         return [_closed_over(v) for v in closure] + list(args)
-    if [kj.shape(v) for v in ins[:len(facts)]] == shapes:
+    if [jaxprs.shape(v) for v in ins[:len(facts)]] == shapes:
         return list(facts) + [_closed_over(v) for v in ins[len(facts):]]
-    kj.unreadable("the kernel's inputs", f"{len(ins)} inputs for {len(facts)} arguments, in no order this "
+    jaxprs.unreadable("the kernel's inputs", f"{len(ins)} inputs for {len(facts)} arguments, in no order this "
                   "pass knows")
     return [UNKNOWN] * len(ins)
 
 
 def _closed_over(v: Any) -> Fact:
-    return Fact(((),) * len(kj.shape(v)), origin="a value the kernel closes over", vary=frozenset())
+    return Fact(((),) * len(jaxprs.shape(v)), origin="a value the kernel closes over", vary=frozenset())
 
 
 def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact], manual: frozenset,
@@ -100,8 +100,8 @@ def traced(kernel: str, run: Callable[..., Any], arrays: tuple, facts: list[Fact
     results = jax.tree_util.tree_flatten_with_path(shapes[0])
     n = len(results[0])
     points: dict = {}
-    for var, point in zip(kj.outvars(closed.jaxpr)[n:], met[-1]):
-        if kj.is_var(var):
+    for var, point in zip(jaxprs.outvars(closed.jaxpr)[n:], met[-1]):
+        if jaxprs.is_var(var):
             points.setdefault(var, []).append(point)
     # (A result still owing a sum fails the return annotation's check, deferred here if unknown.)
     infer(closed.jaxpr, with_closure(closed.jaxpr, leaves, facts), points, kernel, manual)

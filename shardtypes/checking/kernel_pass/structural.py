@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import messages as say
-from .algebra import fact_of as _one, ndim as _ndim, rel_mul, union as _union
+from .algebra import fact_of, ndim, rel_mul, union
 from .catalogue import EFFECTS, IDENTITY, OPAQUE
 from .facts import FOLD, UNKNOWN, Fact, Owed, joined_lost
 from .jaxpr import invars, name as prim_name, optional_param, outvars, param, shape
@@ -29,14 +29,14 @@ def _rank_dropped(fact: Fact, out: list[Fact]) -> list[Fact]:
 @rule("transpose")
 def _transpose(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
-    return _one(p, eqn, ins, None if d is None else tuple(d[i] for i in param(eqn, "permutation")))
+    return fact_of(p, eqn, ins, None if d is None else tuple(d[i] for i in param(eqn, "permutation")))
 
 
 @rule("squeeze")
 def _squeeze(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
-    drop = {i % max(_ndim(invars(eqn)[0]), 1) for i in param(eqn, "dimensions")}
-    out = _one(p, eqn, ins, None if d is None else tuple(a for i, a in enumerate(d) if i not in drop))
+    drop = {i % max(ndim(invars(eqn)[0]), 1) for i in param(eqn, "dimensions")}
+    out = fact_of(p, eqn, ins, None if d is None else tuple(a for i, a in enumerate(d) if i not in drop))
     return _rank_dropped(ins[0], out)
 
 
@@ -45,19 +45,19 @@ def _broadcast(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     to = param(eqn, "shape")
     if d is None:
-        return _one(p, eqn, ins, None)
+        return fact_of(p, eqn, ins, None)
     out: list = [None] * len(to)
     in_shape = shape(invars(eqn)[0])
     for i, o in enumerate(param(eqn, "broadcast_dimensions")):
         out[o] = d[i] if in_shape[i] == to[o] else None
-    return _one(p, eqn, ins, tuple(out))
+    return fact_of(p, eqn, ins, tuple(out))
 
 
 @rule("reshape")
 def _reshape(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     if d is None or optional_param(eqn, "dimensions") is not None:
-        return _one(p, eqn, ins, None)
+        return fact_of(p, eqn, ins, None)
     old, new = tuple(shape(invars(eqn)[0])), tuple(param(eqn, "new_sizes"))
     out: list = [None] * len(new)
     i = j = 0
@@ -73,7 +73,7 @@ def _reshape(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
                 gj.append(j)
                 sj *= new[j]
             else:
-                return _one(p, eqn, ins, None)
+                return fact_of(p, eqn, ins, None)
         split_in = [k for k in gi if d[k] is None or d[k]]
         if len(gi) == 1 and len(gj) == 1:
             out[gj[0]] = d[gi[0]]
@@ -81,7 +81,7 @@ def _reshape(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
             for k in gj:
                 out[k] = ()
         i, j = i + 1, j + 1
-    return _one(p, eqn, ins, tuple(out))
+    return fact_of(p, eqn, ins, tuple(out))
 
 
 @rule("slice", "pad", "rev", "dynamic_slice", "dynamic_update_slice", "gather")
@@ -95,11 +95,11 @@ def _same_size(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     out_shape = shape(outvars(eqn)[0])
     in_shape = shape(invars(eqn)[0])
-    vary = _union(*ins)
+    vary = union(*ins)
     if d is None or len(out_shape) != len(in_shape):
-        return _rank_dropped(ins[0], _one(p, eqn, ins, None, vary=vary))
+        return _rank_dropped(ins[0], fact_of(p, eqn, ins, None, vary=vary))
     owed = frozenset().union(*(f.owed for f in ins[:2])) if name == "dynamic_update_slice" else None
-    out = _one(p, eqn, ins, tuple(a if o == s else None for a, o, s in zip(d, out_shape, in_shape)), owed,
+    out = fact_of(p, eqn, ins, tuple(a if o == s else None for a, o, s in zip(d, out_shape, in_shape)), owed,
                vary=vary)
     cut = {a for a, o, s in zip(d, out_shape, in_shape) if o != s for a in (a or ())}
     if ins[0].kind == Owed.PREFIX and cut & ins[0].owed:  # rows of a prefix (its last: the block's total)
@@ -134,9 +134,9 @@ def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     kept = None if d is None else tuple(a for i, a in enumerate(d) if i not in axes)
     kind = _REDUCE_KIND.get(prim_name(eqn))
     if all(shape(invars(eqn)[0])[i] == 1 for i in axes):  # over dims of one element: the value
-        return _one(p, eqn, ins, kept)
+        return fact_of(p, eqn, ins, kept)
     if kind is None or d is None:
-        return _rank_dropped(ins[0], _one(p, eqn, ins, kept))
+        return _rank_dropped(ins[0], fact_of(p, eqn, ins, kept))
     f = ins[0]
     # A dim of one element per device is taken as that element, not as a part the mesh still
     # owes: jnp.einsum and JAX's AD sum over such dims to drop them (the transpose of a
@@ -147,18 +147,18 @@ def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         owed = f.owed - _split_axes(p, eqn, f, axes)
         return [f.derived(kept, prim_name(eqn), owed, kind=f.kind if owed else Owed.SUM)]
     if f.owed and f.kind == Owed.PREFIX:
-        return _one(p, eqn, ins, kept)  # (a sum of prefixes is not a prefix, nor a block's total)
+        return fact_of(p, eqn, ins, kept)  # (a sum of prefixes is not a prefix, nor a block's total)
     if f.owed and f.kind != kind:  # (a sum of maxima, say: neither is paid by what pays the other)
         p.nonlinear(prim_name(eqn), f)
     if not summed:
-        return _rank_dropped(f, _one(p, eqn, ins, kept))
+        return _rank_dropped(f, fact_of(p, eqn, ins, kept))
     dims = ", ".join(str(i) for i in sorted(axes) if d[i])
     call = {Owed.SUM: "a sum (jnp.sum)", Owed.MAX: "a max (jnp.max)", Owed.MIN: "a min (jnp.min)"}[kind]
     vary = None if ins[0].vary is None else ins[0].vary | summed
     if ins[0].owed and ins[0].kind == kind:
-        return _one(p, eqn, ins, kept, ins[0].owed | summed, ins[0].owed_by, vary=vary)
+        return fact_of(p, eqn, ins, kept, ins[0].owed | summed, ins[0].owed_by, vary=vary)
     by = say.sum_by(call, dims, summed, ins[0].origin)
-    return _one(p, eqn, ins, kept, summed, by, kind=kind, vary=vary)
+    return fact_of(p, eqn, ins, kept, summed, by, kind=kind, vary=vary)
 
 
 @rule("cumsum", "cummax", "cummin", "cumprod", "cumlogsumexp")
@@ -166,15 +166,15 @@ def _cumulative(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """cumsum, cummax...: along a split dim, each block's prefix still needs the blocks before."""
     d = ins[0].dims
     if d is None:
-        return _one(p, eqn, ins, None)
+        return fact_of(p, eqn, ins, None)
     axis = param(eqn, "axis")
     split = _split_axes(p, eqn, ins[0], (axis,))
     if split and ins[0].owed and ins[0].kind == Owed.PREFIX:  # (one carry added later pays one prefix)
         p.nonlinear(f"{prim_name(eqn)} (a prefix of a prefix)", ins[0])
     if not split or ins[0].owed:
-        return _one(p, eqn, ins, d)
+        return fact_of(p, eqn, ins, d)
     by = say.cumulative_by(prim_name(eqn), axis, split, ins[0].origin)
-    return _one(p, eqn, ins, d, split, by, kind=Owed.PREFIX)
+    return fact_of(p, eqn, ins, d, split, by, kind=Owed.PREFIX)
 
 
 @rule("dot_general")
@@ -208,14 +208,14 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     owed = owed | frozenset(contracted)
     dims = None
     if lhs.dims is not None or rhs.dims is not None:
-        ld = lhs.dims or (None,) * _ndim(invars(eqn)[0])
-        rd = rhs.dims or (None,) * _ndim(invars(eqn)[1])
+        ld = lhs.dims or (None,) * ndim(invars(eqn)[0])
+        rd = rhs.dims or (None,) * ndim(invars(eqn)[1])
         batch = tuple(ld[i] if ld[i] == rd[j] or rd[j] is None else (rd[j] if ld[i] is None else None)
                       for i, j in zip(lb, rb))
         free_l = tuple(a for i, a in enumerate(ld) if i not in lc and i not in lb)
         free_r = tuple(a for i, a in enumerate(rd) if i not in rc and i not in rb)
         dims = batch + free_l + free_r
-    vary = _union(lhs, rhs)
+    vary = union(lhs, rhs)
     apart = frozenset(a for axes, _ in lost for a in axes)
     if vary is not None:
         vary = vary | apart
@@ -242,14 +242,14 @@ def _cut(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     axis = param(eqn, "axis")
     if d is None:
-        return _one(p, eqn, ins, None) * len(outvars(eqn))
+        return fact_of(p, eqn, ins, None) * len(outvars(eqn))
     dims = tuple(None if i == axis else a for i, a in enumerate(d))
-    return _one(p, eqn, ins, dims) * len(outvars(eqn))
+    return fact_of(p, eqn, ins, dims) * len(outvars(eqn))
 
 
 @rule("sharding_constraint", "mesh_cast", "reshard", "copy_p", "copy", *IDENTITY)
 def _keep(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    return _one(p, eqn, ins, ins[0].dims)
+    return fact_of(p, eqn, ins, ins[0].dims)
 
 
 @rule("optimization_barrier", "device_put")
@@ -267,7 +267,7 @@ def _unknown_linear(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     no operands (``dim_as_value``, random seeds from constants), the same on every device."""
     if not ins:
         return [Fact(None, origin=f"JAX's {prim_name(eqn)!r}", vary=frozenset())] * len(outvars(eqn))
-    return _one(p, eqn, ins, None, vary=_union(*ins)) * len(outvars(eqn))
+    return fact_of(p, eqn, ins, None, vary=union(*ins)) * len(outvars(eqn))
 
 
 @rule("debug_callback", *EFFECTS)
