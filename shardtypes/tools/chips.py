@@ -422,7 +422,7 @@ def _communication_text(axes: tuple[str, ...], nbytes: float, wired: Mapping[str
     slowest = min(axes, key=lambda a: wired[a].bytes_per_second)
     over = f"communication over {_axes_text(axes)} ({wired[slowest]})"
     kinds: dict[str, float] = {}
-    where: dict[str, float] = {}
+    where: dict[tuple[str, str], float] = {}
     for c in getattr(communication, "collectives", ()) or ():
         if tuple(getattr(c, "axes", ()) or ()) != axes:
             continue
@@ -432,10 +432,11 @@ def _communication_text(axes: tuple[str, ...], nbytes: float, wired: Mapping[str
             continue
         kinds[c.kind] = kinds.get(c.kind, 0.0) + n
         if getattr(c, "where", ""):
-            where[c.where] = where.get(c.where, 0.0) + n
+            where[c.kind, c.where] = where.get((c.kind, c.where), 0.0) + n
     if not kinds:
         return f"{over}: {_bytes(nbytes)} sent per device"
     kind, n = max(kinds.items(), key=lambda kv: kv[1])
+    where = {w: b for (k, w), b in where.items() if k == kind}
     share = f"{n / nbytes:.0%} of " if len(kinds) > 1 and nbytes else ""
     top = f", most from {max(where, key=where.__getitem__)}" if where else ""
     return f"{over}: the {_plural(kind)}, {share}{_bytes(nbytes)} sent per device{top}"
