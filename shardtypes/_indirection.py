@@ -6,8 +6,8 @@ that is as ``jax.Array`` (``f32[jax.Array | np.ndarray, b'...']`` as the union),
 ``Stacked[Layer, b'layers']`` as ``Layer``, ``PyTree[X]`` as ``X | Any`` (the approach of
 jaxtyping's ``_indirection.py``). It has to be an import: ``f32 = Annotated`` is an assignment,
 which checkers do not accept as a type alias of a special form. At run time the names are the
-classes of ``_dtypes`` and ``_trees``; the one-argument ``f32[b'...']`` and ``Array[axes, cls]``
-are run-time only spellings, which checkers reject.
+classes of ``model.annotations`` and ``model.pytree_dataclasses``; the one-argument
+``f32[b'...']`` and ``Array[axes, cls]`` are run-time only spellings, which checkers reject.
 """
 
 from typing import (

@@ -1,6 +1,6 @@
 """One dimension table per top-level call of a checked function: the wrapper that starts a call
 outside any table with a fresh one (and the outermost traced call of an eager call tree with the
-table of its base, see ``_dims``), for plain functions, coroutines and generators, whose steps each
+table of its base, see ``context.tables``), for plain functions, coroutines and generators, whose steps each
 run in the call's own table.
 """
 
@@ -162,7 +162,7 @@ def _call_table(start: Table | None, args: tuple) -> tuple[Table | None, bool]:
     """(the table a call starts with, or None to share its caller's; whether the call is the
     outermost traced one of its call tree). A top-level call starts empty; the outermost traced
     call inside an eager call tree starts from the innermost Scope's table, so that what it
-    compares with is part of jit's cache key and what it binds ends with it (see ``_dims``)."""
+    compares with is part of jit's cache key and what it binds ends with it (see ``context.tables``)."""
     if start is None:
         concrete = bool(args) and type(args[0]) in ARRAY_TYPES
         return EMPTY, not concrete and tracing()

@@ -231,12 +231,12 @@ class SignatureChecker:
                 if not (args and type(args[0]) in array_types) and tracing():
                     trace_token = set_in_trace(True)
             elif not get_in_trace() and tracing():
-                # The outermost traced call in an eager call tree (see _dims).
+                # The outermost traced call in an eager call tree (see context.tables).
                 table = get_base() or EMPTY
                 token = set_table(table)
                 trace_token = set_in_trace(True)
             if trace_token is not None:
-                key = trace_key()  # jitted checked calls inside are traced for this call (_dims)
+                key = trace_key()  # jitted checked calls inside are traced for this call (context.tables)
                 key.__enter__()
             try:
                 positional = checker.positional

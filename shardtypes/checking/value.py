@@ -17,8 +17,8 @@ The dimension table is only read here; new bindings are returned to the caller, 
 them once the whole value has passed.
 
 Here: the sizes against the table, and the check in each context. A concrete sharding is compared
-in ``_sharding_check``, the compile-time check is ``_compile_time``'s, messages are made in
-``_describe``, and ``_plans`` holds what is made once per annotation and the fast path.
+in ``checking.sharding``, the compile-time check is ``checking.compile_time``'s, messages are made in
+``model.describe``, and ``model.plans`` holds what is made once per annotation and the fast path.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ and across them (DCN: the data-centre network)::
     mesh = hybrid_mesh((4, 2), (2, 1), ('data', 'model'))   # 2 hosts of 8 devices: (8, 2)
 
 Both check the devices, names, shapes and axis types they are given and say what does not fit.
-Which rows of a batch each process then loads on such a mesh is ``_data_layout``'s job.
+Which rows of a batch each process then loads on such a mesh is ``layout.data_layout``'s job.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Resolving an array's logical axes through axis rules: ``layout`` (each dim's mesh axes) and
 ``choices`` (the same with the story of each dim, for ``explain``).
 
-Flax linen's resolution, strict by default (see ``_rules`` for the policies that relax it):
+Flax linen's resolution, strict by default (see ``context.rules`` for the policies that relax it):
 
 >>> rules = AxisRules([('batch', 'data'), ('embed', None)])
 >>> layout(ShapeSpec.parse('b/batch e/embed'), 2, active=(rules, None))

@@ -21,8 +21,8 @@ mention, chosen with ``axis_rules(rules, mode='decode')`` or, per array, from th
 (``AxisRules(..., auto_mode=('query', 1, 'decode'))``: an array whose ``query`` dim has size 1 is
 laid out with the decode rules).
 
-This module holds ``AxisRules`` and the active rules; ``_rule_resolution`` resolves an array
-through them, and ``_rule_presets`` has ready-made rule sets.
+This module holds ``AxisRules`` and the active rules; ``context.rule_resolution`` resolves an array
+through them, and ``context.rule_presets`` has ready-made rule sets.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Three switches:
   out of a failed check's traceback, as JAX does with its own; ``'off'`` keeps them.
 
 The first two are part of jit's cache key (through ``jax.make_user_context``; on JAX before 0.10 a change
-empties jit's caches instead, see ``_compat``): a jitted function traced with checks off is traced
+empties jit's caches instead, see ``context.compat``): a jitted function traced with checks off is traced
 again once they are on, so jit's cache never keeps an unchecked trace.
 """
 

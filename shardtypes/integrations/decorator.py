@@ -14,8 +14,8 @@ A function typeguard cannot instrument (no source, ``python -O``) is never left 
 arguments and return value are checked from the signature and a ShardtypesWarning says that its
 annotated locals are not.
 
-Here: the decorator and the choice between the two. The signature checker is ``_signature``'s;
-the table each top-level call starts with is ``_call_tables``'.
+Here: the decorator and the choice between the two. The signature checker is ``checking.signature``'s;
+the table each top-level call starts with is ``checking.call_tables``'.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Typeguard integration: ``register_with_typeguard`` puts a lookup first in typeguard's, which
 hands typeguard our checkers: for array annotations (the checker here), for dataclasses, unions
-and containers that hold them (``_containers``), and for ``Annotated`` metadata.
+and containers that hold them (``integrations.containers``), and for ``Annotated`` metadata.
 
 Once registered, plain ``typeguard.typechecked`` and ``typeguard.check_type`` check shardtypes
 annotations; where the value sits and which dimension table it binds into are read from
-typeguard's frames (``_typeguard_frames``).
+typeguard's frames (``checking.typeguard_frames``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 ...     return x @ w          # x is the local (batch/4, embed) block on a (d=4, t=2) mesh
 
 The body is checked with local shapes against the global sizes in its annotations (see
-``_check``); the global arguments are checked at the boundary, under ``jax.jit`` on Auto mesh
+``checking.value``); the global arguments are checked at the boundary, under ``jax.jit`` on Auto mesh
 axes at compile time (``shardtypes.config.auto_sharding_check``). Parameters whose annotation
 has no layout (ints, configs, unannotated) are passed through as static values, closed over by
 the mapped function.

@@ -13,12 +13,12 @@ P('d', 't')
 What eFormer's users met silently is loud in the modules beside this one, which share its
 candidates (``Unit``) and shapes:
 
-- ``partition_specs_for_budget`` (``_least_sharding``) really checks the per-device byte budget, and names every leaf
-  that cannot meet it, with the best it could do;
-- ``validate_shardings`` (``_validate_specs``) returns a ``ShardingProblem`` for every dim its axes do not divide, axis
+- ``partition_specs_for_budget`` (``layout.least_sharding``) really checks the per-device byte budget, and names
+  every leaf that cannot meet it, with the best it could do;
+- ``validate_shardings`` (``layout.validate``) returns a ``ShardingProblem`` for every dim its axes do not divide, axis
   the mesh lacks, axis used twice, spec longer than the array, and large array left replicated
   although an axis could split it;
-- ``convert_specs`` (``_least_sharding``) carries a whole spec tree from one mesh to another, keeping each leaf's
+- ``convert_specs`` (``layout.least_sharding``) carries a whole spec tree from one mesh to another, keeping each leaf's
   parallelism.
 
 A mesh axis of size 1 is never chosen (it shards nothing), and no axis is used twice in one spec.

@@ -15,7 +15,7 @@ each process's part::
 ``batch`` is one ``jax.Array`` of the global shape, laid out as annotated, which a
 ``@typechecked`` function with the same annotation accepts. A layout no process can load as one
 block (a mesh whose processes hold scattered rows) is an error that says how to order the mesh
-axes; ``default_mesh`` and ``hybrid_mesh`` (``_hosts``) build meshes that always fit.
+axes; ``default_mesh`` and ``hybrid_mesh`` (``context.hosts``) build meshes that always fit.
 """
 
 from __future__ import annotations
