@@ -3,8 +3,8 @@ values out, ``shard``, is ``layout.placement``'s).
 
 Every function here walks an *annotation tree* (with ``model.annotation_leaves``): an array annotation
 (``f32[b'b/d e']``), a pytree dataclass class (including ``Array[axes, cls]``), ``tuple[...]``,
-``Optional[X]``, a NamedTuple class, or plain Python tuples, lists and dicts whose leaves are annotations. The result has the
-shape of the value the annotation describes:
+``Optional[X]``, a NamedTuple class, or plain Python tuples, lists and dicts whose leaves are
+annotations. The result has the shape of the value the annotation describes:
 
 >>> make_partition_specs(Layer)          # doctest: +SKIP
 Layer(w_up=P('d', 't'), w_down=P('t', 'd'))
