@@ -276,3 +276,38 @@ def test_plan_compares_rule_sets_too(here, capsys):
     assert "P('d', 't')" in out and "P(('d', 't'), None)" in out
     code, out, err = run(capsys, *plan_argv, "--mode", "a", "--mode", "b")
     assert code == 2 and "--mode: with --rules given several times (rule sets compared), give one mode" in err
+
+
+# ---------------------------------------------------------------------------------------------
+# The demo's 64x64 comparison
+
+
+def test_the_demo_compares_fsdp_x_tp_with_pure_fsdp():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "transformer.py"
+    spec = importlib.util.spec_from_file_location("examples_transformer_chips", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        compared = module.layouts_at_scale("h100")
+    finally:
+        del sys.modules[spec.name]
+    assert set(compared) == {"fsdp x tp", "fsdp"}
+    tp, fsdp = compared["fsdp x tp"], compared["fsdp"]
+    assert tp.ok and fsdp.ok, (str(tp), str(fsdp))
+    assert tp.mesh == fsdp.mesh == {"d": 64, "t": 64}
+    # pure FSDP sends every byte over both axes; FSDP x TP mostly over t
+    assert set(fsdp.communication.by_axes) == {("d", "t")}
+    assert max(tp.communication.by_axes, key=tp.communication.by_axes.get) == ("t",)
+    # the same model: the same matmul FLOPs per device within 1%
+    assert fsdp.cost.matmul_flops_per_device == pytest.approx(tp.cost.matmul_flops_per_device, rel=0.01)
+    # on H100s 64 devices of t span 8 nodes: both axes over the network, and TP's gathers bound it
+    assert {link.name for link in tp.step_time.links.values()} == {"network"}
+    assert tp.step_time.bound.startswith("communication over 't' (network, 50 GB/s): the all-gathers")
+    assert fsdp.step_seconds < tp.step_seconds
+    page = plan_html(compared, "h100")
+    assert "Time per step, side by side" in page and "Memory per device — fsdp x tp" in page
