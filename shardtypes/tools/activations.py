@@ -82,7 +82,8 @@ class ActivationEstimate:
     bytes_per_device: int
     largest: tuple[LiveValue, ...] = ()
     lower_bound: tuple[str, ...] = ()  # why the figure is only a lower bound (empty: it is not)
-    assumed: str = ""  # what was assumed of layouts (Auto axes), '' where nothing was
+    assumed: str = ""  # what was assumed that the step does not say (layouts on Auto axes, donation), or ''
+
 
     def __str__(self) -> str:
         if not self.bytes_per_device:
@@ -149,14 +150,29 @@ def estimate(closed: Any, leaves: list, auto_axes: dict[str, int]) -> Activation
     in_splits = [walk.input_splits(leaf) for leaf in leaves] if walk.auto else [None] * len(leaves)
     peak, top, _ = walk.jaxpr(jaxpr, in_splits)
     largest = tuple(walk.label(*entry) for entry in sorted(top, key=lambda t: -t[0]))
-    assumed = ""
+    assumed = []
     if walk.auto:
         named = ", ".join(f"{a}={n}" for a, n in auto_axes.items())
-        assumed = (f"on Auto axes ({named}) XLA chooses layouts: each value was assumed split as its "
-                   "operands are")
+        assumed.append(f"on Auto axes ({named}) XLA chooses layouts: each value was assumed split as its "
+                       "operands are")
+    spare = _alike_outputs(jaxpr, top)
+    if spare:
+        assumed.append(f"the outputs were assumed to have buffers of their own (the state donated: "
+                       f"jax.jit(step, donate_argnums=...)); undonated, XLA may put {fmt_bytes(spare)} of these, "
+                       "alike outputs, in the outputs' buffers")
     lower = tuple(f"{why} are not counted (from {', '.join(sorted(names))})" if names else f"{why} is not counted"
                   for why, names in walk.unknown.items())
-    return ActivationEstimate(int(peak), largest, lower, assumed)
+    return ActivationEstimate(int(peak), largest, lower, "; ".join(assumed))
+
+
+def _alike_outputs(jaxpr: Any, top: list) -> int:
+    """The bytes of the values live at the peak (``top``'s entries) of the shape and dtype of
+    one of the step's outputs (not one of its arguments passed through): undonated, XLA may
+    place them in that output's buffer before writing it."""
+    inputs = set(kj.invars(jaxpr))
+    outputs = {(kj.shape(v), getattr(kj.aval(v), "dtype", None)) for v in kj.outvars(jaxpr)
+               if not kj.is_literal(v) and v not in inputs}
+    return sum(nbytes for nbytes, _, _, v, _ in top if (kj.shape(v), getattr(kj.aval(v), "dtype", None)) in outputs)
 
 
 class _Walk:
