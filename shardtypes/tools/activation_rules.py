@@ -1,9 +1,10 @@
 """The rules of the activation estimate (``activations``), one primitive at a time: which values
 XLA fuses away (``fused``), which results are their operands (``passed_through``), a value's
-per-device shape (``local_shape``) and, on Auto axes, how its operands' splits carry over to it
-(``auto_splits``).
+per-device shape (``local_shape``), whether a matmul leaves each device a partial sum
+(``partial_sum``), a loop's carries (``loop_carries``) and, on Auto axes, how its operands'
+splits carry over to it (``auto_splits``, ``backward_splits``).
 
-Reads JAX's equations through ``checking.kernel_pass.jaxpr``.
+Reads JAX's equations through ``checking.jaxprs``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,16 @@ that makes it to the last that reads it; the step's arguments and outputs are no
 own peak at the equation that runs it, once; a scan's stacked outputs (what a scan over layers
 keeps for the backward pass) are counted whole.
 
+What XLA keeps that the jaxpr does not show is counted as XLA does (measured against its buffer
+assignment, benchmarks/activations.py): a matmul that contracts a dim split over the mesh holds
+each device's partial sum beside the all-reduced result (one more buffer of the result's size, at
+that equation); a scan's body copies out the slices of its stacked operands a matmul reads (one
+layer's weights, live from the trip's start); a loop's carries are updated in place (an initial
+value whose last reader is the loop is the loop's buffer, and one whose carry is a step output is
+made in that output's buffer: the zeros gradients are accumulated into). The outputs are taken to
+have buffers of their own, as when the step's state is donated; where values alike them are live
+at the peak the estimate says what not donating may save.
+
 Each value's bytes per device come from its layout: inside ``shard_map`` kernels its local shape
 (exact); on Explicit mesh axes the sharding JAX's types give (exact); on Auto axes, where XLA
 chooses, a value is assumed split as its operands are (``activation_rules.auto_splits``: a matmul keeps the splits
@@ -15,7 +25,7 @@ of the dims it keeps, a reduction drops those of the dims it reduces, an element
 operands'), and the estimate says so. A value whose size is symbolic (a dim verify was not given)
 or whose dtype has no size, and a host callback, make the figure a lower bound, named.
 
-Reads JAX's equations through ``checking.kernel_pass.jaxpr``; the rules of single primitives are in
+Reads JAX's equations through ``checking.jaxprs``; the rules of single primitives are in
 ``activation_rules``.
 """
 
