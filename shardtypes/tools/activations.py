@@ -166,7 +166,7 @@ def estimate(closed: Any, leaves: list, auto_axes: dict[str, int]) -> Activation
         assumed.append(f"on Auto axes ({named}) XLA chooses layouts: each value was assumed split as its "
                        "operands are")
     spare = _alike_outputs(jaxpr, top)
-    if spare:
+    if spare * 10 >= peak > 0:  # (said where it is a tenth of the figure or more)
         assumed.append(f"the outputs were assumed to have buffers of their own (the state donated: "
                        f"jax.jit(step, donate_argnums=...)); undonated, XLA may put {fmt_bytes(spare)} of these, "
                        "alike outputs, in the outputs' buffers")
@@ -182,7 +182,8 @@ def _alike_outputs(jaxpr: Any, top: list) -> int:
     inputs = set(kj.invars(jaxpr))
     outputs = {(kj.shape(v), getattr(kj.aval(v), "dtype", None)) for v in kj.outvars(jaxpr)
                if not kj.is_literal(v) and v not in inputs}
-    return sum(nbytes for nbytes, _, _, v, _ in top if (kj.shape(v), getattr(kj.aval(v), "dtype", None)) in outputs)
+    return sum(nbytes for nbytes, _, _, v, _ in top
+               if kj.shape(v) and (kj.shape(v), getattr(kj.aval(v), "dtype", None)) in outputs)
 
 
 class _Walk:
