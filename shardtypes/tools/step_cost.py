@@ -24,8 +24,10 @@ Each is found in one of three ways (its ``source``):
   (several axes of one size: the first of them). Said in ``Communication.assumptions``.
 
 A collective in a ``scan`` runs ``length`` times per step (nested loops multiply); one in a
-``while`` loop, whose trip count is not known from the jaxpr, is counted once and the figure
-named a lower bound; a ``cond`` counts its costliest branch.
+``while`` loop runs its trip count where the loop counts (``i < n`` of a counter that starts at
+a literal and steps by one, ``n`` a literal: a ``fori_loop`` with traced bounds made concrete);
+any other while loop's body is counted once and the figure named a lower bound; a ``cond``
+counts its costliest branch.
 
 **FLOPs**: a ``dot_general`` (and a convolution) is 2 x result elements x contracted size, from
 local (per-device) shapes; an elementwise op one per result element, a reduction one per operand
@@ -358,12 +360,14 @@ class _Cost:
         if name == "while":
             cond_n, body_n = kj.while_groups(eqn)
             carry = ins[cond_n + body_n:]
+            trips = _trip_count(eqn, subs[0], subs[1], cond_n, body_n)
             for j in subs[:2]:
                 found, _ = self.jaxpr(j, (ins[:cond_n] if j is subs[0] else ins[cond_n:cond_n + body_n]) + carry,
                                       manual)
-                tally.add(found)
-            where = user_frame(kj.frames(eqn))
-            self.unknown.setdefault(WHILE_ONCE + (f" (at {where})" if where else ""), set())
+                tally.add(found, 1 if trips is None else trips + (j is subs[0]))
+            if trips is None:
+                where = user_frame(kj.frames(eqn))
+                self.unknown.setdefault(WHILE_ONCE + (f" (at {where})" if where else ""), set())
             return list(carry)
         if name == "cond":
             found = [self.jaxpr(j, ins[1:], manual) for j in subs]
@@ -564,6 +568,32 @@ class _Cost:
         read = sum(self.nbytes(v, s, eqn) for v, s in zip(operands, ins) if kj.is_literal(v) or v not in away)
         written = sum(self.nbytes(v, s, eqn) for v, s in zip(results, out_splits) if v not in away)
         tally.memory += read + written
+
+
+def _trip_count(eqn: Any, cond: Any, body: Any, cond_n: int, body_n: int) -> int | None:
+    """The trip count of a while loop that counts: its condition ``i < n`` (or ``n > i``) of a
+    carry ``i`` that starts at a literal and that the body adds a literal step to, ``n`` a literal
+    (a ``fori_loop`` whose bounds are not Python ints); None for any other loop."""
+    eqns = kj.eqns(cond)
+    if len(eqns) != 1 or kj.name(eqns[0]) not in ("lt", "gt") or len(kj.invars(eqns[0])) != 2:
+        return None
+    left, right = kj.invars(eqns[0])
+    counter, bound = (left, right) if kj.name(eqns[0]) == "lt" else (right, left)
+    carries = kj.invars(cond)[cond_n:]
+    if counter not in carries or kj.literal_number(bound) is None:
+        return None
+    k = carries.index(counter)
+    start = kj.literal_number(kj.invars(eqn)[cond_n + body_n + k])
+    produced = kj.outvars(body)[k]
+    stepped = [e for e in kj.eqns(body) if produced in kj.outvars(e)]
+    if start is None or len(stepped) != 1 or kj.name(stepped[0]) != "add":
+        return None
+    ins = kj.invars(stepped[0])
+    own = kj.invars(body)[body_n + k]
+    step = kj.literal_number(ins[1]) if ins[0] is own else kj.literal_number(ins[0]) if ins[1] is own else None
+    if not step or step <= 0:
+        return None
+    return max(0, math.ceil((kj.literal_number(bound) - start) / step))
 
 
 def _dtype(v: Any) -> str:

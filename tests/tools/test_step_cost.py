@@ -235,7 +235,8 @@ def test_kernel_collectives_ring_costs_and_xla():
 # -- lower bounds: never a silent zero ------------------------------------------------------------
 
 
-def test_while_loop_counted_once_and_named():
+@pytest.mark.parametrize("counted", [True, False])
+def test_while_loop_trip_count_or_a_named_lower_bound(counted):
     mesh = make_mesh("explicit")
 
     @functools.partial(jax.shard_map, in_specs=P("d", "t"), out_specs=P("d", "t"))
@@ -244,7 +245,9 @@ def test_while_loop_counted_once_and_named():
             i, h = carry
             return i + 1, jax.lax.psum(h, "t") * 0.5 + h
 
-        return jax.lax.while_loop(lambda carry: carry[0] < 5, turn, (0, block))[1]
+        if counted:  # a counter from 0 below 5: five trips
+            return jax.lax.while_loop(lambda carry: carry[0] < 5, turn, (0, block))[1]
+        return jax.lax.while_loop(lambda carry: carry[1].sum() < 100.0, turn, (0, block))[1]  # data decides
 
     def step(x):
         return body(x)
@@ -252,10 +255,18 @@ def test_while_loop_counted_once_and_named():
     x = jax.ShapeDtypeStruct((32, 8), jnp.float32, sharding=jax.sharding.NamedSharding(mesh, P("d", "t")))
     cost = cost_of(step, {"x": x}, mesh)
     (psum,) = cost.communication.collectives
-    assert (psum.kind, psum.axes, psum.times) == ("all-reduce", ("t",), 1)
-    assert any("while loop's body" in why and "counted once" in why for why in cost.lower_bound)
-    assert cost.communication.lower_bound == cost.lower_bound
-    assert str(cost).startswith("at least ")
+    assert (psum.kind, psum.axes, psum.bytes) == ("all-reduce", ("t",), 2 * 8 * 4 * 4 * 1 // 2)
+    if counted:
+        assert psum.times == 5 and not cost.lower_bound
+        with jax.set_mesh(mesh):
+            xla = xla_cost(jax.jit(step), x)
+        assert xla.bytes == cost.communication.bytes_per_device  # (XLA's trip count: the same)
+    else:
+        assert psum.times == 1
+        assert any("while loop's body" in why and "counted once" in why for why in cost.lower_bound)
+        assert cost.communication.lower_bound == cost.lower_bound
+        assert str(cost).startswith("at least ")
+
 
 
 def test_symbolic_sizes_make_a_lower_bound():
