@@ -53,7 +53,7 @@ import jax
 
 from ..checking import jaxprs as kj, primitives as catalogue
 from ..language import entry_axes
-from .activation_rules import auto_splits, dead, fused, local_shape, ones, spec_parts
+from .activation_rules import auto_splits, dead, fused, ones, spec_parts
 from .activations import SYMBOLIC, user_frame
 from .memory_plan import fmt_bytes
 
@@ -247,10 +247,29 @@ class _Cost:
         aval = getattr(aval, "inner_aval", aval)
         if getattr(aval, "shape", None) is None:
             return ()
-        found = local_shape(aval, splits)
+        found = self.local_shape(aval, splits)
         if found is None:
             self.unknown.setdefault(SYMBOLIC, set()).add(kj.name(eqn))
         return found
+
+    def local_shape(self, aval: Any, splits: tuple | None) -> tuple | None:
+        """The per-device shape: the aval's own sharding (Explicit axes; local already under
+        manual axes), times the Auto-axes splits; None where a dim is symbolic."""
+        shape = tuple(getattr(aval, "shape", ()))
+        sharding = getattr(aval, "sharding", None)
+        try:
+            sizes = dict(sharding.mesh.shape) if sharding is not None else {}
+        except Exception:  # (a sharding without a mesh)
+            sizes = {}
+        spec = getattr(sharding, "spec", None)
+        split = spec_parts(_entries(spec) if spec is not None else (), len(shape), sizes)
+        local = []
+        for i, size in enumerate(shape):
+            if not isinstance(size, int):
+                return None
+            parts = split[i] * (splits[i] if splits is not None and i < len(splits) else 1)
+            local.append(-(-size // parts) if parts > 1 else size)
+        return tuple(local)
 
     def nbytes(self, v: Any, splits: tuple | None, eqn: Any) -> int:
         if kj.is_literal(v):
@@ -386,7 +405,7 @@ class _Cost:
         outs = kj.outvars(eqn)
         if not self.auto or not isinstance(specs, (tuple, list)) or len(specs) != len(outs):
             return [None] * len(outs)
-        return [spec_parts(spec, len(kj.shape(v)), self.auto) for spec, v in zip(specs, outs)]
+        return [spec_parts(_entries(spec), len(kj.shape(v)), self.auto) for spec, v in zip(specs, outs)]
 
     def rule(self, eqn: Any, ins: list) -> list:
         try:
@@ -421,7 +440,7 @@ class _Cost:
         if spec is None:
             return None
         ndim = len(getattr(aval, "shape", ()))
-        entries = tuple(spec)
+        entries = _entries(spec)
         dims = [tuple(a for a in entry_axes(entries[i] if i < len(entries) else None) if self.sizes.get(a, 1) > 1)
                 for i in range(ndim)]
         return dims, frozenset(getattr(spec, "unreduced", ()) or ())
@@ -516,7 +535,7 @@ class _Cost:
         ndim = len(kj.shape(result))
         if spec is None:
             return [ins[0]]
-        out = spec_parts(spec, ndim, self.auto)
+        out = spec_parts(_entries(spec), ndim, self.auto)
         before = ins[0] if ins[0] is not None else (1,) * ndim
         n = math.prod(b // o for b, o in zip(before, out) if b > o and b % o == 0)
         if n > 1:
@@ -596,6 +615,18 @@ def _trip_count(eqn: Any, cond: Any, body: Any, cond_n: int, body_n: int) -> int
     return max(0, math.ceil((kj.literal_number(bound) - start) / step))
 
 
+def _entries(spec: Any) -> tuple:
+    """A PartitionSpec's entries, one per dim (JAX refuses ``tuple(spec)`` of one that is
+    unreduced over some axes; its ``partitions`` are the entries there)."""
+    partitions = getattr(spec, "partitions", None)
+    if isinstance(partitions, tuple):
+        return partitions
+    try:
+        return tuple(spec)
+    except (TypeError, ValueError):  # (not a spec)
+        return ()
+
+
 def _dtype(v: Any) -> str:
     return getattr(getattr(kj.aval(v), "dtype", None), "name", "?")
 
@@ -605,8 +636,9 @@ def cost_of(closed: Any, leaves: list, sizes: Mapping[str, int], auto: Mapping[s
     leaves), the mesh's axes of ``sizes`` (name -> size), of which ``auto`` are Auto axes."""
     walk = _Cost(dict(sizes), dict(auto))
     jaxpr = kj.inner_jaxpr(closed)
-    ins = [spec_parts(getattr(getattr(leaf, "sharding", None), "spec", None), len(getattr(leaf, "shape", ())),
-                      walk.auto) if walk.auto else None for leaf in leaves]
+    specs = [getattr(getattr(leaf, "sharding", None), "spec", None) for leaf in leaves]
+    ins = [spec_parts(_entries(spec) if spec is not None else (), len(getattr(leaf, "shape", ())), walk.auto)
+           if walk.auto else None for spec, leaf in zip(specs, leaves)]
     tally, _ = walk.jaxpr(jaxpr, ins, frozenset())
     collectives = tuple(sorted((Collective(kind, axes, sent, times, where, source)
                                 for (kind, axes, sent, where, source), times in tally.collectives.items()),

@@ -106,6 +106,34 @@ def test_mlp_auto_against_xla():
     assert "Auto axes (d=4, t=2)" in cost.communication.assumptions[0]
 
 
+def test_unreduced_results_pay_where_resharded():
+    """A matmul typed unreduced over t sends nothing; resharding it pays the sum: an all-reduce
+    to a layout without t, a reduce-scatter to one split over t. (XLA on CPU runs an all-reduce
+    and a slice for the second, twice the bytes: a backend's choice a per-device model follows
+    the types past; docs/verify.md says so.)"""
+    mesh = make_mesh("explicit")
+
+    def step(x, w):
+        y = jnp.einsum("bh,he->be", x, w, out_sharding=P("d", None, unreduced={"t"}))
+        whole = reshard(y, P("d", None))
+        split = reshard(y, P("d", "t"))
+        return whole, split
+
+    sharding = functools.partial(jax.sharding.NamedSharding, mesh)
+    args = {"x": jax.ShapeDtypeStruct((64, 128), jnp.float32, sharding=sharding(P("d", "t"))),
+            "w": jax.ShapeDtypeStruct((128, 32), jnp.float32, sharding=sharding(P("t", None)))}
+    try:
+        cost = cost_of(step, args, mesh)
+    except (TypeError, ValueError) as e:
+        pytest.skip(f"this JAX has no unreduced types: {e}")
+    block = 16 * 32 * 4  # the product's local block, [64/d, 32]
+    found = sorted((c.kind, c.axes, c.bytes, c.where.split(" ")[0]) for c in cost.communication.collectives)
+    lines = sorted({c.where.split(" ")[0] for c in cost.communication.collectives})
+    assert [f[:3] for f in found] == [("all-reduce", ("t",), 2 * block // 2), ("reduce-scatter", ("t",), block // 2)]
+    assert len(lines) == 2  # at the two reshards, nothing at the einsum
+    assert not cost.lower_bound
+
+
 # -- (d): a lax.scan over stacked layers under jax.grad -------------------------------------------
 
 
