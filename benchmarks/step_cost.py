@@ -53,7 +53,7 @@ except ImportError:  # (not in every JAX)
     _roofline = None
 
 
-def roofline_of(fn, args, kernel: bool) -> str:
+def roofline_of(fn, args, kernel: bool, mesh) -> str:
     """roofline's ICI bytes and FLOPs, per device: a kernel's body is per device already; a step
     with no shard_map is read at global shapes, so its FLOPs are divided by the devices."""
     if _roofline is None:
@@ -61,7 +61,7 @@ def roofline_of(fn, args, kernel: bool) -> str:
     try:
         with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # (it says what it has no rule for, at length)
-            _, result = _roofline.roofline(fn)(*args)
+            _, result = _roofline.roofline(fn, mesh=mesh)(*args)
     except Exception as e:  # its rules do not cover every primitive
         return f"failed ({type(e).__name__}: {(str(e).splitlines() or [repr(e)])[0][:60]})"
     ici = sum(result.ici_bytes.values())
@@ -77,14 +77,14 @@ def demo_case():
         with shardtypes.Scope(**demo.DIMS), jax.set_mesh(mesh):
             args = (make_shape_dtype_structs(demo.State, demo.DIMS, mesh),
                     make_shape_dtype_structs(demo.Batch, demo.DIMS, mesh))
-            return report, *compiled(demo.training_kernel, args, kernel=True)
+            return report, *compiled(demo.training_kernel, args, mesh, kernel=True)
 
 
-def compiled(fn, args, kernel: bool = False):
+def compiled(fn, args, mesh, kernel: bool = False):
     xla = xla_cost(jax.jit(fn), *args)
     analysed = jax.jit(fn).lower(*args).compile().cost_analysis()
     analysed = analysed[0] if isinstance(analysed, list) else analysed
-    return xla, analysed.get("flops", 0.0), roofline_of(fn, args, kernel)
+    return xla, analysed.get("flops", 0.0), roofline_of(fn, args, kernel, mesh)
 
 
 def step_case(fn, params_class, dims, kind):
@@ -93,7 +93,7 @@ def step_case(fn, params_class, dims, kind):
             make_shape_dtype_structs(f32[b"batch/d embed"], dims, mesh))
     report = verify(fn, mesh.abstract_mesh, dims)
     with jax.set_mesh(mesh):
-        return report, *compiled(fn, args)
+        return report, *compiled(fn, args, mesh)
 
 
 CASES = {
