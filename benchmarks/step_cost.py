@@ -7,7 +7,7 @@ bytes sent in collectives and the matmul FLOPs: ours (``verify(...).cost``, from
 step, no compilation), XLA's (the collectives and dots of ``jax.jit(step).lower(...).compile()``,
 with the same ring cost convention and loop trip counts: tests/tools/xla_costs.py), XLA's own
 ``cost_analysis()['flops']`` (which counts a while loop's body once), and
-``jax.experimental.roofline``'s figures where the installed JAX has it (``roofline(step)(*args)``:
+``jax.experimental.roofline``'s figures where the installed JAX has it (``roofline(step, mesh=mesh)(*args)``:
 a kernel's per-device body, or the whole step at global shapes where there is no shard_map, its
 FLOPs then divided by the devices; it counts ICI bytes only for collectives inside shard_map, and
 has no rules for some primitives, where it fails), side by side with the ratios ours / XLA's.
