@@ -1,18 +1,13 @@
-"""Differential test: an independent oracle for the annotation language and the sharding rule.
+"""Differential test: the independent oracle (annotation_oracle.py, written from the docs only)
+against the checker, on cases Hypothesis generates: shape strings, tables, shapes, meshes and
+layouts. Every test compares the oracle's verdict with the checker's, which it gets through the
+public API only: ``ShapeSpec.parse``, ``check`` inside ``with Scope(**prebound):``,
+``@typechecked`` functions of several arguments, ``jax.eval_shape``, on numpy arrays,
+``jax.ShapeDtypeStruct`` values (on ``AbstractMesh``es of any shape, no devices needed) and real
+arrays on the 8-device mesh.
 
-The oracle below is written from the contract (docs/design.md) and the user docs
-(docs/annotation-language.md, docs/checking.md) only, never from shardtypes' implementation. It
-parses a shape string, checks sizes against a dimension table (binding rules across several values
-of one call, pre-bound sizes from ``Scope``), checks dtypes, and decides whether an array's layout
-equals the annotation's (both padded to the rank, mesh axes of size 1 dropped on both sides).
-Hypothesis generates shape strings, tables, shapes, meshes and layouts, and every test compares the
-oracle's verdict with the checker's, which it gets through the public API only:
-``ShapeSpec.parse``, ``check`` inside ``with Scope(**prebound):``, ``@typechecked`` functions of
-several arguments, ``jax.eval_shape``, on numpy arrays, ``jax.ShapeDtypeStruct`` values (on
-``AbstractMesh``es of any shape, no devices needed) and real arrays on the 8-device mesh.
-
-Corners the docs leave open, where the two could disagree, are decided in the named tests at the
-end (``test_corner_*``); each docstring says what was decided and why.
+Corners the docs leave open, where the two could disagree, are decided in
+test_oracle_corners.py.
 
 A CI run generates about 2,400 cases in total (see ``_DEFAULT_TOTAL``). For a long run, set
 ``SHARDTYPES_ORACLE_EXAMPLES`` to the total number of cases you want; each test gets its share:
@@ -24,7 +19,6 @@ A CI run generates about 2,400 cases in total (see ``_DEFAULT_TOTAL``). For a lo
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 import types
@@ -32,7 +26,6 @@ import types
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec as P
 
@@ -41,20 +34,28 @@ from shardtypes import (
     ShapeSpec,
     ShapeSpecError,
     TypeCheckError,
-    anydtype,
-    bf16,
-    bool_,
     check,
     dims,
-    f16,
     f32,
-    floating,
-    i32,
-    integer,
     typechecked,
-    u8,
 )
 
+from annotation_oracle import (
+    DTYPE_CLASSES,
+    IDENT,
+    VALUE_DTYPES,
+    OracleParseError,
+    Reject,
+    Value,
+    numpy_value,
+    o_align,
+    o_check,
+    o_eval,
+    o_expr_names,
+    o_layout,
+    o_normalise,
+    o_parse,
+)
 from conftest import examples_from_env
 
 # ---------------------------------------------------------------------------------------------
@@ -73,339 +74,6 @@ def _settings(share: int):
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     )
-
-
-# =============================================================================================
-# The oracle, from the docs
-#
-# Shape string: whitespace-separated dims; '' is a scalar. A dim is a size, then '/axis' zero or
-# more times. Only a single '/' starts the axes ('//' is floor division inside a size). Axis names
-# are identifiers; a dim names an axis at most once; a mesh axis shards at most one dim. Sizes:
-# name, integer literal, '_', '...', '*name', '#name', or an expression (+ - * // and parentheses
-# over names and integers, no spaces, no unary operators, no '_'). At most one of '...'/'*name',
-# and it cannot be sharded.
-
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # ASCII: the docs reject 'bätch'
-_INT = re.compile(r"[0-9]+\Z")
-_TOKEN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)|([0-9]+)|(//|[-+*()])")
-
-
-# Where the checker does not (yet) do what the oracle says, the oracle mirrors today's checker
-# behind one of these switches, so that the property tests keep testing everything else; a strict
-# xfail test pins each one (see the end of this file). Set a switch to False when its test passes.
-PENDING = {
-    # bug: '#lead' with 'lead' bound to a tuple by '*lead' passes for size 1
-    # (test_corner_broadcast_of_a_tuple_bound_name)
-    "broadcast_of_tuple": False,
-    # decided: '_' is not a name, so '*_' and '#_' are errors, like '_+1'; today they bind '_'
-    # (test_corner_underscore_is_not_a_name)
-    "underscore_names": False,
-}
-
-
-class OracleParseError(Exception):
-    """The oracle rejects a shape string."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ODim:
-    kind: str  # named, fixed, any, ellipsis, variadic, broadcast, expr
-    shape: str  # the size text
-    sharding: tuple[str, ...]
-    name: str | None = None  # the name a dim binds or refers to (named, *name, #name)
-    names: frozenset = frozenset()  # every name it reads or binds
-    value: int | None = None  # fixed size
-    expr: tuple | None = None  # expression tree: ('int', n) | ('name', x) | (op, left, right)
-
-
-def o_split_axes(token: str) -> tuple[str, tuple[str, ...]]:
-    i = 0
-    while i < len(token):
-        if token[i] == "/":
-            if token[i + 1 : i + 2] == "/":
-                i += 2
-                continue
-            return token[:i], tuple(token[i + 1 :].split("/"))
-        i += 1
-    return token, ()
-
-
-def o_parse_expr(text: str) -> tuple:
-    tokens = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            raise OracleParseError(f"bad character in {text!r}")
-        if m.group(1) is not None:
-            if m.group(1) == "_":
-                raise OracleParseError("'_' in an expression")
-            tokens.append(("name", m.group(1)))
-        elif m.group(2) is not None:
-            tokens.append(("int", int(m.group(2))))
-        else:
-            tokens.append(("op", m.group(3)))
-        pos = m.end()
-
-    def peek(i):
-        return tokens[i] if i < len(tokens) else None
-
-    def expr(i):
-        left, i = term(i)
-        while peek(i) in (("op", "+"), ("op", "-")):
-            op = tokens[i][1]
-            right, i = term(i + 1)
-            left = (op, left, right)
-        return left, i
-
-    def term(i):
-        left, i = factor(i)
-        while peek(i) in (("op", "*"), ("op", "//")):
-            op = tokens[i][1]
-            right, i = factor(i + 1)
-            left = (op, left, right)
-        return left, i
-
-    def factor(i):
-        tok = peek(i)
-        if tok is None:
-            raise OracleParseError("operand expected")
-        if tok[0] in ("name", "int"):
-            return tok, i + 1
-        if tok == ("op", "("):
-            inner, i = expr(i + 1)
-            if peek(i) != ("op", ")"):
-                raise OracleParseError("unbalanced parentheses")
-            return inner, i + 1
-        raise OracleParseError(f"unexpected {tok}")
-
-    tree, end = expr(0)
-    if end != len(tokens):
-        raise OracleParseError("trailing tokens")
-    return tree
-
-
-def o_expr_names(tree) -> frozenset:
-    if tree[0] == "name":
-        return frozenset([tree[1]])
-    if tree[0] == "int":
-        return frozenset()
-    return o_expr_names(tree[1]) | o_expr_names(tree[2])
-
-
-def o_parse_dim(token: str) -> ODim:
-    size, axes = o_split_axes(token)
-    for axis in axes:
-        if not _IDENT.match(axis):
-            raise OracleParseError(f"bad axis {axis!r}")
-    if len(set(axes)) != len(axes):
-        raise OracleParseError("axis named twice in a dim")
-    if size == "...":
-        if axes:
-            raise OracleParseError("sharded variadic")
-        return ODim("ellipsis", size, ())
-    if size == "_":
-        return ODim("any", size, axes)
-    if size[:1] in ("*", "#") and size[1:] == "_" and not PENDING["underscore_names"]:
-        raise OracleParseError("'_' is not a name")
-    if size.startswith("*"):
-        if not _IDENT.match(size[1:]) or axes:
-            raise OracleParseError("bad *name")
-        return ODim("variadic", size, (), name=size[1:], names=frozenset([size[1:]]))
-    if size.startswith("#"):
-        if not _IDENT.match(size[1:]):
-            raise OracleParseError("bad #name")
-        return ODim("broadcast", size, axes, name=size[1:], names=frozenset([size[1:]]))
-    if _INT.match(size):
-        return ODim("fixed", size, axes, value=int(size))
-    if _IDENT.match(size):
-        return ODim("named", size, axes, name=size, names=frozenset([size]))
-    if not size:
-        raise OracleParseError("empty size")
-    tree = o_parse_expr(size)
-    names = o_expr_names(tree)
-    if not names:  # a constant: a size no array can have is refused when written (issue 19)
-        try:
-            value = o_eval(tree, {})
-        except Reject:
-            raise OracleParseError("a constant that divides by zero") from None
-        if value < 0:
-            raise OracleParseError("a negative constant size")
-    return ODim("expr", size, axes, names=names, expr=tree)
-
-
-def o_parse(spec) -> tuple[ODim, ...]:
-    if isinstance(spec, bytes):
-        try:
-            spec = spec.decode("utf-8")
-        except UnicodeDecodeError:
-            raise OracleParseError("not UTF-8") from None
-    parsed = tuple(o_parse_dim(t) for t in spec.split())
-    if sum(d.kind in ("ellipsis", "variadic") for d in parsed) > 1:
-        raise OracleParseError("two variadic dims")
-    axes = [a for d in parsed for a in d.sharding]
-    if len(set(axes)) != len(axes):
-        raise OracleParseError("a mesh axis shards two dims")
-    variadic = [d.name for d in parsed if d.kind == "variadic"]
-    if variadic and any(variadic[0] in d.names for d in parsed if d.kind != "variadic"):
-        raise OracleParseError("a name bound by '*name' used as a single dim of the same shape")
-    return parsed
-
-
-class Reject(Exception):
-    """The oracle rejects a value."""
-
-
-def o_eval(tree, table):
-    kind = tree[0]
-    if kind == "int":
-        return tree[1]
-    if kind == "name":
-        if tree[1] not in table:
-            raise Reject("expression reads an unbound name")
-        value = table[tree[1]]
-        if isinstance(value, tuple):
-            raise Reject("expression reads a tuple")
-        return value
-    left, right = o_eval(tree[1], table), o_eval(tree[2], table)
-    if kind == "+":
-        return left + right
-    if kind == "-":
-        return left - right
-    if kind == "*":
-        return left * right
-    if right == 0:
-        raise Reject("division by zero")
-    return left // right
-
-
-def o_align(spec: tuple[ODim, ...], rank: int) -> list[tuple[ODim, slice | int]]:
-    """Each dim of the spec with the position (or, for a variadic, the slice) it covers."""
-    fixed = [d for d in spec if d.kind not in ("ellipsis", "variadic")]
-    if len(fixed) == len(spec):
-        if rank != len(spec):
-            raise Reject("rank")
-        return list(zip(spec, range(rank)))
-    if rank < len(fixed):
-        raise Reject("rank")
-    v = next(i for i, d in enumerate(spec) if d.kind in ("ellipsis", "variadic"))
-    after = len(spec) - v - 1
-    out = [(d, i) for i, d in enumerate(spec[:v])]
-    out.append((spec[v], slice(v, rank - after)))
-    out += [(d, rank - after + j) for j, d in enumerate(spec[v + 1 :])]
-    return out
-
-
-def o_check_sizes(spec: tuple[ODim, ...], shape: tuple[int, ...], table: dict) -> dict:
-    """The table after a value of ``shape`` passes ``spec``; raises Reject (table untouched)."""
-    aligned = o_align(spec, len(shape))
-    local = dict(table)
-    # Binding dims first ('wherever they appear in it'): names, *names, then #names.
-    for dim, where in aligned:
-        if dim.kind == "variadic":
-            found = tuple(shape[where])
-            if dim.name in local:
-                if local[dim.name] != found or not isinstance(local[dim.name], tuple):
-                    raise Reject("variadic clash")
-            else:
-                local[dim.name] = found
-        elif dim.kind == "named":
-            found = shape[where]
-            if dim.name in local:
-                if isinstance(local[dim.name], tuple) or local[dim.name] != found:
-                    raise Reject("named clash")
-            else:
-                local[dim.name] = found
-    for dim, where in aligned:
-        if dim.kind == "broadcast":
-            found = shape[where]
-            bound = local.get(dim.name)
-            if isinstance(bound, tuple) and not (PENDING["broadcast_of_tuple"] and found == 1):
-                raise Reject("#name of a name bound to several dims")
-            if found == 1:
-                continue
-            if bound is None:
-                local[dim.name] = found
-            elif bound != found:
-                raise Reject("broadcast clash")
-    for dim, where in aligned:
-        if dim.kind == "fixed" and shape[where] != dim.value:
-            raise Reject("fixed")
-        if dim.kind == "expr" and o_eval(dim.expr, local) != shape[where]:
-            raise Reject("expr")
-    return local
-
-
-def o_layout(spec: tuple[ODim, ...], rank: int) -> list[tuple[str, ...]]:
-    """The annotation's axes per array dim (the rank is known to fit)."""
-    layout = [()] * rank
-    for dim, where in o_align(spec, rank):
-        if isinstance(where, int):
-            layout[where] = dim.sharding
-    return layout
-
-
-def o_normalise(entries, rank: int, mesh: dict[str, int]) -> list[tuple[str, ...]]:
-    """A PartitionSpec's entries padded to ``rank``, each a tuple of axes of size > 1."""
-    out = []
-    for i in range(rank):
-        entry = entries[i] if i < len(entries) else None
-        if entry is None or entry is P.UNCONSTRAINED:
-            axes = ()
-        elif isinstance(entry, str):
-            axes = (entry,)
-        else:
-            axes = tuple(entry)
-        out.append(tuple(a for a in axes if mesh[a] > 1))
-    return out
-
-
-_DTYPE_CLASSES = {
-    f32: {"float32"},
-    bf16: {"bfloat16"},
-    f16: {"float16"},
-    i32: {"int32"},
-    u8: {"uint8"},
-    bool_: {"bool"},
-    floating: {"float32", "bfloat16", "float16"},
-    integer: {"int32", "uint8"},
-    anydtype: {"float32", "bfloat16", "float16", "int32", "uint8", "bool"},
-}
-_VALUE_DTYPES = ["float32", "bfloat16", "float16", "int32", "uint8", "bool"]
-
-
-@dataclasses.dataclass
-class Value:
-    """One generated value: what it is, and what the oracle needs to know about it."""
-
-    kind: str  # numpy, sds, sds_unsharded, jax, jax_single
-    shape: tuple[int, ...]
-    dtype: str
-    mesh: dict[str, int] | None = None  # axis name -> size
-    entries: tuple = ()  # PartitionSpec entries
-
-
-def o_check(cls, spec_text, value: Value, table: dict) -> dict:
-    """The oracle's verdict on one value: the new table, or Reject."""
-    spec = o_parse(spec_text)
-    if value.dtype not in _DTYPE_CLASSES[cls]:
-        raise Reject("dtype")
-    new_table = o_check_sizes(spec, value.shape, table)
-    annotated = o_layout(spec, len(value.shape))
-    wanted_axes = [a for axes in annotated for a in axes]
-    if value.kind in ("numpy", "jax_single"):
-        if wanted_axes:
-            raise Reject("host data or single device, annotation sharded")
-    elif value.kind in ("sds", "jax"):
-        if any(a not in value.mesh for a in wanted_axes):
-            raise Reject("axis not in the mesh")
-        rank = len(value.shape)
-        if o_normalise(value.entries, rank, value.mesh) != o_normalise(
-            tuple(annotated), rank, value.mesh
-        ):
-            raise Reject("layout")
-    # sds_unsharded: a sharding of None is not checked
-    return new_table
 
 
 # =============================================================================================
@@ -500,7 +168,7 @@ def shape_string(draw, axes=(), max_dims=4) -> str:
     if draw(st.integers(0, 2)) == 0:
         # name, after the dims, every name an expression or '#name' reads: they bind it
         # 'wherever they appear', also after the expression that reads them
-        read = sorted({n for t in sizes if not _IDENT.match(t) for n in re.findall(r"[a-z]+", t)})
+        read = sorted({n for t in sizes if not IDENT.match(t) for n in re.findall(r"[a-z]+", t)})
         tokens += [n for n in read if n not in sizes]
     # (a '*name' whose name a dim of the same string uses is a parse error: not generated here)
     used = {n for t in tokens for n in re.findall(r"[a-z]+", re.split(r"(?<!/)/(?!/)", t)[0])}
@@ -577,12 +245,6 @@ def prebound_table(draw, world: dict) -> dict:
     if "a" not in table and draw(st.integers(0, 9)) == 0:
         table["a"] = world["*a"]  # 'a' pre-bound as a tuple
     return table
-
-
-def numpy_value(shape, dtype: str):
-    """A numpy array of this shape and dtype, with no memory behind it."""
-    np_dtype = jnp.dtype(dtype)
-    return np.broadcast_to(np.zeros((), np_dtype), shape)
 
 
 def table_of(view) -> dict:
@@ -690,9 +352,9 @@ def size_case(draw):
     for _ in range(draw(st.integers(1, 4))):
         text = draw(shape_string())
         shape = draw(shape_for(text, world))
-        cls = draw(st.sampled_from(list(_DTYPE_CLASSES)))
-        accepted = sorted(_DTYPE_CLASSES[cls])
-        dtype = draw(st.sampled_from(_VALUE_DTYPES if draw(st.booleans()) else accepted))
+        cls = draw(st.sampled_from(list(DTYPE_CLASSES)))
+        accepted = sorted(DTYPE_CLASSES[cls])
+        dtype = draw(st.sampled_from(VALUE_DTYPES if draw(st.booleans()) else accepted))
         values.append((cls, text.encode() if draw(st.booleans()) else text, shape, dtype))
     return prebound, values
 
@@ -997,126 +659,3 @@ def test_traced_explicit_sharding_agrees_with_oracle(case):
     args = [make_sds(v, amesh) for v in values]
     ok = _verdict(lambda: jax.eval_shape(fn, *args))
     assert_same_verdict(ok, expected, reason, f"arguments {texts} traced from {values}")
-
-
-# =============================================================================================
-# 7. Corners: where the oracle and the checker disagreed, or the docs leave a choice open.
-#    Each test says what was decided. A strict xfail is a checker bug or a decision not built yet;
-#    when it starts passing, remove the mark and set its PENDING switch to False.
-
-
-def z(*shape):
-    return numpy_value(shape, "float32")
-
-
-def test_corner_broadcast_of_a_tuple_bound_name():
-    """A name bound by ``*lead`` is a tuple, so it cannot be used as a single dim (the docs,
-    "Variadic"): not as ``lead``, and not as ``#lead`` either, whatever the size (size 1
-    included: it once passed). In one shape string it is a shape-string error, where written."""
-    with Scope(lead=(2, 3)):
-        with pytest.raises(TypeCheckError, match="several dims"):
-            check(f32, "#lead", z(1))
-    with pytest.raises(ShapeSpecError, match=r"invalid shape string '\*lead #lead': .* both name 'lead'"):
-        f32[b"*lead #lead"]
-
-
-def test_corner_expression_over_a_tuple_bound_name_message():
-    """Rejected with the message a plain ``lead`` dim gets ("'lead' is bound to several dims
-    (2, 3) by '*lead'"), not Python's ("can only concatenate tuple (not "int") to tuple")."""
-    with Scope(lead=(2, 3)):
-        with pytest.raises(TypeCheckError, match=r"'lead' is bound to several dims \(2, 3\)"):
-            check(f32, "lead+1", z(3))
-
-
-def test_corner_underscore_is_not_a_name():
-    """Decided: ``_`` is the "any size" dim, not a name, so ``*_`` and ``#_`` are shape-string
-    errors, as ``_+1`` is. Binding ``_`` would make ``*_`` in two arguments stand for the same
-    dims: the opposite of what ``_`` means everywhere else. Write ``...`` for any dims and ``_``
-    for any size."""
-    for text in ("*_ embed", "#_ embed"):
-        with pytest.raises(ShapeSpecError):
-            ShapeSpec.parse(text)
-
-
-def test_corner_names_and_axes_are_ascii_identifiers():
-    """Decided (the checker agrees): names and mesh axis names are ASCII identifiers. ``bätch``
-    and ``batch/dä`` are shape-string errors although Python accepts both as identifiers; a mesh
-    axis name like that is as hard to type as it is to spot in an error message."""
-    for text in ("bätch", "batch/dä", "*lëad", "#bätch", "batch/d٣"):
-        with pytest.raises(ShapeSpecError):
-            ShapeSpec.parse(text)
-    assert [d.sharding for d in ShapeSpec.parse("batch/d_0 x1/T").dims] == [("d_0",), ("T",)]
-
-
-def test_corner_any_unicode_whitespace_separates_dims():
-    """Decided (the checker agrees): dims are separated by any whitespace, as ``str.split()``
-    splits, including tabs, newlines and non-breaking spaces."""
-    for sep in (" ", "\t", "\n", "\u00a0", "\u2003"):
-        spec = ShapeSpec.parse(f"batch/d{sep}embed")
-        assert [(d.shape, d.sharding) for d in spec.dims] == [("batch", ("d",)), ("embed", ())]
-
-
-def test_corner_integer_literals_may_have_leading_zeros():
-    """Decided (the checker agrees): a fixed size is any run of digits, read in base 10, so
-    ``007`` is 7 and ``0`` is a dim of size 0."""
-    with Scope():
-        check(f32, "007 0", z(7, 0))
-        with pytest.raises(TypeCheckError):
-            check(f32, "007", z(8))
-
-
-def test_corner_binding_dims_count_wherever_they_appear():
-    """Decided (the checker agrees): an expression reads names bound anywhere in the same shape
-    string, not only by a plain ``name`` dim (the docs' ``seq+1 seq``) but also by a ``#name`` of
-    size other than 1; never by ``*name`` (a tuple is not a size: a shape-string error)."""
-    with Scope():
-        check(f32, "a+1 #a", z(4, 3))
-        assert dict(dims()) == {"a": 3}
-    with Scope():
-        with pytest.raises(TypeCheckError, match="no argument has bound yet"):
-            check(f32, "a+1 #a", z(2, 1))  # '#a' of size 1 binds nothing
-    with pytest.raises(ShapeSpecError, match="'a\\+1' reads it as one size"):
-        check(f32, "a+1 *a", z(4, 3))
-
-
-def test_corner_failed_call_in_a_scope_binds_nothing():
-    """Decided (the checker agrees): inside ``Scope()``, a top-level call that fails at its second
-    argument leaves nothing of its first argument in the Scope's table; a call is all or nothing,
-    like a single value."""
-
-    @typechecked
-    def pair(x: f32[b"a b"], y: f32[b"b c"]) -> None:
-        pass
-
-    with Scope(c=5):
-        with pytest.raises(TypeCheckError):
-            pair(z(2, 3), z(4, 5))
-        assert dict(dims()) == {"c": 5}
-        pair(z(2, 4), z(4, 5))
-        assert dict(dims()) == {"a": 2, "b": 4, "c": 5}
-
-
-def test_corner_layout_is_compared_not_divisibility():
-    """Decided (the checker agrees): the check compares layouts; it does not ask that a sharded
-    dim divide by its axes' sizes. A ``ShapeDtypeStruct`` of 6 rows laid out ``P('d')`` on d=4
-    passes ``f32[b'rows/d']``; JAX itself refuses such a layout where it cannot handle it
-    (``device_put``, lowering). A wrong layout of the same struct still fails."""
-    amesh = AbstractMesh((4, 2), ("d", "t"), axis_types=(AxisType.Explicit,) * 2)
-    sds = jax.ShapeDtypeStruct((6, 3), jnp.float32, sharding=NamedSharding(amesh, P("d")))
-    with Scope():
-        check(f32, "rows/d cols", sds)
-        with pytest.raises(TypeCheckError, match="sharding"):
-            check(f32, "rows cols/t", sds)
-
-
-def test_corner_expression_that_cannot_be_evaluated_fails_the_check():
-    """Decided (the checker agrees): division by zero, or a negative result, is a failed check
-    (``TypeCheckError``), never a ``ZeroDivisionError``; ``//`` floors as in Python."""
-    with Scope(a=2, b=0):
-        with pytest.raises(TypeCheckError):
-            check(f32, "a//b", z(2))
-    with Scope(a=2, b=3):
-        with pytest.raises(TypeCheckError):
-            check(f32, "a-b", z(0))
-        check(f32, "(a-b)//2+1", z(0))  # floor(-1/2) + 1 == 0
-
