@@ -1,7 +1,7 @@
 """The shard_map kernels of JAX's own tests and tutorial, as typed_shard_map kernels.
 
-For every entry of ``kernels.ENTRIES`` (see ``kernels.py`` for the sources) and each axis type,
-``harness.run`` runs JAX's ``jax.shard_map`` (the reference) and the same body under
+For every entry of ``kernels.ENTRIES`` (gathered from one module per source, ``from_*.py``) and
+each axis type, ``harness.run`` runs JAX's ``jax.shard_map`` (the reference) and the same body under
 ``typed_shard_map`` with annotations made from the entry's specs (``annotate.py``), and compares.
 An entry JAX accepts must *agree* (same numbers, no error, no ``KernelPassWarning``); one JAX
 refuses must be refused by shardtypes too (any exception; which one is recorded by ``report.py``).
