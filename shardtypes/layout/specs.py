@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, Mapping, ParamSpec, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, Mapping, ParamSpec, TypeVar, overload
 
 import jax
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
@@ -46,16 +46,36 @@ __all__ = [
 # What the make_* functions return: the annotation's tree (a dataclass instance, tuple, dict,
 # optax state, ...) with a PartitionSpec / NamedSharding / ShapeDtypeStruct at each array leaf; a
 # single leaf for a single array annotation. Python's type system cannot map a tree type's
-# leaves to another type (and checkers see an annotation used as a value as an opaque special
-# form), so to a checker these are Any, by name: assign the result to the type you know
-# (``spec: PartitionSpec = make_partition_specs(f32[...])``). shard keeps its input's type.
-PartitionSpecTree: TypeAlias = Any
-ShardingTree: TypeAlias = Any
-StructTree: TypeAlias = Any
+# leaves to another type, so for an annotated class checkers see ``ShardingTree[Params]``: not a
+# Params (its fields hold shardings, not arrays), not an int (``bad: int = make_shardings(Params,
+# mesh)`` is an error to pyright and mypy), with fields of any type (``.w_up.spec``). Checkers
+# see an array annotation used as a value as an opaque special form, so for one (and for tuples,
+# dicts and value trees) the result is Any: assign it to the type you know (``spec:
+# PartitionSpec = make_partition_specs(f32[...])``). At run time the three names are Any.
+# shard keeps its input's type.
+if TYPE_CHECKING:
+    _Shape = TypeVar("_Shape")
+
+    class _Tree(Generic[_Shape]):
+        def __getattr__(self, name: str) -> Any: ...
+        def __getitem__(self, key: Any) -> Any: ...
+        def __iter__(self) -> Iterator[Any]: ...
+
+    class PartitionSpecTree(_Tree[_Shape]):
+        """A tree shaped like ``_Shape`` with a ``PartitionSpec`` at each array leaf."""
+
+    class ShardingTree(_Tree[_Shape]):
+        """A tree shaped like ``_Shape`` with a ``NamedSharding`` at each array leaf."""
+
+    class StructTree(_Tree[_Shape]):
+        """A tree shaped like ``_Shape`` with a ``jax.ShapeDtypeStruct`` at each array leaf."""
+else:
+    PartitionSpecTree = ShardingTree = StructTree = Any
 
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_Class = TypeVar("_Class")  # an annotated class: the make_* functions give a tree shaped like it
 
 
 def _entry(name: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
@@ -78,8 +98,12 @@ def _entry(name: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
     return decorate
 
 
+@overload
+def make_partition_specs(annotation: type[_Class], *, like: Any = None) -> PartitionSpecTree[_Class]: ...
+@overload
+def make_partition_specs(annotation: Any, *, like: Any = None) -> Any: ...
 @_entry("make_partition_specs")
-def make_partition_specs(annotation: Any, *, like: Any = None) -> PartitionSpecTree:
+def make_partition_specs(annotation: Any, *, like: Any = None) -> Any:
     """The tree of ``PartitionSpec`` an annotation describes.
 
     >>> make_partition_specs(f32[b'batch/d seq embed/t'])
@@ -188,8 +212,12 @@ def mesh_arg(mesh: Any, what: str) -> Mesh | AbstractMesh:
     return current_mesh(mesh, what)
 
 
+@overload
+def make_shardings(annotation: type[_Class], mesh: Any = None, *, like: Any = None) -> ShardingTree[_Class]: ...
+@overload
+def make_shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Any: ...
 @_entry("make_shardings")
-def make_shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> ShardingTree:
+def make_shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Any:
     """The tree of ``NamedSharding`` an annotation describes, over ``mesh`` or the current mesh.
 
     An axis the mesh lacks, or a fixed-size dim that its axes do not divide, is an error naming
@@ -224,9 +252,15 @@ def shardings(annotation: Any, mesh: Any = None, *, like: Any = None, unconstrai
 _SHARDINGS: dict = {}
 
 
+@overload
+def make_shape_dtype_structs(annotation: type[_Class], dims: Mapping[str, Any] | None = None, mesh: Any = None, *,
+                             like: Any = None) -> StructTree[_Class]: ...
+@overload
+def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any] | None = None, mesh: Any = None, *,
+                             like: Any = None) -> Any: ...
 @_entry("make_shape_dtype_structs")
 def make_shape_dtype_structs(annotation: Any, dims: Mapping[str, Any] | None = None, mesh: Any = None, *,
-                             like: Any = None) -> StructTree:
+                             like: Any = None) -> Any:
     """The tree of ``jax.ShapeDtypeStruct`` (with shardings) an annotation describes, with the
     sizes of its named dims taken from ``dims``. For ``jax.eval_shape``, AOT lowering and memory
     planning. ``mesh`` defaults to the current mesh; with no mesh at all the structs have no

@@ -33,6 +33,7 @@ from shardtypes import (
     i32,
     is_instance,
     make_partition_specs,
+    make_shape_dtype_structs,
     make_shardings,
     pytree_dataclass,
     scope,
@@ -256,6 +257,13 @@ def must_fail() -> None:
     total(x, "big")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     Model().apply(x, x)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
     typechecked(3)  # type: ignore[call-overload]  # pyright: ignore[reportCallIssue, reportArgumentType]
+    # The make_* functions give a tree shaped like an annotated class (specs in its fields), which
+    # is neither an int nor the class itself (its fields hold no arrays).
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("d",))
+    wrong_shardings: int = make_shardings(HostBatch, mesh)  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
+    wrong_specs: str = make_partition_specs(HostBatch)  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
+    wrong_structs: int = make_shape_dtype_structs(HostBatch, {"batch": 8})  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
+    not_arrays: HostBatch = make_shardings(HostBatch, mesh)  # type: ignore[assignment]  # pyright: ignore[reportAssignmentType]
     # scope keeps the signature.
     callee("x")  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     # pytree_dataclass makes the dataclass __init__; frozen=True is read-only.
