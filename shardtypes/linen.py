@@ -23,6 +23,7 @@ directly. See docs/linen.md for where Flax's ``nn.logical_to_mesh_sharding`` and
 disagree.
 """
 
+from . import _public
 from .integrations.linen import (
     annotations as annotations,
     check as check,
@@ -33,6 +34,4 @@ from .integrations.linen import (
 
 __all__ = ["annotations", "partition_specs", "shardings", "unbox", "check"]
 
-# Their public home, in reprs, the API reference and pickles.
-for _function in (*(globals()[name] for name in __all__),):
-    _function.__module__ = __name__
+_public.rehome(__name__, (globals()[name] for name in __all__))

@@ -24,6 +24,7 @@ variable's annotation is read on the class of the module that holds it. ``filter
 its path: nothing is laid out or passed unchecked by default.
 """
 
+from . import _public
 from .integrations.nnx import (
     annotations as annotations,
     check as check,
@@ -33,6 +34,4 @@ from .integrations.nnx import (
 
 __all__ = ["annotations", "partition_specs", "shardings", "check"]
 
-# Their public home, in reprs, the API reference and pickles.
-for _function in (*(globals()[name] for name in __all__),):
-    _function.__module__ = __name__
+_public.rehome(__name__, (globals()[name] for name in __all__))

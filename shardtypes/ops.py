@@ -30,6 +30,7 @@ not a manual axis of the running ``shard_map`` (or no ``shard_map`` at all), rai
 ValueError naming the op and the argument.
 """
 
+from . import _public
 from .kernels.ops import (
     all_gather as all_gather,
     all_to_all as all_to_all,
@@ -49,6 +50,4 @@ __all__ = [
     "einsum_unreduced", "index_unreduced", "axis_index", "axis_size", "per_device",
 ]
 
-# Their public home, in reprs, the API reference and pickles.
-for _function in (*(globals()[name] for name in __all__),):
-    _function.__module__ = __name__
+_public.rehome(__name__, (globals()[name] for name in __all__))
