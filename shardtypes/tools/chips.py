@@ -436,9 +436,9 @@ def _communication_text(axes: tuple[str, ...], nbytes: float, wired: Mapping[str
     if not kinds:
         return f"{over}: {_bytes(nbytes)} sent per device"
     kind, n = max(kinds.items(), key=lambda kv: kv[1])
-    where = {w: b for (k, w), b in where.items() if k == kind}
+    at = {w: b for (k, w), b in where.items() if k == kind}
     share = f"{n / nbytes:.0%} of " if len(kinds) > 1 and nbytes else ""
-    top = f", most from {max(where, key=where.__getitem__)}" if where else ""
+    top = f", most from {max(at, key=at.__getitem__)}" if at else ""
     return f"{over}: the {_plural(kind)}, {share}{_bytes(nbytes)} sent per device{top}"
 
 

@@ -150,14 +150,14 @@ def _chip(text: str) -> str:
 def _rules_targets(given: Sequence[str] | None) -> dict[str, str]:
     """--rules as label -> MODULE:OBJECT: 'label=MODULE:OBJECT', or MODULE:OBJECT labelled by its
     OBJECT (by the whole target where two OBJECTs share a name)."""
-    pairs = []
+    pairs: list[tuple[str | None, str]] = []
     for text in given or ():
         label, sep, target = text.partition("=")
         pairs.append((label.strip(), target.strip()) if sep and ":" in target else (None, text))
-    names = [label or target.rpartition(":")[2] for label, target in pairs]
+    names = [given_label or where.rpartition(":")[2] for given_label, where in pairs]
     out: dict[str, str] = {}
-    for (label, target), name in zip(pairs, names):
-        key = label or (name if names.count(name) == 1 else target)
+    for (given_label, target), name in zip(pairs, names):
+        key = given_label or (name if names.count(name) == 1 else target)
         if key in out:
             raise ValueError(f"--rules: {key!r} is given twice")
         out[key] = target

@@ -389,8 +389,8 @@ class _Cost:
                 self.unknown.setdefault(WHILE_ONCE + (f" (at {where})" if where else ""), set())
             return list(carry)
         if name == "cond":
-            found = [self.jaxpr(j, ins[1:], manual) for j in subs]
-            costly, outs = max(found, key=lambda f: f[0].weight())
+            branches = [self.jaxpr(j, ins[1:], manual) for j in subs]
+            costly, outs = max(branches, key=lambda f: f[0].weight())
             tally.add(costly)
             return outs
         call = kj.call_jaxpr(eqn)
@@ -610,9 +610,10 @@ def _trip_count(eqn: Any, cond: Any, body: Any, cond_n: int, body_n: int) -> int
     ins = kj.invars(stepped[0])
     own = kj.invars(body)[body_n + k]
     step = kj.literal_number(ins[1]) if ins[0] is own else kj.literal_number(ins[0]) if ins[1] is own else None
-    if not step or step <= 0:
+    limit = kj.literal_number(bound)
+    if not step or step <= 0 or limit is None:
         return None
-    return max(0, math.ceil((kj.literal_number(bound) - start) / step))
+    return max(0, math.ceil((limit - start) / step))
 
 
 def _entries(spec: Any) -> tuple:
@@ -645,7 +646,7 @@ def cost_of(closed: Any, leaves: list, sizes: Mapping[str, int], auto: Mapping[s
                                key=lambda c: (-c.total, c.kind, c.axes, c.where)))
     lower = tuple(f"{why} are not counted (in {', '.join(sorted(names))})" if names else why
                   for why, names in walk.unknown.items())
-    assumed = ()
+    assumed: tuple[str, ...] = ()
     if walk.auto and any(c.source == "auto" for c in collectives):
         named = ", ".join(f"{a}={n}" for a, n in walk.auto.items())
         assumed = (f"on Auto axes ({named}) XLA chooses layouts: each value was assumed split as its operands "
