@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..checking import jaxprs as kj, primitives as catalogue
+from ..checking import jaxprs, primitives
 from ..language import entry_axes
 
 __all__ = ["fused", "dead", "passed_through", "local_shape", "auto_splits", "backward_splits", "spec_parts", "ones",
@@ -26,7 +26,7 @@ _ELEMENTWISE = frozenset("""
     convert_element_type copy copy_p cos cosh div eq erf erf_inv erfc exp exp2 expm1 floor ge gt imag
     integer_pow is_finite le lgamma log log1p logistic lt max min mul ne neg nextafter not or pow
     real reduce_precision rem round rsqrt select_n sign sin sinh sqrt square sub tan tanh xor
-""".split()) | frozenset(catalogue.ELEMENTWISE_ADDED)
+""".split()) | frozenset(primitives.ELEMENTWISE_ADDED)
 
 # Slices in and out of a window, which XLA computes inside the fusion that reads them (a
 # gradient accumulated into one layer of a stacked array, ``zeros.at[i].set(g)`` added to the
@@ -47,8 +47,8 @@ def dead(eqns: list, outs: set) -> set:
     gone: set = set()
     for i in range(len(eqns) - 1, -1, -1):
         eqn = eqns[i]
-        if kj.has_effects(eqn) or any(v in needed for v in kj.outvars(eqn)):
-            needed.update(v for v in kj.invars(eqn) if not kj.is_literal(v))
+        if jaxprs.has_effects(eqn) or any(v in needed for v in jaxprs.outvars(eqn)):
+            needed.update(v for v in jaxprs.invars(eqn) if not jaxprs.is_literal(v))
         else:
             gone.add(i)
     return gone
@@ -60,12 +60,12 @@ def fused(eqns: list, outs: set) -> set:
     producer: dict = {}
     readers: dict = {}
     for eqn in eqns:
-        name = kj.name(eqn)
-        for v in kj.invars(eqn):
-            if not kj.is_literal(v):
+        name = jaxprs.name(eqn)
+        for v in jaxprs.invars(eqn):
+            if not jaxprs.is_literal(v):
                 readers.setdefault(v, []).append(name)
         if name in _ELEMENTWISE or name in _WINDOWS:
-            for v in kj.outvars(eqn):
+            for v in jaxprs.outvars(eqn):
                 producer[v] = name
     return {v for v in producer if v not in outs and readers.get(v)
             and all(r in FUSING for r in readers[v])}
@@ -75,14 +75,14 @@ def passed_through(eqn: Any) -> dict:
     """The results of a call (jit, remat, custom rules) that are one of its operands as they are,
     or an earlier result again: result -> the operand (or result) it is. (Not a scan's: its
     body's results are slices of its stacked results.)"""
-    call = kj.call_jaxpr(eqn) if kj.sub_jaxprs(eqn) and kj.name(eqn) != "scan" else None
+    call = jaxprs.call_jaxpr(eqn) if jaxprs.sub_jaxprs(eqn) and jaxprs.name(eqn) != "scan" else None
     if call is None:
         return {}
-    outer_of = dict(zip(kj.invars(call), kj.invars(eqn)))
+    outer_of = dict(zip(jaxprs.invars(call), jaxprs.invars(eqn)))
     first: dict = {}
     found: dict = {}
-    for inner, outer in zip(kj.outvars(call), kj.outvars(eqn)):
-        if kj.is_literal(inner):
+    for inner, outer in zip(jaxprs.outvars(call), jaxprs.outvars(eqn)):
+        if jaxprs.is_literal(inner):
             continue
         if inner in outer_of:
             found[outer] = outer_of[inner]
@@ -132,34 +132,34 @@ def auto_splits(eqn: Any, ins: list) -> list:
     sum, which XLA reduces), ``broadcast_in_dim`` and ``transpose`` move them, a reduction drops
     the reduced dims', ``reshape`` moves them with the dims they belong to; any other primitive gives
     each result the splits of the operands of its shape (the most split, dim by dim), or none."""
-    name = kj.name(eqn)
-    operands = kj.invars(eqn)
-    outs = kj.outvars(eqn)
-    shapes = [kj.shape(v) for v in operands]
+    name = jaxprs.name(eqn)
+    operands = jaxprs.invars(eqn)
+    outs = jaxprs.outvars(eqn)
+    shapes = [jaxprs.shape(v) for v in operands]
     split = [s if s is not None else (1,) * len(sh) for s, sh in zip(ins, shapes)]
     if name == "dot_general":
-        (lc, rc), (lb, rb) = kj.param(eqn, "dimension_numbers")
+        (lc, rc), (lb, rb) = jaxprs.param(eqn, "dimension_numbers")
         lhs, rhs = split[0], split[1]
         lfree = [d for d in range(len(lhs)) if d not in lc and d not in lb]
         rfree = [d for d in range(len(rhs)) if d not in rc and d not in rb]
         return [tuple([max(lhs[a], rhs[b]) for a, b in zip(lb, rb)]
                       + [lhs[d] for d in lfree] + [rhs[d] for d in rfree])]
     if name == "broadcast_in_dim":
-        out = [1] * len(kj.shape(outs[0]))
-        for i, d in enumerate(kj.param(eqn, "broadcast_dimensions")):
-            if shapes[0][i] == kj.shape(outs[0])[d]:
+        out = [1] * len(jaxprs.shape(outs[0]))
+        for i, d in enumerate(jaxprs.param(eqn, "broadcast_dimensions")):
+            if shapes[0][i] == jaxprs.shape(outs[0])[d]:
                 out[d] = split[0][i]
         return [tuple(out)]
     if name == "transpose":
-        return [tuple(split[0][p] for p in kj.param(eqn, "permutation"))]
-    if name.startswith(("reduce_", "argmax", "argmin")) and kj.optional_param(eqn, "axes") is not None:
-        reduced = set(kj.param(eqn, "axes"))
+        return [tuple(split[0][p] for p in jaxprs.param(eqn, "permutation"))]
+    if name.startswith(("reduce_", "argmax", "argmin")) and jaxprs.optional_param(eqn, "axes") is not None:
+        reduced = set(jaxprs.param(eqn, "axes"))
         kept = tuple(s for d, s in enumerate(split[0]) if d not in reduced)
         return [kept] * len(outs)
     if name in ("reshape", "squeeze"):
-        return [reshaped(shapes[0], split[0], kj.shape(outs[0]))]
+        return [reshaped(shapes[0], split[0], jaxprs.shape(outs[0]))]
     if name == "dynamic_slice":  # a dim taken whole keeps its split (one layer of a stacked weight)
-        out_shape = kj.shape(outs[0])
+        out_shape = jaxprs.shape(outs[0])
         return [tuple(s if n == m else 1 for s, n, m in zip(split[0], shapes[0], out_shape))]
     if name == "dynamic_update_slice":  # the operand's splits, and the update's of the dims it fills
         update = split[1] if len(split) > 1 else ()
@@ -167,7 +167,7 @@ def auto_splits(eqn: Any, ins: list) -> list:
                       for d, (s, n) in enumerate(zip(split[0], shapes[0])))]
     result = []
     for v in outs:
-        out_shape = kj.shape(v)
+        out_shape = jaxprs.shape(v)
         same = [s for s, sh in zip(split, shapes) if sh == out_shape]
         result.append(tuple(max(dims) for dims in zip(*same)) if same and out_shape else (1,) * len(out_shape))
     return result
@@ -203,15 +203,15 @@ def reshaped(shape: tuple, split: tuple, out_shape: tuple) -> tuple:
 
 def loop_carries(eqn: Any) -> list:
     """(initial value, result) of each carry of a scan or while loop; [] for anything else."""
-    name = kj.name(eqn)
+    name = jaxprs.name(eqn)
     try:
         if name == "scan":
-            consts, carries = kj.scan_groups(eqn)
-            return list(zip(kj.invars(eqn)[consts:consts + carries], kj.outvars(eqn)[:carries]))
+            consts, carries = jaxprs.scan_groups(eqn)
+            return list(zip(jaxprs.invars(eqn)[consts:consts + carries], jaxprs.outvars(eqn)[:carries]))
         if name == "while":
-            cond_n, body_n = kj.while_groups(eqn)
-            return list(zip(kj.invars(eqn)[cond_n + body_n:], kj.outvars(eqn)))
-    except (kj.Unreadable, TypeError, ValueError):
+            cond_n, body_n = jaxprs.while_groups(eqn)
+            return list(zip(jaxprs.invars(eqn)[cond_n + body_n:], jaxprs.outvars(eqn)))
+    except (jaxprs.Unreadable, TypeError, ValueError):
         pass
     return []
 
@@ -225,27 +225,27 @@ def backward_splits(eqns: list, splits: dict) -> dict:
     out like the gradients added to it)."""
     settled = dict(splits)
     for eqn in reversed(eqns):
-        outs = kj.outvars(eqn)
-        name = kj.name(eqn)
+        outs = jaxprs.outvars(eqn)
+        name = jaxprs.name(eqn)
         for u, o in loop_carries(eqn):
             start, end = settled.get(u), settled.get(o)
-            if not kj.is_literal(u) and start is not None and end is not None and len(start) == len(end):
+            if not jaxprs.is_literal(u) and start is not None and end is not None and len(start) == len(end):
                 settled[u] = tuple(max(a, b) for a, b in zip(start, end))
         if name not in _ELEMENTWISE or len(outs) != 1:
             continue
         result = settled.get(outs[0])
-        shape = kj.shape(outs[0])
+        shape = jaxprs.shape(outs[0])
         if result is None or len(result) != len(shape):
             continue
-        for v in kj.invars(eqn):
-            own = settled.get(v) if not kj.is_literal(v) else None
+        for v in jaxprs.invars(eqn):
+            own = settled.get(v) if not jaxprs.is_literal(v) else None
             if own is None:
                 continue
-            if kj.shape(v) == shape and len(own) == len(result):
+            if jaxprs.shape(v) == shape and len(own) == len(result):
                 settled[v] = tuple(max(a, b) for a, b in zip(own, result))
             elif name == "broadcast_in_dim":  # an operand dim kept whole in the result
-                dims = kj.optional_param(eqn, "broadcast_dimensions") or ()
-                operand = kj.shape(v)
+                dims = jaxprs.optional_param(eqn, "broadcast_dimensions") or ()
+                operand = jaxprs.shape(v)
                 settled[v] = tuple(max(own[i], result[d]) if i < len(operand) and operand[i] == shape[d] else own[i]
                                    for i, d in enumerate(dims))
     return settled
@@ -255,13 +255,13 @@ def partial_sum(eqn: Any, ins: list) -> bool:
     """Whether a ``dot_general`` contracts a dim split over the mesh (by its operands' shardings on
     Explicit axes, or by ``ins``, their splits over Auto axes): each device then holds a partial
     sum the size of the result, which XLA all-reduces into a buffer of its own."""
-    if kj.name(eqn) != "dot_general":
+    if jaxprs.name(eqn) != "dot_general":
         return False
-    contracted, _ = kj.param(eqn, "dimension_numbers")
-    for v, dims, auto in zip(kj.invars(eqn)[:2], contracted, ins[:2] if ins else (None, None)):
-        aval = kj.aval(v)
+    contracted, _ = jaxprs.param(eqn, "dimension_numbers")
+    for v, dims, auto in zip(jaxprs.invars(eqn)[:2], contracted, ins[:2] if ins else (None, None)):
+        aval = jaxprs.aval(v)
         sharding = getattr(aval, "sharding", None)
-        split = spec_parts(getattr(sharding, "spec", ()), len(kj.shape(v)), _split_axes(sharding))
+        split = spec_parts(getattr(sharding, "spec", ()), len(jaxprs.shape(v)), _split_axes(sharding))
         if any(split[d] > 1 or (auto is not None and d < len(auto) and auto[d] > 1) for d in dims):
             return True
     return False

@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 import jax
 
-from ..checking import jaxprs as kj, primitives as catalogue
+from ..checking import jaxprs, primitives
 from .activation_rules import (
     FUSING,
     auto_splits,
@@ -69,7 +69,7 @@ _LARGEST = 5
 # body runs on slices of its stacked operands, a kernel's on local blocks.
 _NOT_CALLS = frozenset({"scan", "shard_map"})
 
-_FREE = frozenset({"shardtypes_check_sharding", "pbroadcast", "stop_gradient", "device_put", *catalogue.CASTS})
+_FREE = frozenset({"shardtypes_check_sharding", "pbroadcast", "stop_gradient", "device_put", *primitives.CASTS})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +156,7 @@ def estimate(closed: Any, leaves: list, auto_axes: dict[str, int]) -> Activation
     (ShapeDtypeStructs or arrays with shardings), ``auto_axes`` the sizes of the mesh's Auto axes
     (empty: every layout is in the types)."""
     walk = _Walk(auto_axes)
-    jaxpr = kj.inner_jaxpr(closed)
+    jaxpr = jaxprs.inner_jaxpr(closed)
     in_splits = [walk.input_splits(leaf) for leaf in leaves] if walk.auto else [None] * len(leaves)
     peak, top, _ = walk.jaxpr(jaxpr, in_splits)
     largest = tuple(walk.label(*entry) for entry in sorted(top, key=lambda t: -t[0]))
@@ -179,11 +179,11 @@ def _alike_outputs(jaxpr: Any, top: list) -> int:
     """The bytes of the values live at the peak (``top``'s entries) of the shape and dtype of
     one of the step's outputs (not one of its arguments passed through): undonated, XLA may
     place them in that output's buffer before writing it."""
-    inputs = set(kj.invars(jaxpr))
-    outputs = {(kj.shape(v), getattr(kj.aval(v), "dtype", None)) for v in kj.outvars(jaxpr)
-               if not kj.is_literal(v) and v not in inputs}
+    inputs = set(jaxprs.invars(jaxpr))
+    outputs = {(jaxprs.shape(v), getattr(jaxprs.aval(v), "dtype", None)) for v in jaxprs.outvars(jaxpr)
+               if not jaxprs.is_literal(v) and v not in inputs}
     return sum(nbytes for nbytes, _, _, v, _ in top
-               if kj.shape(v) and (kj.shape(v), getattr(kj.aval(v), "dtype", None)) in outputs)
+               if jaxprs.shape(v) and (jaxprs.shape(v), getattr(jaxprs.aval(v), "dtype", None)) in outputs)
 
 
 class _Walk:
@@ -208,7 +208,7 @@ class _Walk:
                           self.auto_axes)
 
     def bytes(self, v: Any, splits: tuple | None, eqn: Any) -> int:
-        aval = kj.aval(v)
+        aval = jaxprs.aval(v)
         shape = getattr(aval, "shape", None)
         if shape is None:
             return 0  # a token, or no array
@@ -217,17 +217,17 @@ class _Walk:
         if local is None or not isinstance(itemsize, int):
             why = SYMBOLIC if local is None else \
                 f"values of dtype {aval.dtype}, which has no size in bytes,"
-            self.unknown.setdefault(why, set()).add(kj.name(eqn))
+            self.unknown.setdefault(why, set()).add(jaxprs.name(eqn))
             return 0
         return math.prod(local) * itemsize
 
     def label(self, nbytes: int, order: int, eqn: Any, v: Any, splits: tuple | None) -> LiveValue:
-        aval = kj.aval(v)
+        aval = jaxprs.aval(v)
         local: tuple = local_shape(aval, splits) or tuple(getattr(aval, "shape", ()))
         dtype = getattr(getattr(aval, "dtype", None), "name", "?")
         kind = self.kinds.get(order)
-        return LiveValue(nbytes, f"{kj.name(eqn)}{' ' + kind if kind else ''} {dtype}[{','.join(map(str, local))}]",
-                         user_frame(kj.frames(eqn)))
+        return LiveValue(nbytes, f"{jaxprs.name(eqn)}{' ' + kind if kind else ''} {dtype}[{','.join(map(str, local))}]",
+                         user_frame(jaxprs.frames(eqn)))
 
     def entry(self, v: Any, splits: tuple | None, eqn: Any, kind: str = "") -> tuple:
         """(bytes, order, eqn, var, splits): a value the walk counts, ``kind`` saying what it is
@@ -253,10 +253,10 @@ class _Walk:
             return result
         if self.auto and settled is None:
             self.jaxpr(jaxpr, in_splits, {}, sliced)
-            settled = backward_splits(kj.eqns(jaxpr), {**self.splits, **self.demands})
-        eqns = kj.eqns(jaxpr)
-        splits: dict = dict(zip(kj.invars(jaxpr), in_splits))
-        outs = {v for v in kj.outvars(jaxpr) if not kj.is_literal(v)}
+            settled = backward_splits(jaxprs.eqns(jaxpr), {**self.splits, **self.demands})
+        eqns = jaxprs.eqns(jaxpr)
+        splits: dict = dict(zip(jaxprs.invars(jaxpr), in_splits))
+        outs = {v for v in jaxprs.outvars(jaxpr) if not jaxprs.is_literal(v)}
         gone = dead(eqns, outs)
         eqns = [e for i, e in enumerate(eqns) if i not in gone]
         away = fused(eqns, outs)
@@ -266,46 +266,46 @@ class _Walk:
         readers: dict = {}  # a value -> the primitives that read it
         for i, eqn in enumerate(eqns):
             found: set = set()
-            for v in kj.invars(eqn):
-                if not kj.is_literal(v):
+            for v in jaxprs.invars(eqn):
+                if not jaxprs.is_literal(v):
                     found.update(deps.get(v, (v,)))
-                    readers.setdefault(v, set()).add(kj.name(eqn))
+                    readers.setdefault(v, set()).add(jaxprs.name(eqn))
             for u in found:
                 last[u] = i
             passed = passed_through(eqn)
-            for v in kj.outvars(eqn):
-                if v in away or kj.name(eqn) in _FREE:
+            for v in jaxprs.outvars(eqn):
+                if v in away or jaxprs.name(eqn) in _FREE:
                     deps[v] = tuple(found)
                 elif v in passed:  # a call's result that is one of its operands: the same buffer
                     source = passed[v]
-                    deps[v] = deps.get(source, (source,)) if not kj.is_literal(source) else ()
+                    deps[v] = deps.get(source, (source,)) if not jaxprs.is_literal(source) else ()
                     aliases.add(v)
-        in_place, into_outs = _carried(eqns, last, deps, outs, set(kj.invars(jaxpr)))
+        in_place, into_outs = _carried(eqns, last, deps, outs, set(jaxprs.invars(jaxpr)))
         live: dict = {}  # var -> (bytes, order, eqn, var, splits)
         current = peak = 0
         at_peak: list = []
         if sliced:  # the slices a matmul reads: copies, live from the trip's start
-            for v in kj.invars(jaxpr)[sliced[1]:]:
+            for v in jaxprs.invars(jaxpr)[sliced[1]:]:
                 if v in last and readers.get(v, set()) - FUSING:
                     live[v] = self.entry(v, splits.get(v), sliced[0], "slice")
                     current += live[v][0]
         for i, eqn in enumerate(eqns):
-            ins = [splits.get(v) if not kj.is_literal(v) else None for v in kj.invars(eqn)]
+            ins = [splits.get(v) if not jaxprs.is_literal(v) else None for v in jaxprs.invars(eqn)]
             inner_peak, inner_top, out_splits = self.inner(eqn, ins)
             if out_splits is None:
-                out_splits = self.rule(eqn, ins) if self.auto else [None] * len(kj.outvars(eqn))
+                out_splits = self.rule(eqn, ins) if self.auto else [None] * len(jaxprs.outvars(eqn))
             made = []
-            free = kj.name(eqn) in _FREE
-            for v, s in zip(kj.outvars(eqn), out_splits):
+            free = jaxprs.name(eqn) in _FREE
+            for v, s in zip(jaxprs.outvars(eqn), out_splits):
                 s = splits[v] = settled.get(v, s) if settled else s
                 if v in outs or free or v in away or v in aliases or v in into_outs \
-                        or (v not in last and kj.has_effects(eqn)):
+                        or (v not in last and jaxprs.has_effects(eqn)):
                     continue  # an output of the step (or of the body it is in): not counted here
                 made.append((v, self.entry(v, s, eqn)))
             moment = current + sum(entry[0] for _, entry in made) + inner_peak
             passing = []  # the partial sum of a matmul over a split dim, before XLA's all-reduce
             if partial_sum(eqn, ins):
-                v = kj.outvars(eqn)[0]
+                v = jaxprs.outvars(eqn)[0]
                 passing = [self.entry(v, splits.get(v), eqn, "partial sum")]
                 moment += passing[0][0]
             moment -= sum(live[u][0] for u in in_place.get(i, ()) if u in live)  # (a carry's buffer, updated)
@@ -317,16 +317,16 @@ class _Walk:
                 if last.get(v, -1) > i:
                     live[v] = entry
                     current += entry[0]
-            for v in kj.invars(eqn):
-                if kj.is_literal(v):
+            for v in jaxprs.invars(eqn):
+                if jaxprs.is_literal(v):
                     continue
                 for u in deps.get(v, (v,)):
                     if last.get(u) == i and u in live:
                         current -= live.pop(u)[0]
         # Set last, after the walks of the jaxprs inside: what a caller reads once this returns.
         self.splits = splits
-        self.asked = [settled.get(v) for v in kj.invars(jaxpr)] if settled else []
-        result = (peak, at_peak, [splits.get(v) for v in kj.outvars(jaxpr)])
+        self.asked = [settled.get(v) for v in jaxprs.invars(jaxpr)] if settled else []
+        result = (peak, at_peak, [splits.get(v) for v in jaxprs.outvars(jaxpr)])
         if settled is None or settled:  # (not the forward-only walk of the settling)
             self.walked[key] = (result, self.asked)
         return result
@@ -334,31 +334,31 @@ class _Walk:
     def inner(self, eqn: Any, ins: list) -> tuple[int, list, list | None]:
         """What the jaxprs inside an equation add at it: (their peak, its largest values, the
         equation's output splits where they follow from them)."""
-        name = kj.name(eqn)
+        name = jaxprs.name(eqn)
         if "callback" in name and name != "debug_callback":  # (jax.debug.print returns nothing)
-            where = user_frame(kj.frames(eqn))
+            where = user_frame(jaxprs.frames(eqn))
             self.unknown.setdefault(f"the host callback {name}{' at ' + where if where else ''}, whose own "
                                     "memory is not known,", set())
-        subs = kj.sub_jaxprs(eqn)
+        subs = jaxprs.sub_jaxprs(eqn)
         if not subs or name in _FREE:
             return 0, [], None
         try:
-            call = kj.call_jaxpr(eqn) if name not in _NOT_CALLS else None
+            call = jaxprs.call_jaxpr(eqn) if name not in _NOT_CALLS else None
             if call is not None:
                 walked = self.jaxpr(call, ins)
-                for v, asked in zip(kj.invars(eqn), self.asked):  # the body lays them out so
-                    if asked is not None and not kj.is_literal(v):
+                for v, asked in zip(jaxprs.invars(eqn), self.asked):  # the body lays them out so
+                    if asked is not None and not jaxprs.is_literal(v):
                         self.demands[v] = asked
                 return walked
             if name == "scan":
-                consts, carries = kj.scan_groups(eqn)
+                consts, carries = jaxprs.scan_groups(eqn)
                 body = subs[0]
                 xs = [s[1:] if s is not None else None for s in ins[consts + carries:]]
                 peak, top, outs = self.jaxpr(body, ins[:consts + carries] + xs, sliced=(eqn, consts + carries))
                 ys = [(1, *s) if s is not None else None for s in outs[carries:]]
                 return peak, top, outs[:carries] + ys
             if name == "while":
-                cond_n, body_n = kj.while_groups(eqn)
+                cond_n, body_n = jaxprs.while_groups(eqn)
                 carry = ins[cond_n + body_n:]
                 found = [self.jaxpr(j, ins[:cond_n] + carry) if j is subs[0] else
                          self.jaxpr(j, ins[cond_n:cond_n + body_n] + carry) for j in subs[:2]]
@@ -368,26 +368,26 @@ class _Walk:
                 found = [self.jaxpr(j, ins[1:]) for j in subs]
                 peak, top, outs = max(found, key=lambda f: f[0])
                 return peak, top, outs
-        except kj.Unreadable:
+        except jaxprs.Unreadable:
             pass
         # Anything else (shard_map, whose body holds local blocks; a primitive of another
         # library): each jaxpr inside on its own, its operands taken as not split over Auto axes.
-        found = [self.jaxpr(j, [ones(kj.aval(v)) if self.auto else None for v in kj.invars(j)]) for j in subs]
+        found = [self.jaxpr(j, [ones(jaxprs.aval(v)) if self.auto else None for v in jaxprs.invars(j)]) for j in subs]
         peak, top, _ = max(found, key=lambda f: f[0])
         return peak, top, (self.shard_map_outs(eqn) if name == "shard_map" and self.auto else None)
 
     def shard_map_outs(self, eqn: Any) -> list | None:
-        specs = kj.optional_param(eqn, "out_specs")
-        if not isinstance(specs, (tuple, list)) or len(specs) != len(kj.outvars(eqn)):
+        specs = jaxprs.optional_param(eqn, "out_specs")
+        if not isinstance(specs, (tuple, list)) or len(specs) != len(jaxprs.outvars(eqn)):
             return None
-        return [spec_parts(spec, len(kj.shape(v)), self.auto_axes) for spec, v in zip(specs, kj.outvars(eqn))]
+        return [spec_parts(spec, len(jaxprs.shape(v)), self.auto_axes) for spec, v in zip(specs, jaxprs.outvars(eqn))]
 
     def rule(self, eqn: Any, ins: list) -> list:
         """The Auto-axes splits of an equation's results (see ``activation_rules.auto_splits``)."""
         try:
             return auto_splits(eqn, ins)
         except Exception:  # a param of another shape: the results taken as not split
-            return [ones(kj.aval(v)) for v in kj.outvars(eqn)]
+            return [ones(jaxprs.aval(v)) for v in jaxprs.outvars(eqn)]
 
 
 def _carried(eqns: list, last: dict, deps: dict, outs: set, inputs: set) -> tuple[dict, set]:
@@ -401,7 +401,7 @@ def _carried(eqns: list, last: dict, deps: dict, outs: set, inputs: set) -> tupl
     for i, eqn in enumerate(eqns):
         seen: set = set()
         for u, o in loop_carries(eqn):
-            if kj.is_literal(u) or u in inputs or u in deps or u in seen or last.get(u) != i:
+            if jaxprs.is_literal(u) or u in inputs or u in deps or u in seen or last.get(u) != i:
                 continue
             seen.add(u)
             if o in outs:

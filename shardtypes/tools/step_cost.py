@@ -51,7 +51,7 @@ from typing import Any, Mapping
 
 import jax
 
-from ..checking import jaxprs as kj, primitives as catalogue
+from ..checking import jaxprs, primitives
 from ..language import entry_axes
 from .activation_rules import auto_splits, dead, fused, ones, spec_parts
 from .activations import SYMBOLIC, user_frame
@@ -192,14 +192,15 @@ def _flops(n: int) -> str:
 _KERNEL_KINDS = {"psum": "all-reduce", "pmax": "all-reduce", "pmin": "all-reduce", "all_gather": "all-gather",
                  "reduce_scatter": "reduce-scatter", "all_to_all": "all-to-all", "ppermute": "permute",
                  "pbroadcast": "permute"}
-_BASE = {**{n: b for n, (b, _) in catalogue.VARIANTS.items()}, **{n: b for n, (b, _) in catalogue.ASYNC_STARTS.items()}}
+_BASE = {**{n: b for n, (b, _) in primitives.VARIANTS.items()},
+         **{n: b for n, (b, _) in primitives.ASYNC_STARTS.items()}}
 # Primitives that move no data (casts of the varying type, identities, layout hints).
-_NO_DATA = frozenset({*catalogue.CASTS, *catalogue.IDENTITY, "pbroadcast", "stop_gradient", "device_put",
-                      "reshape", "squeeze", "expand_dims", "bitcast_convert_type", *catalogue.ASYNC_DONES})
+_NO_DATA = frozenset({*primitives.CASTS, *primitives.IDENTITY, "pbroadcast", "stop_gradient", "device_put",
+                      "reshape", "squeeze", "expand_dims", "bitcast_convert_type", *primitives.ASYNC_DONES})
 _RESHARDS = frozenset({"reshard", "mesh_cast", "sharding_cast", "sharding_constraint"})
 _REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or",
                          "argmax", "argmin", "reduce_xor"})
-_ELEMENTWISE = catalogue.ELEMENTWISE | frozenset({"integer_pow", "square", "clamp", "select_n"})
+_ELEMENTWISE = primitives.ELEMENTWISE | frozenset({"integer_pow", "square", "clamp", "select_n"})
 WHILE_ONCE = "a while loop's body (its trip count is not known from the jaxpr) is counted once"
 
 
@@ -243,13 +244,13 @@ class _Cost:
     # -- sizes ------------------------------------------------------------------------------------
 
     def local(self, v: Any, splits: tuple | None, eqn: Any) -> tuple | None:
-        aval = kj.aval(v)
+        aval = jaxprs.aval(v)
         aval = getattr(aval, "inner_aval", aval)
         if getattr(aval, "shape", None) is None:
             return ()
         found = self.local_shape(aval, splits)
         if found is None:
-            self.unknown.setdefault(SYMBOLIC, set()).add(kj.name(eqn))
+            self.unknown.setdefault(SYMBOLIC, set()).add(jaxprs.name(eqn))
         return found
 
     def local_shape(self, aval: Any, splits: tuple | None) -> tuple | None:
@@ -272,9 +273,9 @@ class _Cost:
         return tuple(local)
 
     def nbytes(self, v: Any, splits: tuple | None, eqn: Any) -> int:
-        if kj.is_literal(v):
+        if jaxprs.is_literal(v):
             return 0
-        aval = kj.aval(v)
+        aval = jaxprs.aval(v)
         aval = getattr(aval, "inner_aval", aval)
         if getattr(aval, "shape", None) is None:
             return 0
@@ -284,7 +285,7 @@ class _Cost:
             return 0
         if not isinstance(itemsize, int):
             self.unknown.setdefault(f"values of dtype {aval.dtype}, which has no size in bytes,", set()).add(
-                kj.name(eqn))
+                jaxprs.name(eqn))
             return 0
         return math.prod(shape) * itemsize
 
@@ -298,7 +299,7 @@ class _Cost:
                 "all-reduce": 2 * operand * (n - 1) // n, "all-to-all": operand * (n - 1) // n,
                 "permute": operand}[kind]
         if sent or operand == 0:
-            key = (kind, tuple(axes), sent, user_frame(kj.frames(eqn)), source)
+            key = (kind, tuple(axes), sent, user_frame(jaxprs.frames(eqn)), source)
             tally.collectives[key] = tally.collectives.get(key, 0) + 1
 
     # -- the walk ---------------------------------------------------------------------------------
@@ -309,33 +310,33 @@ class _Cost:
         key = (id(jaxpr), tuple(ins), manual)
         if key in self.walked:
             return self.walked[key][:2]
-        eqns = kj.eqns(jaxpr)
-        outs = {v for v in kj.outvars(jaxpr) if not kj.is_literal(v)}
+        eqns = jaxprs.eqns(jaxpr)
+        outs = {v for v in jaxprs.outvars(jaxpr) if not jaxprs.is_literal(v)}
         gone = dead(eqns, outs)
         eqns = [e for i, e in enumerate(eqns) if i not in gone]
         away = fused(eqns, outs)
-        splits: dict = dict(zip(kj.invars(jaxpr), ins))
+        splits: dict = dict(zip(jaxprs.invars(jaxpr), ins))
         tally = _Tally()
         for eqn in eqns:
-            operands = kj.invars(eqn)
-            in_splits = [splits.get(v) if not kj.is_literal(v) else None for v in operands]
+            operands = jaxprs.invars(eqn)
+            in_splits = [splits.get(v) if not jaxprs.is_literal(v) else None for v in operands]
             out_splits = self.equation(tally, eqn, in_splits, manual, away)
-            splits.update(zip(kj.outvars(eqn), out_splits))
-        result = (tally, [splits.get(v) if not kj.is_literal(v) else None for v in kj.outvars(jaxpr)])
+            splits.update(zip(jaxprs.outvars(eqn), out_splits))
+        result = (tally, [splits.get(v) if not jaxprs.is_literal(v) else None for v in jaxprs.outvars(jaxpr)])
         self.walked[key] = (*result, jaxpr)  # (the jaxpr kept: its id stays its own)
         return result
 
     def equation(self, tally: _Tally, eqn: Any, ins: list, manual: frozenset, away: set) -> list:
-        name = kj.name(eqn)
-        outs = kj.outvars(eqn)
+        name = jaxprs.name(eqn)
+        outs = jaxprs.outvars(eqn)
         if "callback" in name and name != "debug_callback":
-            where = user_frame(kj.frames(eqn))
+            where = user_frame(jaxprs.frames(eqn))
             self.unknown.setdefault(f"the host callback {name}{' at ' + where if where else ''}, whose own "
                                     "cost is not known,", set())
-        if kj.sub_jaxprs(eqn):
+        if jaxprs.sub_jaxprs(eqn):
             try:
                 found = self.inner(tally, eqn, ins, manual)
-            except kj.Unreadable:
+            except jaxprs.Unreadable:
                 found = None
             if found is not None:
                 return found
@@ -358,26 +359,26 @@ class _Cost:
     def inner(self, tally: _Tally, eqn: Any, ins: list, manual: frozenset) -> list | None:
         """The cost of the jaxprs inside an equation, times the runs; its results' Auto splits
         (None where this equation is not a call, loop or kernel this knows)."""
-        name = kj.name(eqn)
-        subs = kj.sub_jaxprs(eqn)
+        name = jaxprs.name(eqn)
+        subs = jaxprs.sub_jaxprs(eqn)
         if name == "shard_map":
-            _, _, _, axes = kj.nested_map(eqn)
+            _, _, _, axes = jaxprs.nested_map(eqn)
             body = subs[0]
-            found, _ = self.jaxpr(body, [None] * len(kj.invars(body)), manual | frozenset(axes))
+            found, _ = self.jaxpr(body, [None] * len(jaxprs.invars(body)), manual | frozenset(axes))
             tally.add(found)
             return self.shard_map_outs(eqn)
         if name == "scan":
-            consts, carries = kj.scan_groups(eqn)
-            length = kj.param(eqn, "length")
+            consts, carries = jaxprs.scan_groups(eqn)
+            length = jaxprs.param(eqn, "length")
             xs = [s[1:] if s is not None else None for s in ins[consts + carries:]]
             found, outs = self.jaxpr(subs[0], ins[:consts + carries] + xs, manual)
             tally.add(found, int(length) if isinstance(length, int) else 1)
             if not isinstance(length, int):
-                self.unknown.setdefault(f"a scan of symbolic length is counted once ({user_frame(kj.frames(eqn))})",
+                self.unknown.setdefault(f"a scan of symbolic length is counted once ({user_frame(jaxprs.frames(eqn))})",
                                         set())
             return outs[:carries] + [(1, *s) if s is not None else None for s in outs[carries:]]
         if name == "while":
-            cond_n, body_n = kj.while_groups(eqn)
+            cond_n, body_n = jaxprs.while_groups(eqn)
             carry = ins[cond_n + body_n:]
             trips = _trip_count(eqn, subs[0], subs[1], cond_n, body_n)
             for j in subs[:2]:
@@ -385,7 +386,7 @@ class _Cost:
                                       manual)
                 tally.add(found, 1 if trips is None else trips + (j is subs[0]))
             if trips is None:
-                where = user_frame(kj.frames(eqn))
+                where = user_frame(jaxprs.frames(eqn))
                 self.unknown.setdefault(WHILE_ONCE + (f" (at {where})" if where else ""), set())
             return list(carry)
         if name == "cond":
@@ -393,7 +394,7 @@ class _Cost:
             costly, outs = max(branches, key=lambda f: f[0].weight())
             tally.add(costly)
             return outs
-        call = kj.call_jaxpr(eqn)
+        call = jaxprs.call_jaxpr(eqn)
         if call is not None:
             found, outs = self.jaxpr(call, ins, manual)
             tally.add(found)
@@ -401,29 +402,29 @@ class _Cost:
         return None
 
     def shard_map_outs(self, eqn: Any) -> list:
-        specs = kj.optional_param(eqn, "out_specs")
-        outs = kj.outvars(eqn)
+        specs = jaxprs.optional_param(eqn, "out_specs")
+        outs = jaxprs.outvars(eqn)
         if not self.auto or not isinstance(specs, (tuple, list)) or len(specs) != len(outs):
             return [None] * len(outs)
-        return [spec_parts(_entries(spec), len(kj.shape(v)), self.auto) for spec, v in zip(specs, outs)]
+        return [spec_parts(_entries(spec), len(jaxprs.shape(v)), self.auto) for spec, v in zip(specs, outs)]
 
     def rule(self, eqn: Any, ins: list) -> list:
         try:
             return auto_splits(eqn, ins)
         except Exception:  # a param of another shape: the results taken as not split
-            return [ones(kj.aval(v)) for v in kj.outvars(eqn)]
+            return [ones(jaxprs.aval(v)) for v in jaxprs.outvars(eqn)]
 
     # -- the rules --------------------------------------------------------------------------------
 
     def kernel_collective(self, tally: _Tally, eqn: Any, base: str, ins: list) -> None:
         """A collective inside ``shard_map``: local shapes, exact sizes."""
         try:
-            axes = kj.axis_names(eqn)
-        except kj.Unreadable as e:
-            self.unknown.setdefault(f"a {kj.name(eqn)} the walk cannot read ({e}) is not counted", set())
+            axes = jaxprs.axis_names(eqn)
+        except jaxprs.Unreadable as e:
+            self.unknown.setdefault(f"a {jaxprs.name(eqn)} the walk cannot read ({e}) is not counted", set())
             return
         kind = _KERNEL_KINDS[base]
-        values = kj.outvars(eqn) if kind == "all-gather" else kj.invars(eqn)
+        values = jaxprs.outvars(eqn) if kind == "all-gather" else jaxprs.invars(eqn)
         sizes = [self.nbytes(v, None, eqn) for v in values]
         self.collective(tally, kind, self.ordered(axes), sum(sizes), eqn, "kernel")
 
@@ -434,7 +435,7 @@ class _Cost:
     def spec(self, v: Any) -> tuple[list, frozenset] | None:
         """A value's Explicit layout: per dim its mesh axes, and the axes it is unreduced over;
         None where it has no sharding in its type."""
-        aval = kj.aval(v)
+        aval = jaxprs.aval(v)
         sharding = getattr(aval, "sharding", None)
         spec = getattr(sharding, "spec", None)
         if spec is None:
@@ -447,11 +448,11 @@ class _Cost:
 
     def bytes_as(self, v: Any, dims: list, eqn: Any) -> int:
         """The bytes per device of ``v`` laid out with ``dims`` (per dim, its mesh axes)."""
-        aval = kj.aval(v)
+        aval = jaxprs.aval(v)
         shape = tuple(getattr(aval, "shape", ()))
         itemsize = getattr(getattr(aval, "dtype", None), "itemsize", None)
         if not all(isinstance(d, int) for d in shape) or not isinstance(itemsize, int):
-            self.unknown.setdefault(SYMBOLIC, set()).add(kj.name(eqn))
+            self.unknown.setdefault(SYMBOLIC, set()).add(jaxprs.name(eqn))
             return 0
         parts = [math.prod(self.sizes.get(a, 1) for a in axes) for axes in dims]
         return math.prod(-(-d // p) for d, p in zip(shape, parts)) * itemsize
@@ -482,18 +483,18 @@ class _Cost:
                             value * math.prod(self.sizes[a] for a in dropped), eqn, "explicit")
 
     def reshard(self, tally: _Tally, eqn: Any, ins: list) -> None:
-        operand, result = kj.invars(eqn)[0], kj.outvars(eqn)[0]
+        operand, result = jaxprs.invars(eqn)[0], jaxprs.outvars(eqn)[0]
         src, dst = self.spec(operand), self.spec(result)
-        if src is None or dst is None or kj.is_literal(operand):
+        if src is None or dst is None or jaxprs.is_literal(operand):
             return
         if src[0] == dst[0] and not (src[1] - dst[1]):
             return
         self.move(tally, eqn, src[0], set(src[1]), dst[0], dst[1], self.nbytes(operand, ins[0], eqn))
 
     def dot(self, tally: _Tally, eqn: Any, ins: list, out_splits: list, auto: bool) -> None:
-        lhs, rhs = kj.invars(eqn)[:2]
-        result = kj.outvars(eqn)[0]
-        (lc, rc), (lb, rb) = kj.param(eqn, "dimension_numbers")
+        lhs, rhs = jaxprs.invars(eqn)[:2]
+        result = jaxprs.outvars(eqn)[0]
+        (lc, rc), (lb, rb) = jaxprs.param(eqn, "dimension_numbers")
         ls, rs, out = self.spec(lhs), self.spec(rhs), self.spec(result)
         if ls is not None and rs is not None and out is not None:
             lfree = [d for d in range(len(ls[0])) if d not in lc and d not in lb]
@@ -506,16 +507,16 @@ class _Cost:
             if natural != out[0] or partial - out[1]:
                 self.move(tally, eqn, natural, partial, out[0], out[1], self.bytes_as(result, natural, eqn))
         if auto:
-            splits = [s if s is not None else ones(kj.aval(v)) for s, v in zip(ins[:2], (lhs, rhs))]
+            splits = [s if s is not None else ones(jaxprs.aval(v)) for s, v in zip(ins[:2], (lhs, rhs))]
             n = math.prod(max(splits[0][a], splits[1][b]) for a, b in zip(lc, rc))
             if n > 1:
                 self.auto_collective(tally, eqn, n, self.nbytes(result, out_splits[0], eqn))
 
     def reduction(self, tally: _Tally, eqn: Any, ins: list, out_splits: list, auto: bool) -> None:
-        axes = kj.optional_param(eqn, "axes")
+        axes = jaxprs.optional_param(eqn, "axes")
         if axes is None:
             return
-        operand, result = kj.invars(eqn)[0], kj.outvars(eqn)[0]
+        operand, result = jaxprs.invars(eqn)[0], jaxprs.outvars(eqn)[0]
         src, dst = self.spec(operand), self.spec(result)
         if src is not None and dst is not None:
             partial = {a for d in axes for a in src[0][d]}
@@ -530,9 +531,9 @@ class _Cost:
     def constrained(self, tally: _Tally, eqn: Any, ins: list) -> list:
         """A sharding constraint on Auto axes: its result split as it says; the ways the operand
         was split more than that are gathered (an all-gather of the result)."""
-        result = kj.outvars(eqn)[0]
-        spec = getattr(kj.optional_param(eqn, "sharding"), "spec", None)
-        ndim = len(kj.shape(result))
+        result = jaxprs.outvars(eqn)[0]
+        spec = getattr(jaxprs.optional_param(eqn, "sharding"), "spec", None)
+        ndim = len(jaxprs.shape(result))
         if spec is None:
             return [ins[0]]
         out = spec_parts(_entries(spec), ndim, self.auto)
@@ -554,12 +555,12 @@ class _Cost:
 
     def compute(self, tally: _Tally, eqn: Any, name: str, ins: list, out_splits: list, away: set) -> None:
         """The equation's FLOPs and memory bytes (see the module's conventions)."""
-        if name in _NO_DATA or name in _RESHARDS or name in catalogue.CALLS or name in catalogue.LOOPS \
+        if name in _NO_DATA or name in _RESHARDS or name in primitives.CALLS or name in primitives.LOOPS \
                 or name == "shard_map":
             return
-        operands, results = kj.invars(eqn), kj.outvars(eqn)
+        operands, results = jaxprs.invars(eqn), jaxprs.outvars(eqn)
         if name == "dot_general":
-            (lc, rc), _ = kj.param(eqn, "dimension_numbers")
+            (lc, rc), _ = jaxprs.param(eqn, "dimension_numbers")
             lhs = self.local(operands[0], ins[0], eqn)
             rhs = self.local(operands[1], ins[1], eqn)
             out = self.local(results[0], out_splits[0], eqn)
@@ -571,7 +572,7 @@ class _Cost:
         elif name == "conv_general_dilated":
             rhs = self.local(operands[1], ins[1], eqn)
             out = self.local(results[0], out_splits[0], eqn)
-            numbers = kj.optional_param(eqn, "dimension_numbers")
+            numbers = jaxprs.optional_param(eqn, "dimension_numbers")
             o = getattr(numbers, "rhs_spec", (0,))[0]
             if rhs is not None and out is not None and rhs[o]:
                 flops = 2 * math.prod(out) * (math.prod(rhs) // rhs[o])
@@ -584,7 +585,7 @@ class _Cost:
         elif name in _REDUCTIONS or name.startswith("cum"):
             shape = self.local(operands[0], ins[0], eqn)
             tally.flop(_dtype(operands[0]), math.prod(shape) if shape is not None else 0)
-        read = sum(self.nbytes(v, s, eqn) for v, s in zip(operands, ins) if kj.is_literal(v) or v not in away)
+        read = sum(self.nbytes(v, s, eqn) for v, s in zip(operands, ins) if jaxprs.is_literal(v) or v not in away)
         written = sum(self.nbytes(v, s, eqn) for v, s in zip(results, out_splits) if v not in away)
         tally.memory += read + written
 
@@ -593,24 +594,24 @@ def _trip_count(eqn: Any, cond: Any, body: Any, cond_n: int, body_n: int) -> int
     """The trip count of a while loop that counts: its condition ``i < n`` (or ``n > i``) of a
     carry ``i`` that starts at a literal and that the body adds a literal step to, ``n`` a literal
     (a ``fori_loop`` whose bounds are not Python ints); None for any other loop."""
-    eqns = kj.eqns(cond)
-    if len(eqns) != 1 or kj.name(eqns[0]) not in ("lt", "gt") or len(kj.invars(eqns[0])) != 2:
+    eqns = jaxprs.eqns(cond)
+    if len(eqns) != 1 or jaxprs.name(eqns[0]) not in ("lt", "gt") or len(jaxprs.invars(eqns[0])) != 2:
         return None
-    left, right = kj.invars(eqns[0])
-    counter, bound = (left, right) if kj.name(eqns[0]) == "lt" else (right, left)
-    carries = kj.invars(cond)[cond_n:]
-    if counter not in carries or kj.literal_number(bound) is None:
+    left, right = jaxprs.invars(eqns[0])
+    counter, bound = (left, right) if jaxprs.name(eqns[0]) == "lt" else (right, left)
+    carries = jaxprs.invars(cond)[cond_n:]
+    if counter not in carries or jaxprs.literal_number(bound) is None:
         return None
     k = carries.index(counter)
-    start = kj.literal_number(kj.invars(eqn)[cond_n + body_n + k])
-    produced = kj.outvars(body)[k]
-    stepped = [e for e in kj.eqns(body) if produced in kj.outvars(e)]
-    if start is None or len(stepped) != 1 or kj.name(stepped[0]) != "add":
+    start = jaxprs.literal_number(jaxprs.invars(eqn)[cond_n + body_n + k])
+    produced = jaxprs.outvars(body)[k]
+    stepped = [e for e in jaxprs.eqns(body) if produced in jaxprs.outvars(e)]
+    if start is None or len(stepped) != 1 or jaxprs.name(stepped[0]) != "add":
         return None
-    ins = kj.invars(stepped[0])
-    own = kj.invars(body)[body_n + k]
-    step = kj.literal_number(ins[1]) if ins[0] is own else kj.literal_number(ins[0]) if ins[1] is own else None
-    limit = kj.literal_number(bound)
+    ins = jaxprs.invars(stepped[0])
+    own = jaxprs.invars(body)[body_n + k]
+    step = jaxprs.literal_number(ins[1]) if ins[0] is own else jaxprs.literal_number(ins[0]) if ins[1] is own else None
+    limit = jaxprs.literal_number(bound)
     if not step or step <= 0 or limit is None:
         return None
     return max(0, math.ceil((limit - start) / step))
@@ -629,14 +630,14 @@ def _entries(spec: Any) -> tuple:
 
 
 def _dtype(v: Any) -> str:
-    return getattr(getattr(kj.aval(v), "dtype", None), "name", "?")
+    return getattr(getattr(jaxprs.aval(v), "dtype", None), "name", "?")
 
 
 def cost_of(closed: Any, leaves: list, sizes: Mapping[str, int], auto: Mapping[str, int]) -> StepCost:
     """The ``StepCost`` of a traced step (``activations.trace_step``'s closed jaxpr and argument
     leaves), the mesh's axes of ``sizes`` (name -> size), of which ``auto`` are Auto axes."""
     walk = _Cost(dict(sizes), dict(auto))
-    jaxpr = kj.inner_jaxpr(closed)
+    jaxpr = jaxprs.inner_jaxpr(closed)
     specs = [getattr(getattr(leaf, "sharding", None), "spec", None) for leaf in leaves]
     ins = [spec_parts(_entries(spec) if spec is not None else (), len(getattr(leaf, "shape", ())), walk.auto)
            if walk.auto else None for spec, leaf in zip(specs, leaves)]
