@@ -5,9 +5,10 @@ raise and fragments of the message, which must be ours and name the argument.
 docs/design.md, "Every public entry point validates its input": a wrong type or value gets a shardtypes
 error (or TypeError/ValueError with our message) naming the argument; never an AttributeError,
 KeyError, ZeroDivisionError, UnicodeDecodeError, RecursionError or another library's error about
-our input. Our exceptions pickle and deep-copy (last tests of this file). What a user sees of
-every error (its message, its class as tracebacks and pytest print it) names no private class
-(``_ArrayError``, ``jaxlib._jax.ArrayImpl``, JAX's tracer classes; issue 19).
+our input. What a user sees of every error (its message, its class as tracebacks and pytest
+print it) names no private class (``_ArrayError``, ``jaxlib._jax.ArrayImpl``, JAX's tracer
+classes; issue 19). That our exceptions pickle and deep-copy is tested in
+test_exceptions_pickle_and_copy.py; what the cases work on is in catalogue_kit.py.
 
 A case found before its fix is kept with ``xfail=`` naming the fix it needs (a strict xfail:
 when the fix lands it starts passing, and the strict marker says to drop the mark). None is
@@ -16,12 +17,7 @@ pending now.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
-import functools
-import io
-import pickle
 import re
 import traceback
 import typing
@@ -92,160 +88,33 @@ from shardtypes import (
     validate_shardings,
     verify,
 )
-from shardtypes.__main__ import main as cli_main
-from shardtypes.checking.kernel_pass import Unreadable as _Unreadable
-from shardtypes.context import compat as _compat
 
-# Private exception classes, imported by path: every exception of the package must pickle.
-from shardtypes.language.sizes import DimError
-from shardtypes.model import Mismatch, hints as _hints
-from shardtypes.tools.cli import _StdoutClosed
-
-# ---------------------------------------------------------------------------------------------
-# What the cases work on.
-
-
-@functools.cache
-def MESH() -> jax.sharding.Mesh:
-    return jax.make_mesh((4, 2), ("d", "t"))
-
-
-@functools.cache
-def MESH2() -> jax.sharding.Mesh:
-    return jax.make_mesh((2, 2, 2), ("x", "y", "z"))
-
-
-ABSTRACT = {"d": 4, "t": 2}
-
-
-def X() -> jax.Array:
-    return jnp.zeros((8, 4), jnp.float32)
-
-
-@pytree_dataclass
-class Layer:
-    w_up: f32[b"embed/d hidden/t"]
-    w_down: f32[b"hidden/t embed/d"]
-
-
-ANN = f32[b"batch/d embed"]
-
-
-@typechecked
-def step(x: f32[b"batch/d embed"], layer: Layer) -> f32[b"batch/d embed"]:
-    return x
-
-
-@typechecked
-def with_n(x: f32[b"batch/d embed"], n: int) -> f32[b"batch/d embed"]:
-    return x
-
-
-RULES = AxisRules([("batch", "d"), ("embed", "t")], modes={"decode": [("batch", None)]}, name="cat")
-NOT_AN_ANNOTATION = 3
-
-
-def enter(cm: Any) -> None:
-    with cm:
-        pass
-
-
-def deep_list(depth: int) -> Any:
-    tree: Any = ANN
-    for _ in range(depth):
-        tree = [tree]
-    return tree
-
-
-def deep_arrays(depth: int) -> Any:
-    tree: Any = X()
-    for _ in range(depth):
-        tree = [tree]
-    return tree
-
-
-def recursive_list() -> list:
-    tree: list = [ANN]
-    tree.append(tree)
-    return tree
-
-
-def recursive_dict() -> dict:
-    tree: dict = {"a": ANN}
-    tree["b"] = tree
-    return tree
-
-
-def in_shard_map(body: Callable[[jax.Array], Any]) -> Any:
-    """Runs ``body`` inside a shard_map over MESH with every axis manual."""
-    return jax.shard_map(body, mesh=MESH(), in_specs=P(), out_specs=P(), check_vma=False)(jnp.zeros((8,)))
-
-
-def gather_kernel_vma_off(x: f32[b"a/d"]) -> f32[b"a"]:
-    return ops.all_gather("a/d -> a", x, invariant=True)
-
-
-def gather_kernel_plain(x: f32[b"a/d"]) -> f32[b"a"]:
-    return ops.all_gather("a/d -> a", x)
-
-
-def in_kernel(f: Callable[..., Any]) -> Any:
-    """Calls ``f`` as a typed_shard_map kernel over MESH (check_vma off for ``*_vma_off``)."""
-    with jax.set_mesh(MESH()):
-        x = jax.device_put(jnp.zeros((8,)), NamedSharding(MESH(), P("d")))
-        return typed_shard_map(f, check_vma=not f.__name__.endswith("_vma_off"))(x)
-
-
-def define_pytree(**options: Any) -> type:
-    class C:
-        w: f32[b"a"]
-
-    return pytree_dataclass(**options)(C)
-
-
-@functools.cache
-def nnx_block() -> Any:
-    from flax import nnx as flax_nnx
-
-    class Block(flax_nnx.Module):
-        w: flax_nnx.Param[f32[jax.Array, b"embed/d hidden/t"]]
-
-        def __init__(self) -> None:
-            self.w = flax_nnx.Param(jnp.zeros((8, 4)))
-
-    return Block()
-
-
-def init_false_field() -> type:
-    @dataclasses.dataclass
-    class C:
-        w: f32[b"a"]
-        n: int = dataclasses.field(default=0, init=False)
-
-    return pytree_dataclass(C)
-
-
-class CLIFailed(Exception):
-    """The command ended with a non-zero status; the message holds the status and the output."""
-
-
-def cli(*argv: str) -> None:
-    """Runs ``shardtypes ARGV`` in process; a non-zero exit status raises CLIFailed. An exception
-    that escapes ``main`` (a traceback, for the user) escapes here too, and fails the case."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            status = cli_main(list(argv))
-        except SystemExit as e:
-            status = e.code if isinstance(e.code, int) else 1
-            if isinstance(e.code, str):
-                err.write(e.code)
-    if status:
-        raise CLIFailed(f"exit status {status}: {out.getvalue()}{err.getvalue()}")
-
-
-HERE = __name__  # the command imports its targets from this module
-
+from catalogue_kit import (
+    ABSTRACT,
+    ANN,
+    HERE,
+    MESH,
+    MESH2,
+    RULES,
+    CLIFailed,
+    Layer,
+    X,
+    cli,
+    deep_arrays,
+    deep_list,
+    define_pytree,
+    enter,
+    gather_kernel_plain,
+    gather_kernel_vma_off,
+    in_kernel,
+    in_shard_map,
+    init_false_field,
+    nnx_block,
+    recursive_dict,
+    recursive_list,
+    step,
+    with_n,
+)
 
 # ---------------------------------------------------------------------------------------------
 # The table: (entry point, case id, call, expected class, message fragments, xfail reason).
@@ -982,7 +851,7 @@ def test_bad_input(c: Case) -> None:
     # AttributeError only where a case expects it: an unknown setting of shardtypes.config
     assert c.expected is AttributeError or not isinstance(error, RAW), f"a raw {type(error).__name__}: {error}"
     module = type(error).__module__
-    assert module.split(".")[0] in ("builtins", "shardtypes", "typeguard", __name__), (
+    assert module.split(".")[0] in ("builtins", "shardtypes", "typeguard", CLIFailed.__module__), (
         f"another library's error: {module}.{type(error).__name__}: {error}")
     message = str(error)
     for fragment in c.fragments:
@@ -1011,98 +880,7 @@ def test_the_catalogue_is_large_and_covers_every_entry_point() -> None:
     exceptions = {n for n in shardtypes.__all__ if isinstance(getattr(shardtypes, n), type)
                   and issubclass(getattr(shardtypes, n), BaseException)}
     covered = {c.entry for c in CASES}
-    assert set(shardtypes.__all__) - exceptions - covered == set()
-    assert exceptions <= set(EXCEPTIONS)  # each pickles (test below)
+    assert set(shardtypes.__all__) - exceptions - covered == set()  # the exceptions: each pickles
     ops_covered = {c.id.split("-")[0] for c in CASES if c.entry == "ops"}
     assert set(ops.__all__) - ops_covered == set()
     assert "cli" in covered
-
-
-# ---------------------------------------------------------------------------------------------
-# Our exceptions pickle and deep-copy.
-
-
-def _verification_error() -> Exception:
-    with pytest.raises(Exception) as info:
-        verify(step, ABSTRACT, dims={"batch": 8, "embed": 3}, raise_on_error=True)
-    return info.value
-
-
-def _field_error() -> Exception:
-    with pytest.raises(FieldError) as info:
-        typeguard.check_type(Layer(jnp.zeros((2, 3)), jnp.zeros((4, 2))), Layer)
-    return info.value
-
-
-def _type_check_error() -> Exception:
-    with pytest.raises(TypeCheckError) as info:
-        check(f32, "a", X())
-    return info.value
-
-
-EXCEPTIONS: dict[str, Callable[[], BaseException]] = {
-    "ShapeSpecError": lambda: ShapeSpecError("a/", "dim 0: empty mesh axis", (0, 2)),
-    "ShapeSpecError-parsed": lambda: _raised(lambda: ShapeSpec.parse("a/x b/x")),
-    "ShapeSpecError-no-span": lambda: ShapeSpecError(3, "a shape string must be str or bytes"),
-    "AxisRulesError": lambda: _raised(lambda: RULES.table("prefill")),
-    "TypeCheckError": _type_check_error,
-    "FieldError": _field_error,
-    "VerificationError": _verification_error,
-    "ShardtypesWarning": lambda: ShardtypesWarning("unchecked locals"),
-    "KernelPassWarning": lambda: shardtypes.KernelPassWarning("cannot follow JAX's 'scan' here"),
-    "JaxFeatureWarning": lambda: _compat.JaxFeatureWarning("the probe could not decide"),
-    "Unreadable": lambda: _Unreadable("no param 'axes'"),
-    "_Unresolved": lambda: _hints._Unresolved("x"),
-    # Internal ones, which a user meets only by accident (or in a traceback's chain).
-    "Mismatch": lambda: Mismatch("has 2 dims (8, 4) but the annotation has 1"),
-    "ArrayError": lambda: _raised(lambda: typeguard.check_type(X(), f32[b"a"])),
-    "DimError": lambda: DimError("dim 'a/' has an empty mesh axis name"),
-    "_StdoutClosed": lambda: _StdoutClosed(),
-}
-
-
-def _raised(call: Callable[[], Any]) -> BaseException:
-    with pytest.raises(Exception) as info:
-        call()
-    return info.value
-
-
-def _same(a: BaseException, b: BaseException) -> None:
-    assert type(a) is type(b)
-    assert str(a) == str(b)
-    assert a.args == b.args
-    for name, value in vars(a).items():
-        if name.startswith("__"):
-            continue
-        other = getattr(b, name)
-        assert str(other) == str(value), name
-
-
-@pytest.mark.parametrize("name", sorted(EXCEPTIONS))
-@pytest.mark.parametrize("how", ["pickle", "deepcopy", "copy"])
-def test_exceptions_pickle_and_copy(name: str, how: str) -> None:
-    error = EXCEPTIONS[name]()
-    if how == "pickle":
-        back = pickle.loads(pickle.dumps(error))
-    elif how == "deepcopy":
-        back = copy.deepcopy(error)
-    else:
-        back = copy.copy(error)
-    _same(error, back)
-
-
-def test_every_exception_class_of_the_package_is_in_the_pickle_test() -> None:
-    import importlib
-    import pkgutil
-
-    found = set()
-    for info in pkgutil.walk_packages(shardtypes.__path__, "shardtypes."):
-        try:
-            module = importlib.import_module(info.name)
-        except ImportError:  # _indirection: for static checkers only
-            continue
-        for value in vars(module).values():
-            if (isinstance(value, type) and issubclass(value, BaseException)
-                    and value.__module__.startswith("shardtypes")):
-                found.add(value.__name__)
-    assert found <= {n.split("-")[0] for n in EXCEPTIONS}, found
