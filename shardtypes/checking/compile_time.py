@@ -17,7 +17,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from typeguard import TypeCheckError
 
 from ..context import config
-from ..language import ShapeSpec, is_unconstrained
+from ..language import COMPILE_TIME, ShapeSpec, is_unconstrained, linked
 from ..model import Layout, adopt, fmt_layout, fmt_shape, layout_problem, missing_axes_problem, normalise
 from .compile_errors import failed
 from .sharding import drop_size_one, missing_axes, unnamed_sharding_problem
@@ -64,12 +64,12 @@ def check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset, 
         if problem is not None:
             fix = fmt_layout(tuple(axes if is_unconstrained(axes) else tuple(a for a in axes if a not in manual)
                                     for axes in expected))
-            raise failed(TypeCheckError(
+            raise failed(TypeCheckError(linked(
                 f"shardtypes (compile-time check): {where}: {problem} (the sharding XLA chose "
                 f"under jax.jit on Auto mesh axes). Fix: lay the value out as annotated, with "
                 f"shardtypes.shard(value, annotation) or jax.lax.with_sharding_constraint(value, "
-                f"{fix}), or set shardtypes.config.auto_sharding_check = 'off'"
-            ))
+                f"{fix}), or set shardtypes.config.auto_sharding_check = 'off'", COMPILE_TIME
+            )))
 
     compile_time_check(value, report, lambda v, r: _inspect(v, r, 0))
 

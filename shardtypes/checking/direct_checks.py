@@ -17,7 +17,7 @@ import typeguard
 from typeguard import TypeCheckError
 
 from ..context import FORCED, TABLE, Table, checks_on, config, filter_traceback
-from ..language import ShapeSpec
+from ..language import CHECK_FAILED, ShapeSpec, linked
 from ..model import (
     Mismatch,
     Plan,
@@ -56,10 +56,10 @@ def check_with_plan(value: Any, plan: Plan, role: str, func: str, origin: str,
             new = check_value(value, plan.dtype_cls, plan.spec, table,
                               lambda: f"{origin}, annotated {plan.text}", plan.array_type)
         except Mismatch as m:
-            error = TypeCheckError(
+            error = TypeCheckError(linked(
                 f"{role} ({qualified(value)}) of {func}() is not {plan.text}: {m.problem}"
-                f"{found_text(value, m)}"
-            )
+                f"{found_text(value, m)}", CHECK_FAILED
+            ))
             if collect(error):
                 return
             raise error from None
@@ -139,7 +139,8 @@ def check(dtype: Any, shape_spec: ShapeSpec | str | bytes, value: Any) -> None:
         try:
             new = check_value(value, dtype_cls, spec, table or Table(), lambda: f"check() of {text}")
         except Mismatch as m:
-            raise TypeCheckError(f"check(): value is not {text}: {m.problem}{found_text(value, m)}") from None
+            raise TypeCheckError(linked(f"check(): value is not {text}: {m.problem}{found_text(value, m)}",
+                                        CHECK_FAILED)) from None
         if new and table is not None:
             TABLE.set(table.bind(new, "check()"))
     except TypeCheckError as e:
@@ -221,11 +222,12 @@ def check_named(value: Any, annotation: Any, where: str, who: str) -> None:
             typeguard.check_type(value, annotation,
                                  collection_check_strategy=typeguard.CollectionCheckStrategy.ALL_ITEMS)
         except TypeCheckError as e:
-            raise TypeCheckError(f"{who}: {where}: {e}") from None
+            raise TypeCheckError(linked(f"{who}: {where}: {e}", CHECK_FAILED)) from None
         return
     try:
         new = check_value(value, plan.dtype_cls, plan.spec, table, lambda: f"{where} ({who})", plan.array_type)
     except Mismatch as m:
-        raise TypeCheckError(f"{who}: {where} is not {plan.text}: {m.problem}{found_text(value, m)}") from None
+        raise TypeCheckError(linked(f"{who}: {where} is not {plan.text}: {m.problem}{found_text(value, m)}",
+                                    CHECK_FAILED)) from None
     if new:
         TABLE.set(table.bind(new, where))

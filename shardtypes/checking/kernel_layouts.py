@@ -38,7 +38,7 @@ from jax.core import Tracer
 from typeguard import TypeCheckError
 
 from ..context import checks_on, trace_state, varying_axes
-from ..language import ShapeSpec
+from ..language import KERNEL_PASS, ShapeSpec, linked
 from ..model import Mismatch, fmt_layout
 from .kernel_pass.facts import Fact, Point
 from .kernel_specs import Layout, differences, einsum_owed, layout_of
@@ -219,6 +219,24 @@ def active() -> _Trace | None:
     return None if trace is _OFF else trace
 
 
+def trace_open() -> bool:
+    """Test-facing: whether a kernel body's trace (its side table) is open in this context. Every
+    trace closes when the tracing of its body ends, failed or not."""
+    return _TRACE.get() is not None
+
+
+@contextlib.contextmanager
+def without_flow() -> Iterator[None]:
+    """Test-facing: kernel bodies traced inside are not followed by the jaxpr pass (``FLOW`` off;
+    the layouts are still tracked), to compare what a kernel compiles to with and without it."""
+    global FLOW
+    before, FLOW = FLOW, False
+    try:
+        yield
+    finally:
+        FLOW = before
+
+
 def known(value: Any) -> Known | None:
     trace = active()
     if trace is None:
@@ -344,20 +362,20 @@ def operand(op_call: str, what: str, value: Any, spec: ShapeSpec, op: str) -> fr
         return frozenset()
     head = f"in kernel {trace.kernel}(), {op_call}" if trace is not None else op_call
     if entry.owed and op not in REDUCERS:
-        raise TypeCheckError(
+        raise TypeCheckError(linked(
             f"{head}: {what} ({entry.origin}) {owed_message(entry)}; reduce it with "
-            f"shardtypes.ops.psum or shardtypes.ops.psum_scatter before shardtypes.ops.{op}"
-        )
+            f"shardtypes.ops.psum or shardtypes.ops.psum_scatter before shardtypes.ops.{op}", KERNEL_PASS
+        ))
     ndim = len(entry.layout)
     if spec.variadic_index is None and len(spec.dims) != ndim:
         return entry.owed  # a rank mismatch: the size check says so
     expected = layout_of(spec, ndim)
     if expected != entry.layout:
-        raise TypeCheckError(
+        raise TypeCheckError(linked(
             f"{head}: {what} ({entry.origin}) is laid out {fmt_layout(entry.layout)}, but the spec "
             f"string's input {str(spec)!r} says {fmt_layout(expected)}: "
-            f"{differences(entry.layout, expected, 'the spec')}"
-        )
+            f"{differences(entry.layout, expected, 'the spec')}", KERNEL_PASS
+        ))
     return entry.owed
 
 

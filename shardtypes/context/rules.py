@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator, Mapping, TypeAlias
 
 import jax
 
-from ..language import IDENT, UNCONSTRAINED_AXES, is_unconstrained
+from ..language import AXIS_RULES, IDENT, UNCONSTRAINED_AXES, is_unconstrained, linked
 from .compat import JitKey
 
 __all__ = [
@@ -60,6 +60,11 @@ _POLICIES = {
 
 class AxisRulesError(ValueError):
     """A logical axis that the active rules cannot place on the mesh."""
+
+    def __str__(self) -> str:
+        # The docs section as the last line, once (docs/rules.md, "AxisRulesError"); an error
+        # re-raised with a place before it (``f"{where}: {e}"``) keeps its one link at the end.
+        return linked(super().__str__(), AXIS_RULES)
 
 
 # A tuple of mesh axis names; () for "replicated"; UNCONSTRAINED_AXES (equal to () as a tuple,

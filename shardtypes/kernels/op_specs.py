@@ -22,7 +22,7 @@ from typeguard import TypeCheckError
 
 from ..checking import check_value, kernel_check_vma, op_check, with_op_context
 from ..context import TABLE, UNCHECKED, AxisRulesError, Table, checks_on, layout as rules_layout, varying_axes
-from ..language import FIXED, NAMED, DimSpec, ShapeSpec, ShapeSpecError
+from ..language import FIXED, INVARIANT_GATHER, KERNEL_OPS, NAMED, DimSpec, ShapeSpec, ShapeSpecError, linked
 from ..model import Mismatch, anydtype, axis_hint, describe
 
 __all__ = [
@@ -45,10 +45,10 @@ def check(op: str, spec_text: Any, what: str, spec: ShapeSpec, value: Any, dtype
     except Mismatch as m:
         if not checks_on():  # checks off: nothing is compared (a value that matches binds its sizes)
             return
-        raise TypeCheckError(
+        raise TypeCheckError(linked(
             f"{_caller()}{call(op, spec_text)}: {what} is not {str(spec)!r}: "
-            f"{m.problem} (found {describe(value)})"
-        ) from None
+            f"{m.problem} (found {describe(value)})", KERNEL_OPS
+        )) from None
     if new and table is not None:
         TABLE.set(table.bind(new, f"{what} of shardtypes.ops.{op}()"))
 
@@ -212,15 +212,16 @@ def tracks_varying(op: str, spec_text: Any, x: Any, names: tuple[str, ...]) -> N
            "devices gathered over); use a plain gather (invariant=False) or turn check_vma on")
     kernel = kernel_check_vma()
     if kernel is not None and kernel[1] is False:
-        raise TypeCheckError(f"in kernel {kernel[0]}(), {head}: the kernel runs with check_vma=False, where {why}")
+        raise TypeCheckError(linked(f"in kernel {kernel[0]}(), {head}: the kernel runs with check_vma=False, "
+                                    f"where {why}", INVARIANT_GATHER))
     aval = jax.typeof(x)
     missing = [a for a in names if a not in varying_axes(aval)]
     if missing:
-        raise TypeCheckError(
+        raise TypeCheckError(linked(
             f"{_caller()}{head}: the operand does not vary over mesh axis {missing[0]!r} (jax.typeof "
             f"gives {aval}): the shard_map runs with check_vma=False, or the operand is the same on "
-            f"every device of {missing[0]!r}, not a block split over it; with check_vma off, {why}"
-        )
+            f"every device of {missing[0]!r}, not a block split over it; with check_vma off, {why}",
+            INVARIANT_GATHER))
 
 
 def splits(op: str, spec_text: str, spec: ShapeSpec, i: int, x: Any, sizes: dict[str, int]) -> None:
@@ -228,10 +229,10 @@ def splits(op: str, spec_text: str, spec: ShapeSpec, i: int, x: Any, sizes: dict
     parts = math.prod(sizes.values())
     n = x.shape[i] if i < len(getattr(x, "shape", ())) else None
     if isinstance(n, int) and n % parts:
-        raise TypeCheckError(
+        raise TypeCheckError(linked(
             f"{_caller()}{call(op, spec_text)}: result is not {str(spec)!r}: dim {i} has local size "
-            f"{n}, which does not split over mesh axes {', '.join(sizes)} ({parts} devices)"
-        )
+            f"{n}, which does not split over mesh axes {', '.join(sizes)} ({parts} devices)", KERNEL_OPS
+        ))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,6 +7,24 @@ PartitionSpec a spec names, size expressions (``seq+1``, ``heads//kv``) and the 
 May import: nothing of shardtypes; no JAX at import (pure Python).
 """
 
+from .doc_links import (
+    AXIS_RULES as AXIS_RULES,
+    CHECK_FAILED as CHECK_FAILED,
+    COMPILE_TIME as COMPILE_TIME,
+    DOCS_URL as DOCS_URL,
+    FAMILIES as FAMILIES,
+    FIELD_FAILED as FIELD_FAILED,
+    INVARIANT_GATHER as INVARIANT_GATHER,
+    KERNEL_OPS as KERNEL_OPS,
+    KERNEL_PASS as KERNEL_PASS,
+    MALFORMED as MALFORMED,
+    SHAPE_STRING as SHAPE_STRING,
+    VERIFY_PROBLEMS as VERIFY_PROBLEMS,
+    DocLink as DocLink,
+    link_of as link_of,
+    linked as linked,
+    unlinked as unlinked,
+)
 from .shape import (
     ANY as ANY,
     BROADCAST as BROADCAST,
@@ -37,6 +55,22 @@ from .sizes import (
 )
 
 __all__ = [
+    "AXIS_RULES",
+    "CHECK_FAILED",
+    "DOCS_URL",
+    "FAMILIES",
+    "FIELD_FAILED",
+    "INVARIANT_GATHER",
+    "COMPILE_TIME",
+    "KERNEL_OPS",
+    "KERNEL_PASS",
+    "MALFORMED",
+    "SHAPE_STRING",
+    "VERIFY_PROBLEMS",
+    "DocLink",
+    "link_of",
+    "linked",
+    "unlinked",
     "LOGICAL_NAME",
     "ANY",
     "BROADCAST",

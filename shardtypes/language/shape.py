@@ -29,6 +29,7 @@ import functools
 import re
 from typing import TYPE_CHECKING, Any, Union
 
+from .doc_links import SHAPE_STRING, linked, unlinked
 from .sizes import IDENT, DimError, Node, evaluate, expr_names, parse_expr
 
 if TYPE_CHECKING:
@@ -53,6 +54,7 @@ class ShapeSpecError(ValueError):
     """A malformed shape string. The message quotes the string and points at the bad dim."""
 
     def __init__(self, spec: object, problem: str, span: tuple[int, int] | None = None):
+        problem = unlinked(problem)  # a DimError's words, without its link: this error adds it
         self.spec = spec
         self.problem = problem
         self.span = span
@@ -70,6 +72,10 @@ class ShapeSpecError(ValueError):
         else:
             message = f"invalid shape string {spec!r}: {problem}"
         super().__init__(message)
+
+    def __str__(self) -> str:
+        # The docs section as the last line, once (docs/annotation-language.md, "ShapeSpecError").
+        return linked(super().__str__(), SHAPE_STRING)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from what it was made of (the default would call it with the message alone).

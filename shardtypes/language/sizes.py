@@ -12,6 +12,8 @@ import operator
 import re
 from typing import Any, Callable, TypeAlias
 
+from .doc_links import SHAPE_STRING, linked
+
 __all__ = ["evaluate", "size_equal", "divides", "check_dims"]
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -30,6 +32,9 @@ def _quote(text: str) -> str:
 
 class DimError(Exception):
     """Raised inside DimSpec parsing; ShapeSpec.parse adds the string and the position."""
+
+    def __str__(self) -> str:
+        return linked(super().__str__(), SHAPE_STRING)
 
 
 # ---------------------------------------------------------------------------------------------

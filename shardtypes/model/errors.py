@@ -18,6 +18,7 @@ import jax
 import jax.core
 from typeguard import TypeCheckError
 
+from ..language import CHECK_FAILED, FIELD_FAILED, link_of, linked, unlinked
 from .describe import Mismatch, describe
 
 __all__ = ["ShardtypesWarning", "ArrayError", "FieldError", "COLLECTED", "field_path", "in_function", "public_names"]
@@ -72,7 +73,8 @@ class ArrayError(TypeCheckError):
     ``except TypeCheckError`` catches it."""
 
     def __str__(self) -> str:
-        return public_names(super().__str__())
+        # The docs section as the last line, once (docs/checking.md, "Reading an error message").
+        return linked(public_names(super().__str__()), CHECK_FAILED)
 
 
 # Pickles made before ArrayError was public name it by its old, private name.
@@ -84,12 +86,14 @@ def in_function(error: TypeCheckError, func_name: str) -> TypeCheckError:
     ``TypeCheckError`` that names the function and the value's public class, as ours do:
     ``the return value (jax.Array) of f() is not a tuple``."""
     core = str(error.args[0]) if error.args else ""
-    text = str(error)
+    said = str(error)
+    link = link_of(said) or CHECK_FAILED.line  # the error's own section, where it names one
+    text = unlinked(said)
     if f"of {func_name}()" in text:  # ours already names it
-        return TypeCheckError(public_names(text))
+        return TypeCheckError(f"{public_names(text)}\n{link}")
     path = text[: -len(core) - 1] if core and text.endswith(" " + core) else ""
     message = f"{path} of {func_name}() {core}" if path else f"{func_name}(): {text}"
-    return TypeCheckError(public_names(message))
+    return TypeCheckError(f"{public_names(message)}\n{link}")
 
 
 def field_path(fields: Any) -> str:
@@ -113,8 +117,9 @@ class FieldError(TypeCheckError):
         # starts with the field path (``.weights.embed``) continues that path instead.
         message = str(self.args[0]) if self.args else ""
         if self._path and message.startswith((".", "[")):
-            return public_names(" of ".join(self._path) + message)
-        return public_names(super().__str__())
+            return linked(public_names(" of ".join(self._path) + message), FIELD_FAILED)
+        # The docs section as the last line, once (docs/trees.md, "Checked field by field").
+        return linked(public_names(super().__str__()), FIELD_FAILED)
 
     def __reduce__(self) -> Any:
         return (type(self), (self.args[0] if self.args else "", self.fields, self.core), self.__dict__)

@@ -11,7 +11,7 @@ from typing import Any
 import jax
 from typeguard import TypeCheckError
 
-from ..language import ANY, FIXED, NAMED, ShapeSpec
+from ..language import ANY, FIXED, MALFORMED, NAMED, ShapeSpec, linked
 from .annotations import annotation_class, number
 from .array_classes import union_members
 
@@ -64,10 +64,10 @@ PLANS: dict[type, Plan] = {}
 def malformed(origin: type, args: tuple) -> TypeCheckError:
     """The error for a dtype class used bare (``x: f32``) or subscripted by hand
     (``types.GenericAlias(f32, (3,))``)."""
-    return TypeCheckError(
+    return TypeCheckError(linked(
         f"has a malformed annotation {origin.__name__}{list(args)}; write "
-        f"{origin.__name__}[jax.Array, b'batch embed'] or {origin.__name__}[b'batch embed']"
-    )
+        f"{origin.__name__}[jax.Array, b'batch embed'] or {origin.__name__}[b'batch embed']", MALFORMED
+    ))
 
 
 def plan_of(annotation: type[number]) -> Plan:

@@ -27,7 +27,17 @@ from typeguard import TypeCheckError
 
 from ..context import AxisRulesError, Scope, abstract_mesh, forced_checks
 from ..integrations import typechecked
-from ..language import BROADCAST, NAMED, VARIADIC, check_dims, entry_axes, mapping_of_sizes
+from ..language import (
+    BROADCAST,
+    NAMED,
+    VARIADIC,
+    VERIFY_PROBLEMS,
+    check_dims,
+    entry_axes,
+    linked,
+    mapping_of_sizes,
+    unlinked,
+)
 from ..layout import check_dims_for, partition_spec, structs
 from ..model import COLLECTED, Leaf, resolve_hints, walk_leaves
 from .activations import SYMBOLIC, ActivationEstimate, trace_step
@@ -55,6 +65,9 @@ class Problem:
             raise ValueError(f"Problem: kind must be one of {PROBLEM_KINDS}, got {self.kind!r}")
         if not isinstance(self.message, str):
             raise TypeError(f"Problem: message must be a str, got {self.message!r}")
+        # A report's problems hold no docs links (a collected error's words without its link):
+        # a VerificationError adds one, for them all.
+        object.__setattr__(self, "message", unlinked(self.message))
 
     def __str__(self) -> str:
         return self.message
@@ -199,6 +212,9 @@ class VerificationError(TypeCheckError):
     def __init__(self, report: VerifyReport):
         super().__init__(str(report))
         self.report = report
+
+    def __str__(self) -> str:
+        return linked(super().__str__(), VERIFY_PROBLEMS)  # docs/verify.md, "Problems"
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The report without its outputs (abstract values that need not pickle): every problem.

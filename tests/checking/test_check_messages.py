@@ -13,6 +13,7 @@ from typeguard import TypeCheckError, check_type
 
 import shardtypes
 from shardtypes import f32, typechecked
+from shardtypes.language import CHECK_FAILED
 
 from check_kit import S, add, center, ct, local_slice, npz, ones, ret_slice
 from conftest import make_mesh, put
@@ -108,7 +109,7 @@ def test_a_failed_tuple_return_names_the_function_and_public_classes(jit):
     found = "traced jax.Array" if jit else "jax.Array"
     with pytest.raises(TypeCheckError) as info:
         call(jnp.zeros(3))
-    assert str(info.value) == f"the return value ({found}) of _pair() is not a tuple"
+    assert str(info.value) == f"the return value ({found}) of _pair() is not a tuple\n{CHECK_FAILED.line}"
     assert type(info.value) is TypeCheckError
 
 

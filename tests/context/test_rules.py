@@ -34,6 +34,7 @@ from shardtypes import (
     t5x_rules,
     typechecked,
 )
+from shardtypes.language import AXIS_RULES
 
 from conftest import put
 from rules_kit import ATTN, EFORMER_MESH, KINDS, MESH3, A, B, Mlp, X, mesh3, spec_under, struct_spec
@@ -221,7 +222,7 @@ def test_unknown_mesh_axis_is_an_error():
     assert str(info.value) == (
         "the annotation (f32[b'x/a y/b']): dim 1 'y/b': rule 'b' -> 'modle' names mesh axis 'modle', "
         "which the mesh does not have (axes: ('data', 'fsdp', 'model')); did you mean 'model'?"
-    )
+    ) + f"\n{AXIS_RULES.line}"  # the docs link, last (tests/package/test_error_docs.py)
     # Dropped: a later rule for the name is used, or the dim is replicated.
     with axis_rules(AxisRules([("a", "data"), ("b", "modle"), ("b", "model")], on_unknown_axis="drop")):
         assert make_shardings(f32[b"x/a y/b"], m).spec == P("data", "model")
@@ -252,7 +253,7 @@ def test_conflict_is_an_error():
     assert str(info.value) == (
         "the annotation (f32[b'x/a y/b']): dim 1 'y/b': no rule for 'b' applies: rule 'b' -> 'model': "
         "mesh axis 'model' is already used by dim 0 'x/a'"
-    )
+    ) + f"\n{AXIS_RULES.line}"  # the docs link, last (tests/package/test_error_docs.py)
     relaxed = AxisRules([("a", "model"), ("b", "model")], on_conflict="drop")
     assert spec_under(relaxed, f32[b"x/a y/b"]) == P("model", None)
     with axis_rules(relaxed):
@@ -268,7 +269,7 @@ def test_indivisible_is_an_error_for_structs():
     assert str(info.value) == (
         "the annotation (f32[b'batch/dp embed/tp']): dim 0 'batch/dp': rule 'dp' -> ('data', 'fsdp'): "
         "size 6 does not divide over 4 devices"
-    )
+    ) + f"\n{AXIS_RULES.line}"  # the docs link, last (tests/package/test_error_docs.py)
     assert struct_spec(rules, f32[b"batch/dp embed/tp"], {"batch": 8, "embed": 4}) == P(("data", "fsdp"), "model")
     relaxed = AxisRules(rules, on_indivisible="drop")
     # The fallback that divides is taken; a dim nothing divides is replicated.
@@ -436,7 +437,7 @@ def test_merge_conflict_names_the_name_and_both_targets():
         one + two
     assert str(info.value) == (
         "cannot merge AxisRules 'one' and AxisRules 'two': they map mlp: 'model' vs ('data', 'model') differently"
-    )
+    ) + f"\n{AXIS_RULES.line}"  # the docs link, last (tests/package/test_error_docs.py)
     # A fallback on one side only is a different mapping too.
     with pytest.raises(AxisRulesError, match=re.escape("mlp: 'model' or 'data' vs 'model'")):
         AxisRules([("mlp", "model"), ("mlp", "data")]) + AxisRules([("mlp", "model")])

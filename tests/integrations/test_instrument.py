@@ -2,6 +2,7 @@
 would read f32['batch'] as a forward reference (a NameError at the call) and f32['batch embed']
 as a syntax error, so the shapes are handed to it as bytes."""
 
+import re
 import warnings
 from typing import AsyncIterator, Generator, Iterator
 
@@ -11,6 +12,7 @@ import pytest
 from typeguard import TypeCheckError
 
 from shardtypes import Array, Scope, ShardtypesWarning, Stacked, dims, f32, pytree_dataclass, typechecked
+from shardtypes.language import CHECK_FAILED
 
 
 @pytree_dataclass
@@ -248,8 +250,9 @@ def test_typeguards_own_failures_in_an_instrumented_function_name_it(jit):
     found = "traced jax.Array" if jit else "jax.Array"
     with pytest.raises(TypeCheckError) as info:
         call(jnp.zeros(3))
-    assert str(info.value) == f"the return value ({found}) of _instrumented_pair() is not a tuple"
-    with pytest.raises(TypeCheckError, match=r"^the yielded value \(jax.Array\) of _instrumented_rows\(\) is not a tuple$"):
+    assert str(info.value) == f"the return value ({found}) of _instrumented_pair() is not a tuple\n{CHECK_FAILED.line}"
+    with pytest.raises(TypeCheckError, match=r"^the yielded value \(jax.Array\) of _instrumented_rows\(\) is not a tuple\n"
+                       + re.escape(CHECK_FAILED.line) + "$"):
         next(_instrumented_rows(jnp.zeros(3)))
 
 

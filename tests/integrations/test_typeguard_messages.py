@@ -19,6 +19,7 @@ from shardtypes import (
     f32,
     typechecked,
 )
+from shardtypes.language import CHECK_FAILED
 
 from typeguard_kit import I, Z
 
@@ -37,7 +38,8 @@ def test_message_names_function_argument_annotation_found_and_origin():
     assert str(info.value) == (
         'argument "bias" (numpy.ndarray) of center() is not f32[b\'embed\']: '
         "dimension 'embed' is 32 here (dim 0) but was bound to 16 by argument \"x\" of center() "
-        "(found float32[32] (numpy, on the host))"
+        "(found float32[32] (numpy, on the host))\n"
+        f"{CHECK_FAILED.line}"
     )
 
 
@@ -304,7 +306,8 @@ def test_plain_typeguard_names_public_classes():
         (bar, jnp.ones(3), r"argument \"x\" \(jax\.Array\) of .*bar\(\) did not match any element in the union:\n"
                            r"  f32\[b'a b'\]: is not"),
         (boxed, jnp.ones(3), r"argument \"x\" \(jax\.Array\) of .*boxed\(\) is not an instance of .*Box \(found jax\.Array\)"),
-        (annotated, np.ones(2, np.float32), r"argument \"x\" \(numpy\.ndarray\) of .*annotated\(\) is not an instance of jax\.Array$"),
+        (annotated, np.ones(2, np.float32), r"argument \"x\" \(numpy\.ndarray\) of .*annotated\(\) is not an instance of jax\.Array\nSee "
+                                            r"https://shardtypes\.github\.io/shardtypes/checking/#reading-an-error-message$"),
     ]
     for fn, value, message in cases:
         with pytest.raises(TypeCheckError, match=message) as info:

@@ -7,12 +7,14 @@ from hypothesis import given, settings, strategies as st
 from jax.sharding import PartitionSpec as P
 
 from shardtypes import DimSpec, ShapeSpec, ShapeSpecError
+from shardtypes.language import SHAPE_STRING
 
 
 def caret_target(err: ShapeSpecError) -> str:
-    """The text the caret line points at in the quoted string of a ShapeSpecError message."""
+    """The text the caret line points at in the quoted string of a ShapeSpecError message (the
+    line after it links to the docs: tests/package/test_error_docs.py)."""
     lines = str(err).splitlines()
-    assert len(lines) == 3, str(err)
+    assert len(lines) == 4 and lines[3] == SHAPE_STRING.line, str(err)
     quoted, pointer = lines[1], lines[2]
     assert quoted.startswith("    ") and pointer.startswith("    ")
     quoted, pointer = quoted[4:], pointer[4:]
@@ -304,7 +306,8 @@ def test_error_caret_line_layout():
         "invalid shape string 'batch/d x.y embed': dim 1: unexpected character '.' in size "
         "expression 'x.y'\n"
         "    'batch/d x.y embed'\n"
-        "             ^^^"
+        "             ^^^\n"
+        f"{SHAPE_STRING.line}"
     )
 
 
@@ -320,14 +323,14 @@ def test_non_string_input(value, type_name):
     with pytest.raises(
         ShapeSpecError,
         match=rf"^invalid shape string {re.escape(repr(value))}: a shape string must be str or "
-        rf"bytes, not {type_name}$",
+        rf"bytes, not {type_name}\n{re.escape(SHAPE_STRING.line)}$",
     ):
         ShapeSpec.parse(value)
 
 
 def test_invalid_utf8_bytes():
     with pytest.raises(
-        ShapeSpecError, match=r"^invalid shape string b'a \\xff': bytes are not valid UTF-8$"
+        ShapeSpecError, match=r"^invalid shape string b'a \\xff': bytes are not valid UTF-8\n" + re.escape(SHAPE_STRING.line) + "$"
     ):
         ShapeSpec.parse(b"a \xff")
 

@@ -47,6 +47,7 @@ from shardtypes import (
     verify,
 )
 from shardtypes.context import abstract_mesh
+from shardtypes.language import VERIFY_PROBLEMS
 from shardtypes.model import COLLECTED
 from shardtypes.tools import PlanRow, VerificationError
 
@@ -563,7 +564,7 @@ def test_raise_on_error():
     error = info.value
     assert isinstance(error, TypeCheckError)
     assert isinstance(error.report, VerifyReport) and not error.report.ok
-    assert str(error) == str(error.report)
+    assert str(error) == f"{error.report}\n{VERIFY_PROBLEMS.line}"  # its docs link, once
     assert len(error.report.problems) >= 3
     # with nothing wrong it returns the report
     assert verify(matmul, MESH, raise_on_error=True).ok

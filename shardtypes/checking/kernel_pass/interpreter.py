@@ -97,7 +97,7 @@ class Pass:
 
     def fail(self, message: str) -> None:
         if not self.quiet:
-            raise TypeCheckError(message)
+            raise TypeCheckError(say.refusal(message))
         self.failures += 1  # (found while a loop's carries settle: said by the settled run)
 
     # -- values ----------------------------------------------------------------------------

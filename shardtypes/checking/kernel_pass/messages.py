@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from ...language import KERNEL_PASS, linked
 from ...model import fmt_layout
 
-__all__ = ["PER_DEVICE", "KINDS", "fmt", "axes_text", "split_text", "owed_text", "pay_text", "per_device_combined",
-           "per_device_checked", "relative", "relative_psummed", "relative_checked", "owed_checked",
+__all__ = ["refusal", "PER_DEVICE", "KINDS", "fmt", "axes_text", "split_text", "owed_text", "pay_text",
+           "per_device_combined", "per_device_checked", "relative", "relative_psummed", "relative_checked",
+           "owed_checked",
            "counted_checked", "laid_out", "varies", "fallback", "nonlinear", "apart", "contracted_apart",
            "product_of_sums", "adds_invariant", "cond_disagrees", "gather_order", "fold_by", "sum_by",
            "cumulative_by", "contraction_by", "nested_side_by_side", "steps_aside"]
@@ -35,6 +37,12 @@ KINDS = {"sum": ("partial sum", "a sum", "shardtypes.ops.psum or shardtypes.ops.
                      "jnp.max over that dim (or gather the dim before the pmax)"),
          "foldmin": ("minimum of different blocks of a dim", "a min over that dim",
                      "jnp.min over that dim (or gather the dim before the pmin)")}
+
+
+def refusal(message: str) -> str:
+    """A refusal as the pass raises it: the docs section that explains the pass as its last line
+    (docs/shard-map.md, "Layouts follow values through a kernel")."""
+    return linked(message, KERNEL_PASS)
 
 
 # -- pieces ----------------------------------------------------------------------------------
