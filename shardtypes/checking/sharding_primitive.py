@@ -231,6 +231,12 @@ def self_test() -> str | None:
     return result[0] if result else "the self-test did not finish"
 
 
+def forget_self_test() -> None:
+    """Test-facing: forgets the self-test's answer, so that the next use runs it again (a test
+    that makes the self-test fail calls this before and after)."""
+    _STATE.clear()
+
+
 def primitive_available() -> bool:
     """Whether the effect-free primitive is used (the self-test runs once, at first use)."""
     ok = _STATE.get("ok")

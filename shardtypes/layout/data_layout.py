@@ -201,6 +201,18 @@ def _advice(sharding: NamedSharding, dim: int, process_of: Callable[[Any], int])
     )
 
 
+def layout_for_processes(
+    sharding: NamedSharding,
+    shape: tuple[int, ...],
+    process_of: Callable[[Any], int],
+    this: int,
+    text: str,
+) -> DataLayout:
+    """Test-facing: the layout ``data_layout`` computes for process ``this``, with the processes
+    made up by ``process_of(device)`` (several hosts' layouts, from one host's devices)."""
+    return _layout(sharding, shape, process_of, this, text)
+
+
 def _layout(
     sharding: NamedSharding,
     shape: tuple[int, ...],

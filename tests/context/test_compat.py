@@ -113,9 +113,8 @@ def _gathers_to_invarying_on_a_real_mesh() -> bool:
 def test_the_probe_decides_on_this_jax_and_matches_what_a_kernel_sees(fresh_probe):
     with warnings.catch_warnings():
         warnings.simplefilter("error", compat.JaxFeatureWarning)
-        native = fresh_probe()
+        native = fresh_probe()  # decided: a probe that could not tell would warn, an error here
     assert native is _gathers_to_invarying_on_a_real_mesh()
-    assert compat._gathers_invariant() is native  # decided, never raised
 
 
 def test_the_probe_answers_the_same_under_a_mesh_and_inside_a_trace(fresh_probe):

@@ -2,7 +2,7 @@
 data_layout and make_global_array (issue 4, item 6).
 
 Single-process tests run on the 8 simulated CPU devices of conftest. Layouts of several processes
-are tested twice: with a made-up process for each device (``_layout``, the same code
+are tested twice: with a made-up process for each device (``layout_for_processes``, the code
 ``data_layout`` runs), and for real with two JAX processes of 4 CPU devices each on localhost
 (``test_two_processes``, which starts tests/context/multihost_worker.py twice).
 """
@@ -38,7 +38,7 @@ from shardtypes import (
     typechecked,
     u32,
 )
-from shardtypes.layout.data_layout import _layout  # the code data_layout runs, given made-up processes
+from shardtypes.layout.data_layout import layout_for_processes  # test-facing: made-up processes
 
 from conftest import make_mesh
 
@@ -252,7 +252,7 @@ def two_processes(device):
 
 def layouts(annotation, shape, mesh, process_of=two_processes, processes=(0, 1)):
     sharding = NamedSharding(mesh, P(*annotation))
-    return [_layout(sharding, shape, process_of, p, f"spec {annotation}") for p in processes]
+    return [layout_for_processes(sharding, shape, process_of, p, f"spec {annotation}") for p in processes]
 
 
 @pytest.fixture

@@ -39,9 +39,9 @@ X = np.arange(32, dtype=np.float32).reshape(8, 4)
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings():
-    kernel_jax._WARNED.clear()
+    kernel_jax.reset_warnings()
     yield
-    kernel_jax._WARNED.clear()
+    kernel_jax.reset_warnings()
 
 
 def future(x: f32[b"batch/d feat"]) -> f32[b"batch/d feat"]:

@@ -381,8 +381,21 @@ def test_a_failed_pass_leaves_no_table_behind(kind):
     with jax.set_mesh(mesh):
         with pytest.raises(TypeCheckError):
             run(tanh_before_psum, mesh, *xw_args(mesh), check_vma=False)
-        assert kernel_layouts._TRACE.get() is None
+        assert not kernel_layouts.trace_open()
         close(run(psum_then_tanh, mesh, *xw_args(mesh), check_vma=False), np.tanh(X @ W * 0.5))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_without_flow_the_pass_does_not_follow_the_body(kind):
+    """kernel_layouts.without_flow (test-facing, for the test below) turns the jaxpr pass off, and
+    only inside: the partial sum reaching tanh, which only the pass sees, goes unnoticed there and
+    is refused again after."""
+    mesh = square(kind)
+    with jax.set_mesh(mesh):
+        with kernel_layouts.without_flow():
+            run(tanh_before_psum, mesh, *xw_args(mesh), jitted=False, check_vma=False)
+        with pytest.raises(TypeCheckError, match="reaches JAX's 'tanh'"):
+            run(tanh_before_psum, mesh, *xw_args(mesh), jitted=False, check_vma=False)
 
 
 SEEN: list = []
@@ -420,9 +433,6 @@ def test_the_pass_keeps_the_compiled_program(kind):
     with jax.set_mesh(mesh):
         args = xw_args(mesh)
         with_pass = compiled(jax.jit(typed_shard_map(psum_then_tanh)), *args)
-        kernel_layouts.FLOW = False
-        try:
+        with kernel_layouts.without_flow():
             without = compiled(jax.jit(typed_shard_map(psum_then_tanh)), *args)
-        finally:
-            kernel_layouts.FLOW = True
     assert with_pass == without

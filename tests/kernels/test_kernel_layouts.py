@@ -194,13 +194,29 @@ def test_einsum_spec_lays_each_dim_out_alike():
 
 
 def test_a_failed_trace_leaves_no_layouts_behind():
-    from shardtypes.checking import kernel_layouts as kl  # the side table itself: empty after a failed trace
+    from shardtypes.checking import kernel_layouts  # the side table itself: closed after a failed trace
 
     mesh = square("explicit")
     with jax.set_mesh(mesh):
         with pytest.raises(TypeCheckError):
             typed_shard_map(swapped_gather)(Params(put(mesh, W, "embed", "mlp")))
-    assert kl._TRACE.get() is None
+    assert not kernel_layouts.trace_open()
+
+
+def test_the_side_table_is_open_while_a_body_is_traced_and_only_then():
+    from shardtypes.checking import kernel_layouts  # test-facing: trace_open
+
+    seen = []
+
+    def body(x: f32[b"b/embed f"]) -> f32[b"b/embed f"]:
+        seen.append(kernel_layouts.trace_open())
+        return x
+
+    mesh = square("explicit")
+    with jax.set_mesh(mesh):
+        assert not kernel_layouts.trace_open()
+        typed_shard_map(body)(put(mesh, X, "embed"))
+    assert seen == [True] and not kernel_layouts.trace_open()
 
 
 def test_tracked_kernels_compute_what_plain_shard_map_does():

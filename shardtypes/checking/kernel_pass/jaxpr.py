@@ -22,7 +22,7 @@ from . import messages as say
 __all__ = ["KNOWN_BUGS", "known_bug", "REFUSALS", "refused_op", "about_unreduced", "KernelPassWarning", "Unreadable",
            "name", "shape", "param", "optional_param", "axis_names", "scan_groups", "while_groups", "branches",
            "inner_jaxpr", "call_jaxpr", "is_literal", "literal_number", "unreadable", "aval", "sub_jaxprs", "frames",
-           "eqns", "invars", "outvars", "constvars", "is_var", "has_effects"]
+           "eqns", "invars", "outvars", "constvars", "is_var", "has_effects", "reset_warnings"]
 
 
 class KernelPassWarning(UserWarning):
@@ -291,3 +291,10 @@ def unreadable(name: str, why: str) -> None:
         return
     _WARNED.add(key)
     warnings.warn(say.steps_aside(name, why, jax.__version__), KernelPassWarning, stacklevel=2)
+
+
+def reset_warnings() -> None:
+    """Test-facing: forgets which steps aside were warned about, so that the next one warns again
+    (``unreadable`` warns once per primitive and reason in a process; a test that expects the
+    warning calls this first)."""
+    _WARNED.clear()

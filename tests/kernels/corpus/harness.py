@@ -364,7 +364,7 @@ def run_mode(entry: Entry, kind: str, mode: str) -> Result:
         if entry.axis_names is not None:
             options["axis_names"] = set(entry.axis_names)
         typed_error: BaseException | None = None
-        kernel_jax._WARNED.clear()  # the pass warns once per primitive: every run gets its warning
+        kernel_jax.reset_warnings()  # the pass warns once per primitive: every run gets its warning
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
