@@ -637,7 +637,7 @@ case("linen", "annotations-int", lambda: shardtypes.linen.annotations(3), TypeEr
 case("linen", "shardings-int", lambda: shardtypes.linen.shardings(3, MESH()), TypeError,
      "shardtypes.linen", "variables (int) is in no nn.Partitioned box")
 case("plan_html", "reports-int", lambda: shardtypes.plan_html(3), TypeError,
-     "plan_html: reports must be a PlanReport or a non-empty mapping of mode name to PlanReport, got int 3")
+     "plan_html: reports must be a PlanReport or a non-empty mapping of mode name to PlanReport or VerifyReport, got int 3")
 case("plan_html", "reports-empty", lambda: shardtypes.plan_html({}), TypeError,
      "plan_html: reports must be a PlanReport or a non-empty mapping", "got dict {}")
 case("plan_html", "hbm-bad", lambda: shardtypes.plan_html(plan(ANN, ABSTRACT, {"batch": 8, "embed": 4}), "lots"),
