@@ -147,7 +147,8 @@ class VerifyReport:
         dims = ", ".join(f"{k}={v}" for k, v in self.dims.items()) or "none"
         head = f"verify {self.function} on a {mesh} mesh ({devices:,} devices), dims {dims}"
         memory = f"\n  activations: {self.activations}" if _worth_saying(self.activations) else ""
-        memory += f"\n  cost: {_cost_line(self.cost)}" if _cost_worth_saying(self.cost) else ""
+        if self.cost is not None and _cost_worth_saying(self.cost):
+            memory += f"\n  cost: {_cost_line(self.cost)}"
         memory += f"\n  step time: {self.step_time}" if self.step_time is not None else ""
         if self.ok:
             return f"{head}: ok, no problems{memory}"
@@ -329,11 +330,11 @@ def verify(
         raise ValueError("verify: hbm needs the activation estimate; leave activations=True")
     if links is not None and chip is None:
         raise ValueError("verify: links= says which link each mesh axis runs over on a chip; give chip= too")
-    if chip is not None:
-        chip = chip_named(chip, "verify(chip=...)")
+    device = None if chip is None else chip_named(chip, "verify(chip=...)")
+    if device is not None:
         if not cost:
             raise ValueError("verify: chip= needs the step's cost; leave cost=True")
-        axis_links(dict(mesh.shape), chip, links, chip_option="verify(chip=...)", links_option="verify(links=...)")
+        axis_links(dict(mesh.shape), device, links, chip_option="verify(chip=...)", links_option="verify(links=...)")
     target = inspect.unwrap(fn)
     name = getattr(target, "__qualname__", repr(fn))
     problems: list[Problem] = []
@@ -344,8 +345,8 @@ def verify(
     costed = None
 
     def finish(outputs: Any = None) -> VerifyReport:
-        timed = None if costed is None or chip is None else step_time(
-            costed, dict(mesh.shape), chip, links, chip_option="verify(chip=...)", links_option="verify(links=...)")
+        timed = None if costed is None or device is None else step_time(
+            costed, dict(mesh.shape), device, links, chip_option="verify(chip=...)", links_option="verify(links=...)")
         report = VerifyReport(name, dict(mesh.shape), report_dims, tuple(problems), outputs, dict(args) or None,
                               estimated, costed, timed)
         if raise_on_error and problems:
