@@ -39,13 +39,14 @@ from typeguard import TypeCheckError
 
 from ..context import checks_on, trace_state, varying_axes
 from ..language import KERNEL_PASS, ShapeSpec, linked
-from ..model import Mismatch, fmt_layout
+from ..model import Mismatch, fmt_layout, in_kernel
 from .kernel_pass.facts import Fact, Point
+from .kernel_pass.messages import owed_text
 from .kernel_specs import Layout, differences, einsum_owed, layout_of
 from .kernel_unreduced import is_staged as is_staged, jax_refusal
 
 __all__ = ["tracking", "is_staged", "mark_unreduced", "known", "record", "record_checked", "operand", "op_operand",
-           "op_result", "owed_message", "REDUCERS", "gathered", "kernel_check_vma", "mark_per_device",
+           "op_result", "REDUCERS", "gathered", "kernel_check_vma", "mark_per_device",
            "einsum_owed"]
 
 
@@ -307,7 +308,7 @@ def record_checked(value: Any, expected: Layout, context: Callable[[], str], nam
         if own is not None and len(own) == len(have) == len(want) and _returned_ok(entry, have, want, own):
             return entry
         if entry.owed:
-            raise Mismatch(f"it {owed_message(entry)}; reduce it with shardtypes.ops.psum or "
+            raise Mismatch(f"it {owed_text(entry)}; reduce it with shardtypes.ops.psum or "
                            "shardtypes.ops.psum_scatter first")
         if have != want and len(have) == len(want):
             raise Mismatch(f"it is laid out {fmt_layout(have)} (as {entry.origin}), but the "
@@ -339,12 +340,6 @@ def undefer(value: Any) -> None:
         trace.deferred[:] = [d for d in trace.deferred if d[0] is not value]
 
 
-def owed_message(entry: Known) -> str:
-    axes = ", ".join(repr(a) for a in sorted(entry.owed))
-    plural = "axes" if len(entry.owed) > 1 else "axis"
-    return f"is a partial sum still owing a sum over mesh {plural} {axes} (made by {entry.owed_by})"
-
-
 # ---------------------------------------------------------------------------------------------
 # Ops.
 
@@ -360,10 +355,10 @@ def operand(op_call: str, what: str, value: Any, spec: ShapeSpec, op: str) -> fr
             trace.deferred.append((value, Point(layout_of(spec, value.ndim), f"{op_call}: {what}",
                                                 sums_ok=op in REDUCERS), _state()))
         return frozenset()
-    head = f"in kernel {trace.kernel}(), {op_call}" if trace is not None else op_call
+    head = f"{in_kernel(trace.kernel)}, {op_call}" if trace is not None else op_call
     if entry.owed and op not in REDUCERS:
         raise TypeCheckError(linked(
-            f"{head}: {what} ({entry.origin}) {owed_message(entry)}; reduce it with "
+            f"{head}: {what} ({entry.origin}) {owed_text(entry)}; reduce it with "
             f"shardtypes.ops.psum or shardtypes.ops.psum_scatter before shardtypes.ops.{op}", KERNEL_PASS
         ))
     ndim = len(entry.layout)
@@ -428,7 +423,7 @@ def mark_unreduced(value: Any, owed: frozenset) -> Any:
 def with_op_context(error: Exception, op: str, spec_text: Any) -> Exception:
     """``error`` (an AxisRulesError from an op's spec string) saying the kernel, op and spec."""
     trace = active()
-    where = f"in kernel {trace.kernel}(), " if trace is not None else ""
+    where = f"{in_kernel(trace.kernel)}, " if trace is not None else ""
     return type(error)(f"{where}shardtypes.ops.{op}({spec_text!r}): the spec string's {error}")
 
 

@@ -12,6 +12,7 @@ from typeguard import TypeCheckError
 
 from ..context import varying_axes
 from ..language import INVARIANT_GATHER, entry_axes, linked
+from ..model import in_kernel, mesh_axes
 from .kernel_layouts import active
 
 __all__ = ["returned"]
@@ -35,10 +36,9 @@ def returned(out: Any, out_specs: Any) -> None:
             return
         listed = ", ".join(repr(a) for a in axes)
         calls = ", ".join(dict.fromkeys(trace.gathered[a] for a in axes))
-        plural = "axes" if len(axes) > 1 else "axis"
         raise TypeCheckError(linked(
-            f"in kernel {trace.kernel}(), the return value{jax.tree_util.keystr(path)} varies over "
-            f"mesh {plural} {listed} (jax.typeof gives {aval}), gathered by {calls}, but the return "
+            f"{in_kernel(trace.kernel)}, the return value{jax.tree_util.keystr(path)} varies over "
+            f"{mesh_axes(axes, sort=False)} (jax.typeof gives {aval}), gathered by {calls}, but the return "
             f"annotation replicates it over {listed} (out_specs {spec}): JAX types a plain "
             "all_gather's result as varying, so shard_map would reject the out_specs; gather it "
             "with shardtypes.ops.all_gather(..., invariant=True), whose result is invariant", INVARIANT_GATHER

@@ -13,6 +13,7 @@ from typeguard import TypeCheckError
 
 from ..context import checks_on
 from ..language import KERNEL_PASS, linked
+from ..model import in_kernel, mesh_axes
 from .kernel_pass.jaxpr import about_unreduced, refused_op
 
 __all__ = ["is_staged", "jax_refusal"]
@@ -46,11 +47,9 @@ def jax_refusal(trace: Any, error: Exception) -> TypeCheckError | None:
         return None
     reached = f"JAX's {op!r}" if op else f"a JAX operation ({text.splitlines()[0] if text else type(error).__name__})"
     sums = list({(e.owed_by, e.owed): e for e in trace.marked}.values())
-    what = "; ".join(f"{e.owed_by} made a partial sum owing a sum over mesh "
-                     f"{'axes' if len(e.owed) > 1 else 'axis'} {', '.join(repr(a) for a in sorted(e.owed))}"
-                     for e in sums)
+    what = "; ".join(f"{e.owed_by} made a partial sum owing a sum over {mesh_axes(e.owed)}" for e in sums)
     return TypeCheckError(linked(
-        f"in kernel {trace.kernel}(), a partial sum reached {reached}, which JAX refuses on it: {what}, "
+        f"{in_kernel(trace.kernel)}, a partial sum reached {reached}, which JAX refuses on it: {what}, "
         "and JAX types it unreduced, so only the linear operations JAX has a rule for may take it "
         "(+, sum, transpose, reshape, concatenate, astype); reduce it with shardtypes.ops.psum or "
         "shardtypes.ops.psum_scatter first (see \"Sums still owed\" in docs/shard-map.md)", KERNEL_PASS))

@@ -43,6 +43,7 @@ from ..model import (
     fmt_layout,
     fmt_shape,
     fmt_size,
+    mesh_axes,
     missing_axes_problem,
     n_dims,
     normalise,
@@ -381,7 +382,7 @@ def _varying_axes_named(aval, expected) -> None:
     if extra:
         axes = ", ".join(repr(a) for a in extra)
         raise Mismatch(
-            f"it varies over manual mesh {'axes' if len(extra) > 1 else 'axis'} {axes} "
+            f"it varies over manual {mesh_axes(extra)} "
             f"(jax.typeof gives {aval}), which the annotation does not name: the block is split "
             f"(or is a partial sum) over {axes}, not replicated over it as {fmt_layout(expected)} "
             "says. (A value that is the same on every device but typed varying, as "

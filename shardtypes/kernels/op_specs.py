@@ -23,7 +23,7 @@ from typeguard import TypeCheckError
 from ..checking import check_value, kernel_check_vma, op_check, with_op_context
 from ..context import TABLE, UNCHECKED, AxisRulesError, Table, checks_on, layout as rules_layout, varying_axes
 from ..language import FIXED, INVARIANT_GATHER, KERNEL_OPS, NAMED, DimSpec, ShapeSpec, ShapeSpecError, linked
-from ..model import Mismatch, anydtype, axis_hint, describe
+from ..model import Mismatch, anydtype, axis_hint, describe, in_kernel
 
 __all__ = [
     "check", "call", "arrow", "single", "same_dims", "own_table", "axes", "trailing_extra",
@@ -212,7 +212,7 @@ def tracks_varying(op: str, spec_text: Any, x: Any, names: tuple[str, ...]) -> N
            "devices gathered over); use a plain gather (invariant=False) or turn check_vma on")
     kernel = kernel_check_vma()
     if kernel is not None and kernel[1] is False:
-        raise TypeCheckError(linked(f"in kernel {kernel[0]}(), {head}: the kernel runs with check_vma=False, "
+        raise TypeCheckError(linked(f"{in_kernel(kernel[0])}, {head}: the kernel runs with check_vma=False, "
                                     f"where {why}", INVARIANT_GATHER))
     aval = jax.typeof(x)
     missing = [a for a in names if a not in varying_axes(aval)]

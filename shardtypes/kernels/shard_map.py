@@ -40,7 +40,7 @@ from ..context import axis_rules, current_rules, filter_traceback, no_mesh_error
 from ..integrations import typecheck_target
 from ..language import axes_entry, entry_axes
 from ..layout import partition_specs as derive_specs
-from ..model import holds_pytree, holds_shardtypes, homogeneous_item, resolve_hints, tree_info
+from ..model import holds_pytree, holds_shardtypes, homogeneous_item, in_kernel, resolve_hints, tree_info
 from .params import Each, bare_array_annotation, check_kernel, check_static, conform_result, conform_specs
 
 __all__ = ["typed_shard_map"]
@@ -338,7 +338,7 @@ class _TypedShardMap:
                 bug = known_bug(e)
                 if bug is None:
                     raise
-                raise TypeCheckError(f"in kernel {state.name}(), {bug}") from e
+                raise TypeCheckError(f"{in_kernel(state.name)}, {bug}") from e
             finally:
                 COMPILE_TIME_CHECKS.reset(token)
             if restore and restore[-1] is not None:

@@ -50,7 +50,9 @@ from .describe import (
     fmt_layout as fmt_layout,
     fmt_shape as fmt_shape,
     fmt_size as fmt_size,
+    in_kernel as in_kernel,
     layout_problem as layout_problem,
+    mesh_axes as mesh_axes,
     missing_axes_problem as missing_axes_problem,
     n_dims as n_dims,
     normalise as normalise,
@@ -114,6 +116,8 @@ from .pytree_dataclasses import (
 )
 
 __all__ = [
+    "in_kernel",
+    "mesh_axes",
     "Array",
     "ArrayError",
     "ArrayNode",

@@ -10,7 +10,7 @@ A layout is one tuple of mesh axes per dim; ``normalise`` makes one of a ``Parti
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, Iterable
 
 import jax
 import jax.core
@@ -34,6 +34,18 @@ class Mismatch(Exception):
     def __init__(self, problem: str):
         super().__init__(problem)
         self.problem = problem
+
+
+def mesh_axes(axes: Iterable[str], *, sort: bool = True) -> str:
+    """Mesh axes in a message, worded for how many: ``mesh axis 'd'``, ``mesh axes 'd', 't'``
+    (sorted unless ``sort=False``: then in the order given)."""
+    axes = sorted(axes) if sort else list(axes)
+    return f"mesh {'axes' if len(axes) > 1 else 'axis'} {', '.join(repr(a) for a in axes)}"
+
+
+def in_kernel(name: str) -> str:
+    """How a message names the kernel it happened in: ``in kernel f()``."""
+    return f"in kernel {name}()"
 
 
 def n_dims(n: int) -> str:

@@ -25,6 +25,12 @@ def combined(p: Any, f: Fact, axes: frozenset) -> None:
             p.fail(say.per_device_combined(finding, apart & axes))
 
 
+def manual_axes(p: Any, eqn: Any) -> tuple:
+    """The mesh axes a collective runs over that are manual in this kernel, in its order (an
+    axis of size 1, or one the kernel leaves to JAX, moves nothing the pass follows)."""
+    return tuple(a for a in axis_names(eqn) if a in p.manual)
+
+
 def gathered_lost(f: Fact, axes: frozenset) -> tuple:
     """``Fact.lost`` once the values of every device along ``axes`` are side by side."""
     return tuple(e for e in f.lost if not e[0] <= axes)
@@ -32,7 +38,7 @@ def gathered_lost(f: Fact, axes: frozenset) -> tuple:
 
 @rule("psum", "pmax", "pmin", *standing_for("psum", "pmax", "pmin"))
 def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    paid = frozenset(a for a in axis_names(eqn) if a in p.manual)
+    paid = frozenset(manual_axes(p, eqn))
     name = prim_name(eqn)
     pays = Owed.SUM if "psum" in name else Owed.MAX if "pmax" in name else Owed.MIN
     out = []
@@ -61,7 +67,7 @@ def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 def _gathered(p: Any, eqn: Any, fact: Fact, dim: int) -> tuple | None:
     """The axes of ``dim`` once a tiled gather over the eqn's axes has undone them: every mesh
     axis the dim is split over, or the last of them (a suffix), in order."""
-    names = tuple(a for a in axis_names(eqn) if a in p.manual)
+    names = manual_axes(p, eqn)
     dims = fact.dims
     axes = dims[dim] if dims is not None else None
     if dims is None or axes is None:
@@ -80,7 +86,7 @@ def _gathered(p: Any, eqn: Any, fact: Fact, dim: int) -> tuple | None:
 @rule("all_gather", *standing_for("all_gather"))
 def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
-    names = frozenset(a for a in axis_names(eqn) if a in p.manual)
+    names = frozenset(manual_axes(p, eqn))
     dim = param(eqn, "all_gather_dimension")
     vary = None if f.vary is None else f.vary - names
     # A plain gather's result is typed varying by JAX: each device's copy (an invariant one's is not).
@@ -109,7 +115,7 @@ def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 @rule("all_to_all", *standing_for("all_to_all"))
 def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
-    names = tuple(a for a in axis_names(eqn) if a in p.manual)
+    names = manual_axes(p, eqn)
     vary = None if f.vary is None else f.vary | frozenset(names)
     if f.dims is None or not param(eqn, "tiled"):
         return fact_of(p, eqn, ins, None, vary=vary)
@@ -127,7 +133,7 @@ def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 @rule("reduce_scatter", *standing_for("reduce_scatter"))
 def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
-    names = tuple(a for a in axis_names(eqn) if a in p.manual)
+    names = manual_axes(p, eqn)
     combined(p, f, frozenset(names))
     owed = f.owed - frozenset(names) if f.kind == Owed.SUM else f.owed
     vary = None if f.vary is None else (f.vary - frozenset(names)) | frozenset(names)
@@ -158,7 +164,7 @@ def _ppermute(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     names = frozenset(axis_names(eqn))
     d = ins[0].dims
     dims = None if d is None else tuple(None if a is not None and names & set(a) else a for a in d)
-    along = tuple(a for a in axis_names(eqn) if a in p.manual)
+    along = manual_axes(p, eqn)
     ring = ring_of(ins[0], along[0]) if len(along) == 1 else None
     shift = cyclic_shift(p, eqn, ring[0]) if ring is not None else None
     if ring is None or shift is None:
@@ -186,7 +192,7 @@ def _pbroadcast(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """Every device along the axes gets the source device's value (``pbroadcast``, and
     ``pbroadcast_dynamic`` with the source as an operand): a dim split over them holds the source's
     block; one device's part of a sum is not the sum."""
-    names = frozenset(a for a in axis_names(eqn) if a in p.manual)
+    names = frozenset(manual_axes(p, eqn))
     f = ins[0]
     if f.owed & names:
         p.nonlinear(f"{prim_name(eqn)} (one device's part handed to all)", f)
@@ -202,5 +208,5 @@ def _done(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 
 @rule("axis_index")
 def _axis_index(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    names = frozenset(a for a in axis_names(eqn) if a in p.manual)
+    names = frozenset(manual_axes(p, eqn))
     return [Fact((), origin=f"jax.lax.axis_index({', '.join(repr(a) for a in sorted(names))})", vary=names)]

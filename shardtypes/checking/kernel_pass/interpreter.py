@@ -41,6 +41,7 @@ from typing import Any, Sequence
 from typeguard import TypeCheckError
 
 from ...language import entry_axes
+from ...model import in_kernel
 from ..kernel_specs import differences
 from . import collectives, loops, messages as say, structural  # noqa: F401 - the rule modules register themselves
 from .algebra import (
@@ -91,7 +92,7 @@ class Pass:
         self.kernel = kernel
         self.manual = manual  # the manual mesh axes of more than one device
         self.points = points  # Var -> [Point]
-        self.head = f"in kernel {kernel}()"
+        self.head = in_kernel(kernel)
         self.quiet = 0  # > 0 while a loop's carries settle: findings wait for the settled run
         self.failures = 0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ...language import KERNEL_PASS, linked
-from ...model import fmt_layout
+from ...model import fmt_layout, mesh_axes
 
 __all__ = ["refusal", "PER_DEVICE", "KINDS", "fmt", "axes_text", "split_text", "owed_text", "pay_text",
            "per_device_combined", "per_device_checked", "relative", "relative_psummed", "relative_checked",
@@ -54,8 +54,7 @@ def fmt(dims: tuple | None) -> str:
 
 
 def axes_text(axes: Iterable[str]) -> str:
-    axes = sorted(axes)
-    return f"mesh {'axes' if len(axes) > 1 else 'axis'} {', '.join(repr(a) for a in axes)}"
+    return mesh_axes(axes)
 
 
 def split_text(axes: tuple) -> str:
@@ -68,7 +67,9 @@ def _them(axes: Any) -> str:
 
 
 def owed_text(fact: Any) -> str:
-    name, what, _ = KINDS[fact.kind]
+    """``is a partial sum still owing a sum over mesh axis 'd' (made by ...)``: what a value owes
+    and where it was made (a value with no ``kind``, as the side table's entries, is a partial sum)."""
+    name, what, _ = KINDS[getattr(fact, "kind", "sum")]
     return f"is a {name} still owing {what} over {axes_text(fact.owed)} (made by {fact.owed_by})"
 
 
