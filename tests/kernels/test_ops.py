@@ -44,7 +44,7 @@ from ops_kit import (
 #
 # A gathered result is replicated over the gathered axes, but jax.lax.all_gather types it as
 # varying over them: kernels that return one replicated gather with invariant=True, with the vma
-# check on (tests/kernels/test_invariant_gather.py covers gradients and errors).
+# check on (tests/kernel_pass/test_invariant_gather.py covers gradients and errors).
 
 
 @kernel

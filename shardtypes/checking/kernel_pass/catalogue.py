@@ -1,7 +1,7 @@
 """Every JAX primitive the kernel pass (and the activation estimate, ``tools/activations``) names,
 by what it does, in one place: where a rule must name a primitive (what it does cannot be read
 from the jaxpr), the name is here, and where JAX renamed one or a release added one, with the
-releases it was seen in. ``tests/kernels/test_jax_releases.py`` traces each public collective on
+releases it was seen in. ``tests/kernel_pass/test_jax_releases.py`` traces each public collective on
 every CI JAX and fails on a ``KernelPassWarning``.
 """
 

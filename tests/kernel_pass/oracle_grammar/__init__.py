@@ -1,4 +1,4 @@
-"""The kernel oracle's grammar (tests/kernels/test_kernel_oracle.py draws from it): random
+"""The kernel oracle's grammar (tests/kernel_pass/test_kernel_oracle.py draws from it): random
 typed_shard_map kernels with their numpy meaning, and how one is built and judged.
 
 * ``judging``: a program (mesh, how it is called, kernel and reference source), building it,

@@ -15,7 +15,7 @@ each) are skipped; ``CORPUS_FULL=1`` runs every entry in every mode its source r
 names, or ``name[explicit]``/``name[auto]`` for one axis type; ``KNOWN_BY_JAX`` holds what only
 some JAX releases do (its value None: agrees on that release).
 
-``python tests/kernels/corpus/report.py`` prints every outcome and message.
+``python tests/kernel_pass/corpus/report.py`` prints every outcome and message.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Runs every corpus entry once per axis type and prints what happened.
 
-    python tests/kernels/corpus/report.py [--full] [--kinds explicit,auto] [NAME_SUBSTRING ...]
+    python tests/kernel_pass/corpus/report.py [--full] [--kinds explicit,auto] [NAME_SUBSTRING ...]
 
 Prints the counts of each outcome (for kernels JAX accepts: agree, refused, annotation refused,
 crash, differs, stepped aside; for kernels JAX refuses: refused by shardtypes' TypeCheckError, JAX's error passed

@@ -81,7 +81,7 @@ the mesh; paste them into a regression test below) and built with ``exec`` (its 
 How many kernels: ``SHARDTYPES_KERNEL_ORACLE_EXAMPLES`` (default 1000, not counting the skipped ones);
 ``SHARDTYPES_KERNEL_ORACLE_SEED``: hypothesis' seed, 0 unless set (every run of the suite judges the
 same kernels); ``random`` draws new kernels each run, for long runs that look for new finds:
-``SHARDTYPES_KERNEL_ORACLE_SEED=random SHARDTYPES_KERNEL_ORACLE_EXAMPLES=5000 pytest tests/kernels/test_kernel_oracle.py``.
+``SHARDTYPES_KERNEL_ORACLE_SEED=random SHARDTYPES_KERNEL_ORACLE_EXAMPLES=5000 pytest tests/kernel_pass/test_kernel_oracle.py``.
 Cost: compiling the kernel with checks off is most of it (XLA's CPU backend, unoptimised); an
 eager call costs several compilations, which is why it is rare. 1000 kernels took 2m47s of CPU
 (5 min on the 2-core machine while it was busy with other work; the grammar before these steps,
