@@ -146,6 +146,13 @@ from .checking.direct_checks import check as check, is_instance as is_instance
 from .integrations.decorator import typechecked as typechecked
 from .integrations.typeguard_hook import register_with_typeguard as register_with_typeguard
 from .model.errors import ArrayError as ArrayError, FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
+from .tools import (
+    ActivationEstimate as ActivationEstimate,
+    Collective as Collective,
+    Communication as Communication,
+    StepCost as StepCost,
+    StepTime as StepTime,
+)
 from .tools.memory_plan import PlanReport as PlanReport, plan as plan, plan_html as plan_html
 from .tools.verification import Problem as Problem, VerifyReport as VerifyReport, verify as verify
 
@@ -171,6 +178,11 @@ __all__ = [
     "TypeCheckError",
     "UNCONSTRAINED",
     "VerifyReport",
+    "ActivationEstimate",
+    "StepCost",
+    "Communication",
+    "Collective",
+    "StepTime",
     "anydtype",
     "auto_partition_spec",
     "auto_partition_specs",

@@ -7,6 +7,8 @@ collected), ``plan`` (the layout and bytes per device of every array), their rep
 May import: every layer below.
 """
 
+from .activations import ActivationEstimate as ActivationEstimate
+from .chips import StepTime as StepTime
 from .cli import main as main
 from .memory_plan import (
     PlanReport as PlanReport,
@@ -14,6 +16,7 @@ from .memory_plan import (
     plan as plan,
     plan_html as plan_html,
 )
+from .step_cost import Collective as Collective, Communication as Communication, StepCost as StepCost
 from .verification import (
     Problem as Problem,
     VerificationError as VerificationError,
@@ -22,10 +25,15 @@ from .verification import (
 )
 
 __all__ = [
+    "ActivationEstimate",
+    "Collective",
+    "Communication",
     "PlanReport",
     "PlanRow",
     "Problem",
     "VerificationError",
+    "StepCost",
+    "StepTime",
     "VerifyReport",
     "main",
     "plan",

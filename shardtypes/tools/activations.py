@@ -40,6 +40,7 @@ from typing import Any, Callable
 import jax
 
 from ..checking import jaxprs, primitives
+from . import fields
 from .activation_rules import (
     FUSING,
     auto_splits,
@@ -81,6 +82,11 @@ class LiveValue:
     what: str
     where: str = ""
 
+    def __post_init__(self) -> None:
+        fields.count("LiveValue", "bytes_per_device", self.bytes_per_device)
+        fields.text("LiveValue", "what", self.what)
+        fields.text("LiveValue", "where", self.where)
+
     def __str__(self) -> str:
         return f"{fmt_bytes(self.bytes_per_device)} {self.what}" + (f" at {self.where}" if self.where else "")
 
@@ -93,6 +99,12 @@ class ActivationEstimate:
     largest: tuple[LiveValue, ...] = ()
     lower_bound: tuple[str, ...] = ()  # why the figure is only a lower bound (empty: it is not)
     assumed: str = ""  # what was assumed that the step does not say (layouts on Auto axes, donation), or ''
+
+    def __post_init__(self) -> None:
+        fields.count("ActivationEstimate", "bytes_per_device", self.bytes_per_device)
+        fields.items("ActivationEstimate", "largest", self.largest, LiveValue)
+        fields.texts("ActivationEstimate", "lower_bound", self.lower_bound)
+        fields.text("ActivationEstimate", "assumed", self.assumed)
 
 
     def __str__(self) -> str:

@@ -21,6 +21,8 @@ import math
 import re
 from typing import Any, Mapping
 
+from . import fields
+
 __all__ = ["Chip", "Link", "StepTime", "CHIPS", "ALIASES", "DEVICE_KINDS", "chip_named", "known_chips",
            "parse_bandwidth", "axis_links", "step_time", "fmt_seconds", "fmt_rate"]
 
@@ -311,6 +313,20 @@ class StepTime:
     links: Mapping[str, Link]
     bound: str
     assumptions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        fields.text("StepTime", "chip", self.chip)
+        fields.seconds("StepTime", "compute", self.compute)
+        fields.seconds("StepTime", "memory", self.memory)
+        fields.mapping("StepTime", "communication", self.communication, "axes", fields.seconds)
+
+        def link(owner: str, field: str, value: object) -> None:
+            if not isinstance(value, Link):
+                raise TypeError(f"{owner}: {field} must be a Link, got {type(value).__name__}")
+
+        fields.mapping("StepTime", "links", self.links, "str", link)
+        fields.text("StepTime", "bound", self.bound)
+        fields.texts("StepTime", "assumptions", self.assumptions)
 
     @property
     def no_overlap(self) -> float:

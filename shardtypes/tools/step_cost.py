@@ -53,6 +53,7 @@ import jax
 
 from ..checking import jaxprs, primitives
 from ..language import entry_axes
+from . import fields
 from .activation_rules import auto_splits, dead, fused, ones, spec_parts
 from .activations import SYMBOLIC, user_frame
 from .memory_plan import fmt_bytes
@@ -82,6 +83,10 @@ class Collective:
             raise ValueError(f"Collective: kind must be one of {KINDS}, got {self.kind!r}")
         if self.source not in SOURCES:
             raise ValueError(f"Collective: source must be one of {SOURCES}, got {self.source!r}")
+        fields.texts("Collective", "axes", self.axes)
+        fields.amount("Collective", "bytes", self.bytes)
+        fields.count("Collective", "times", self.times, least=1)
+        fields.text("Collective", "where", self.where)
 
     @property
     def total(self) -> int:
@@ -103,6 +108,11 @@ class Communication:
     collectives: tuple[Collective, ...] = ()
     lower_bound: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        fields.items("Communication", "collectives", self.collectives, Collective)
+        fields.texts("Communication", "lower_bound", self.lower_bound)
+        fields.texts("Communication", "assumptions", self.assumptions)
 
     @property
     def bytes_per_device(self) -> int:
@@ -159,6 +169,16 @@ class StepCost:
     memory_bytes_per_device: int
     lower_bound: tuple[str, ...] = ()
     matmul_flops_per_device: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.communication, Communication):
+            raise TypeError(f"StepCost: communication must be a Communication, got "
+                            f"{type(self.communication).__name__}")
+        fields.amount("StepCost", "flops_per_device", self.flops_per_device)
+        fields.mapping("StepCost", "flops_by_dtype", self.flops_by_dtype, "str", fields.amount)
+        fields.amount("StepCost", "memory_bytes_per_device", self.memory_bytes_per_device)
+        fields.texts("StepCost", "lower_bound", self.lower_bound)
+        fields.amount("StepCost", "matmul_flops_per_device", self.matmul_flops_per_device)
 
     def __str__(self) -> str:
         some = "at least " if self.lower_bound else ""

@@ -33,10 +33,13 @@ from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec as
 
 import shardtypes
 from shardtypes import (
+    ActivationEstimate,
     Array,
     ArrayError,
     AxisRules,
     AxisRulesError,
+    Collective,
+    Communication,
     DataLayout,
     DimSpec,
     FieldError,
@@ -49,6 +52,8 @@ from shardtypes import (
     ShardingProblem,
     ShardtypesWarning,
     Stacked,
+    StepCost,
+    StepTime,
     TypeCheckError,
     VerifyReport,
     auto_partition_spec,
@@ -566,6 +571,32 @@ case("VerifyReport", "mesh-str", lambda: VerifyReport("f", "x", {}, ()), TypeErr
 case("VerifyReport", "problems-str", lambda: VerifyReport("f", {"d": 2}, {}, ("x",)), TypeError, "VerifyReport: problems must be")
 case("PlanReport", "mesh-str", lambda: PlanReport("x", (), (), ()), TypeError, "PlanReport: mesh must be a mapping")
 case("PlanReport", "rows-int", lambda: PlanReport({"d": 2}, (3,), (), ()), TypeError, "PlanReport: rows must be")
+# What a report holds, built by hand (a wrong field fails where it is built).
+case("ActivationEstimate", "bytes-negative", lambda: ActivationEstimate(-1), TypeError,
+     "ActivationEstimate: bytes_per_device must be an int >= 0, got int -1")
+case("ActivationEstimate", "largest-str", lambda: ActivationEstimate(8, ("x",)), TypeError,
+     "ActivationEstimate: largest must be a tuple of LiveValue, got tuple ('x',)")
+case("Collective", "kind", lambda: Collective("broadcast", ("d",), 8), ValueError, "Collective: kind must be one of")
+case("Collective", "axes-str", lambda: Collective("all-gather", "d", 8), TypeError,
+     "Collective: axes must be a tuple of str, got str 'd'")
+case("Collective", "bytes-str", lambda: Collective("all-gather", ("d",), "8"), TypeError,
+     "Collective: bytes must be a number >= 0, got str '8'")
+case("Collective", "times-zero", lambda: Collective("all-gather", ("d",), 8, times=0), TypeError,
+     "Collective: times must be an int >= 1, got int 0")
+case("Communication", "collectives-list", lambda: Communication([Collective("permute", ("d",), 8)]), TypeError,
+     "Communication: collectives must be a tuple of Collective, got list")
+case("StepCost", "communication-dict", lambda: StepCost({}, 1, {}, 1), TypeError,
+     "StepCost: communication must be a Communication, got dict")
+case("StepCost", "flops-by-dtype-key", lambda: StepCost(Communication(), 1, {1: 1}, 1), TypeError,
+     "StepCost: each key of flops_by_dtype must be a str, got int 1")
+case("StepCost", "memory-negative", lambda: StepCost(Communication(), 1, {}, -5), TypeError,
+     "StepCost: memory_bytes_per_device must be a number >= 0, got int -5")
+case("StepTime", "compute-str", lambda: StepTime("h100", "1s", 0.0, {}, {}, ""), TypeError,
+     "StepTime: compute must be a number of seconds >= 0, got str '1s'")
+case("StepTime", "communication-key", lambda: StepTime("h100", 1.0, 0.0, {"d": 1.0}, {}, ""), TypeError,
+     "StepTime: each key of communication must be a tuple of mesh axis names, got str 'd'")
+case("StepTime", "links-value", lambda: StepTime("h100", 1.0, 0.0, {}, {"d": "nvlink"}, ""), TypeError,
+     "StepTime: links['d'] must be a Link, got str")
 
 # --- checking ----------------------------------------------------------------------------------
 
