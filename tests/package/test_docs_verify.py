@@ -63,9 +63,12 @@ def normalise(text: str) -> str:
     """The page's outputs as any supported JAX prints them: file names and lines aside, and the
     memory traffic of the cost line (``13.9 MiB read and written``), which depends on the calls a
     JAX release wraps ops in (the walk fuses elementwise ops within a call, not across one: on
-    JAX 0.12 the optax step of the page reads and writes 13.9 MiB, on 0.10 11.9 MiB: a model's
-    figure, which docs/verify.md says moves with JAX's equations)."""
+    JAX 0.12 the optax step of the page reads and writes 13.9 MiB, on 0.10 11.9 MiB), and the
+    elementwise part of the FLOPs, which depends on the ops a release emits (JAX 0.9 counts 145.8
+    MFLOP where 0.10 counts 145.6; the matmuls' share, in brackets, is compared): a model's
+    figures, which docs/verify.md says move with JAX's equations."""
     text = re.sub(r"\b[\w.-]+\.py:\d+", "FILE:LINE", text.strip())
+    text = re.sub(r"[\d.]+ [kMGTP]?FLOP \(", "N FLOP (", text)
     return re.sub(r"[\d.]+ [KMGT]?i?B read and written", "N read and written", text)
 
 
