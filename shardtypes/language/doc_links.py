@@ -16,7 +16,7 @@ import re
 from typing import NamedTuple
 
 __all__ = ["DOCS_URL", "DocLink", "SHAPE_STRING", "CHECK_FAILED", "FIELD_FAILED", "COMPILE_TIME", "MALFORMED",
-           "AXIS_RULES", "KERNEL_PASS", "KERNEL_OPS", "INVARIANT_GATHER", "VERIFY_PROBLEMS", "FAMILIES", "linked",
+           "AXIS_RULES", "KERNEL_PASS", "KERNEL_OPS", "INVARIANT_GATHER", "VERIFY_PROBLEMS", "MESH_MISMATCH", "FAMILIES", "linked",
            "unlinked", "link_of"]
 
 # The docs site (mkdocs.yml's site_url): the one place its address is written in the package.
@@ -50,11 +50,12 @@ INVARIANT_GATHER = DocLink("shard-map", "returning-a-gathered-value-invarianttru
 COMPILE_TIME = DocLink("checking", "jaxjit-on-auto-axes")  # the sharding XLA chose on Auto axes
 MALFORMED = DocLink("annotation-language", "static-type-checkers-f32jaxarray-b")  # x: f32, bare
 VERIFY_PROBLEMS = DocLink("verify", "problems")  # VerificationError: verify found problems
+MESH_MISMATCH = DocLink("same-numbers", "reading-a-meshmismatch")  # shardtypes.testing.MeshMismatch
 
 FAMILIES = {"SHAPE_STRING": SHAPE_STRING, "CHECK_FAILED": CHECK_FAILED, "FIELD_FAILED": FIELD_FAILED,
             "AXIS_RULES": AXIS_RULES, "KERNEL_PASS": KERNEL_PASS, "KERNEL_OPS": KERNEL_OPS,
             "INVARIANT_GATHER": INVARIANT_GATHER, "COMPILE_TIME": COMPILE_TIME, "MALFORMED": MALFORMED,
-            "VERIFY_PROBLEMS": VERIFY_PROBLEMS}
+            "VERIFY_PROBLEMS": VERIFY_PROBLEMS, "MESH_MISMATCH": MESH_MISMATCH}
 
 # A link line as ``linked`` writes it, with the line break before it (or the space, where a
 # message was flattened onto one line).

@@ -14,7 +14,8 @@ from .data_layout import (
     data_layout as data_layout,
     make_global_array as make_global_array,
 )
-from .dim_sizes import check_dims_for as check_dims_for, dim_size as dim_size, dims_used as dims_used
+from .dim_multiples import dim_multiples as dim_multiples, named_mesh_axes as named_mesh_axes
+from .dim_sizes import check_dims_for as check_dims_for, dim_size as dim_size, dims_used as dims_used, undivided as undivided
 from .explanations import explain as explain
 from .least_sharding import convert_specs as convert_specs, partition_specs_for_budget as partition_specs_for_budget
 from .placement import shard as shard, tree_guard as tree_guard
@@ -46,6 +47,7 @@ __all__ = [
     "check_dims_for",
     "convert_specs",
     "data_layout",
+    "dim_multiples",
     "dim_size",
     "dims_used",
     "explain",
@@ -54,6 +56,7 @@ __all__ = [
     "make_partition_specs",
     "make_shape_dtype_structs",
     "make_shardings",
+    "named_mesh_axes",
     "mesh_arg",
     "partition_spec",
     "partition_specs",
@@ -63,6 +66,7 @@ __all__ = [
     "structs",
     "structs_of_values",
     "tree_guard",
+    "undivided",
     "validate_shardings",
 ]
 

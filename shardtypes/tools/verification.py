@@ -25,21 +25,17 @@ from typing import Any, Callable, Mapping
 import jax
 from typeguard import TypeCheckError
 
-from ..context import AxisRulesError, Scope, abstract_mesh, forced_checks
+from ..context import Scope, abstract_mesh, forced_checks
 from ..integrations import typechecked
 from ..language import (
-    BROADCAST,
-    NAMED,
-    VARIADIC,
     VERIFY_PROBLEMS,
     check_dims,
-    entry_axes,
     linked,
     mapping_of_sizes,
     unlinked,
 )
-from ..layout import check_dims_for, partition_spec, structs
-from ..model import COLLECTED, Leaf, resolve_hints, walk_leaves
+from ..layout import check_dims_for, dim_multiples, structs
+from ..model import COLLECTED, resolve_hints
 from .activations import SYMBOLIC, ActivationEstimate, trace_step
 from .chips import StepTime, axis_links, chip_named, step_time
 from .html_parts import parse_capacity
@@ -222,42 +218,6 @@ class VerificationError(TypeCheckError):
         return (type(self), (dataclasses.replace(self.report, outputs=None, inputs=None),))
 
 
-def _names_and_multiples(annotations: list, mesh: Any) -> tuple[dict[str, int], set[str]]:
-    """Every dim name the annotations use, with the product of mesh axis sizes each plain named
-    dim is sharded over (lcm across uses), and the names of variadic ``*name`` dims."""
-    sizes = dict(mesh.shape)
-    multiples: dict[str, int] = {}
-    variadic: set[str] = set()
-
-    def leaf(leaf: Leaf) -> None:
-        spec = leaf.spec
-        try:
-            pspec = partition_spec(leaf, None if spec.variadic_index is not None else len(spec.dims), sizes)
-        except (ValueError, AxisRulesError):
-            pspec = None
-        for i, dim in enumerate(spec.dims):
-            bound = dim.name
-            if dim.kind == VARIADIC:
-                if bound is not None:
-                    variadic.add(bound)
-                continue
-            for name in dim.names:
-                multiples.setdefault(name, 1)
-            if (bound is not None and dim.kind in (NAMED, BROADCAST) and pspec is not None
-                    and spec.variadic_index is None and i < len(pspec)):
-                entry = pspec[i]
-                axes = entry_axes(entry)
-                parts = math.prod(sizes.get(a, 1) for a in axes)
-                multiples[bound] = math.lcm(multiples[bound], parts)
-
-    for annotation in annotations:
-        try:
-            walk_leaves(annotation, leaf)
-        except TypeError:
-            pass  # not an array tree: a static parameter
-    return multiples, variadic
-
-
 def verify(
     fn: Callable,
     mesh: Any,
@@ -388,7 +348,7 @@ def verify(
     report_dims.update(inferred)
 
     annotated = list(array_params.values()) + ([returns] if returns is not None else [])
-    multiples, variadic = _names_and_multiples(annotated, mesh)
+    multiples, variadic = dim_multiples(annotated, dict(mesh.shape))
     # A name no annotation of fn uses may still be read by its body (dims()) or bound by a nested
     # checked call, so only one close to a name fn's annotations use is an error (a typo).
     check_dims_for(dims, set(multiples) - variadic, variadic, "verify", strict=False)

@@ -22,7 +22,7 @@ import shardtypes
 PACKAGE = pathlib.Path(shardtypes.__file__).resolve().parent
 
 # Lowest first. A module may import modules of its own layer and of the layers before it.
-LAYERS = ("language", "context", "model", "checking", "layout", "integrations", "kernels", "tools")
+LAYERS = ("language", "context", "model", "checking", "layout", "integrations", "kernels", "tools", "testing")
 # Modules outside the layers: leaves every layer may import, and the public surface on top.
 LEAVES = ("_version",)
 SURFACE = ("__init__", "__main__", "ops", "nnx", "linen", "_legacy", "_indirection", "_public")

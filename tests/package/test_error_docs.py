@@ -56,6 +56,7 @@ from shardtypes.language import (
     KERNEL_OPS,
     KERNEL_PASS,
     MALFORMED,
+    MESH_MISMATCH,
     SHAPE_STRING,
     VERIFY_PROBLEMS,
     DocLink,
@@ -63,6 +64,7 @@ from shardtypes.language import (
     unlinked,
 )
 from shardtypes.language.sizes import DimError
+from shardtypes.testing import MeshMismatch, assert_same_on_every_mesh
 
 ROOT = Path(__file__).resolve().parents[2]
 LINK = re.compile(r"See " + re.escape(DOCS_URL) + r"\S*")
@@ -260,9 +262,17 @@ RAISES: dict[str, tuple[DocLink, Callable[[], Any], type[BaseException]]] = {
     "compile-time": (COMPILE_TIME, compile_time, TypeCheckError),
     "malformed": (MALFORMED, lambda: typeguard.check_type(X(), f32), TypeCheckError),
     "typechecked-argument": (CHECK_FAILED, lambda: step(jnp.zeros((8, 4)), X()), TypeCheckError),
+    "MeshMismatch": (MESH_MISMATCH, lambda: assert_same_on_every_mesh(sum_for_mean), MeshMismatch),
     "VerificationError": (VERIFY_PROBLEMS, lambda: verify(step, {"d": 4, "t": 2}, dims={"batch": 8, "embed": 3},
                                                           raise_on_error=True), TypeCheckError),
 }
+
+
+def sum_for_mean_body(x: f32[b"batch/d embed"]) -> f32[b"embed"]:
+    return jax.lax.psum(x.mean(0), "d")  # a mean of the local rows, summed over 'd'
+
+
+sum_for_mean = typed_shard_map(sum_for_mean_body)
 
 
 def _unknown_rule() -> Any:
@@ -334,7 +344,8 @@ def test_an_exception_class_of_the_package_is_in_a_family_or_has_no_link_for_a_r
                 "_Unresolved": "a hint that cannot be resolved: a TypeError naming it",
                 "_StdoutClosed": "the command's output pipe closed: no message",
                 "ShardtypesWarning": "a warning", "KernelPassWarning": "a warning", "JaxFeatureWarning": "a warning"}
-    linked_classes = {"ShapeSpecError", "DimError", "ArrayError", "FieldError", "AxisRulesError", "VerificationError"}
+    linked_classes = {"ShapeSpecError", "DimError", "ArrayError", "FieldError", "AxisRulesError", "VerificationError",
+                      "MeshMismatch"}
     found = set()
     for name in list(sys.modules):
         module = sys.modules[name]

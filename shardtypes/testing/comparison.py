@@ -1,0 +1,231 @@
+"""Comparing one output of a mesh with the reference mesh's: how close is equal (exact where the
+inputs made it exact, else a tolerance from the dtype and the reduction size, or the user's), where
+the first differing block is and which device holds it, and what the difference looks like (a
+constant factor that is a product of axis sizes, blocks moved along an axis, one block everywhere).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from typing import Any, Mapping, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+
+from ..language import entry_axes
+
+__all__ = ["Tolerance", "LeafComparison", "compare_leaf", "first_block", "diagnose", "float_eps"]
+
+
+def float_eps(dtype: Any) -> float | None:
+    """The machine epsilon of a floating dtype (bf16 and float8 included), None for others."""
+    try:
+        if not jax.dtypes.issubdtype(dtype, np.inexact):
+            return None
+        return float(jax.numpy.finfo(dtype).eps)
+    except (TypeError, ValueError):
+        return None
+
+
+def _mantissa_bits(dtype: Any) -> int:
+    return int(jax.numpy.finfo(dtype).nmant)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """How outputs are compared: ``rtol``/``atol`` as the user gave them (elementwise, as
+    ``numpy.allclose``), else derived: exact for integer results of integer inputs, otherwise
+    ``eps * (2 + 4 * sqrt(reduction))`` times the output's largest magnitude, with ``eps`` the
+    coarsest float dtype among the inputs and the output."""
+
+    rtol: float | None
+    atol: float | None
+    exact_inputs: bool
+    input_eps: float | None
+    reduction: int
+
+    def given(self) -> bool:
+        return self.rtol is not None or self.atol is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class LeafComparison:
+    """One output on one mesh against the reference: ``how`` says how it was compared ('exactly',
+    'within 1.2e-05', ...); ``max_abs``/``max_rel`` are the largest absolute difference and the
+    largest relative to the reference's largest magnitude; ``problem`` a shape or dtype that differs."""
+
+    ok: bool
+    how: str
+    max_abs: float
+    max_rel: float
+    close: np.ndarray | None  # elementwise: equal within the comparison
+    tol_abs: float
+    problem: str | None = None
+
+
+def _as_numeric(x: Any) -> np.ndarray:
+    array = np.asarray(x)
+    if array.dtype == np.bool_:
+        return array.astype(np.int8)
+    if jax.dtypes.issubdtype(array.dtype, np.inexact) and array.dtype.itemsize < 4:
+        return array.astype(np.float32)
+    return array
+
+
+def compare_leaf(ref: Any, got: Any, tol: Tolerance) -> LeafComparison:
+    """``got`` (a global output on some mesh) against ``ref`` (the reference mesh's)."""
+    if isinstance(ref, jax.Array) and jax.dtypes.issubdtype(ref.dtype, jax.dtypes.prng_key):
+        ref, got = jax.random.key_data(ref), jax.random.key_data(got)
+    r, g = np.asarray(ref), np.asarray(got)
+    if r.shape != g.shape or r.dtype != g.dtype:
+        return LeafComparison(False, "", math.inf, math.inf, None, 0.0,
+                              f"{g.dtype}{list(g.shape)} here but {r.dtype}{list(r.shape)} on the reference mesh")
+    rn, gn = _as_numeric(r), _as_numeric(g)
+    floating = jax.dtypes.issubdtype(r.dtype, np.inexact)
+    diff = np.abs(gn.astype(np.float64) - rn.astype(np.float64)) if rn.size else np.zeros(rn.shape)
+    both_nan = np.isnan(rn) & np.isnan(gn) if floating else np.zeros(rn.shape, bool)
+    diff = np.where(both_nan, 0.0, diff)
+    scale = float(np.max(np.abs(np.where(np.isfinite(rn), rn, 0)))) if rn.size else 0.0
+    max_abs = float(np.nanmax(np.where(np.isnan(diff), np.inf, diff))) if diff.size else 0.0
+    max_rel = max_abs / scale if scale else (0.0 if max_abs == 0 else math.inf)
+    if tol.given():
+        rtol, atol = tol.rtol or 0.0, tol.atol or 0.0
+        close = diff <= atol + rtol * np.abs(rn)
+        how = f"within rtol={rtol:g}, atol={atol:g} (as given)"
+        tol_abs = atol + rtol * scale
+    elif not floating:
+        close, how, tol_abs = diff == 0, "exactly (an integer dtype)", 0.0
+    elif (tol.exact_inputs and np.all(np.isfinite(rn)) and np.array_equal(rn, np.round(rn))
+          and scale <= 2.0 ** (_mantissa_bits(r.dtype) + 1)):
+        close, how, tol_abs = diff == 0, "exactly (integer inputs gave integer results)", 0.0
+    else:
+        eps = max(e for e in (float_eps(r.dtype), tol.input_eps) if e is not None)
+        relative = eps * (2 + 4 * math.sqrt(max(1, tol.reduction)))
+        tol_abs = relative * (scale or 1.0)
+        close = diff <= tol_abs
+        how = f"within {relative:.2g} of its largest magnitude ({r.dtype}, reductions up to {tol.reduction})"
+    return LeafComparison(bool(np.all(close)), how, max_abs, max_rel, close, tol_abs)
+
+
+def _devices_at(mesh: Any) -> dict[Any, dict[str, int]]:
+    coords = {}
+    for index in np.ndindex(mesh.devices.shape):
+        coords[mesh.devices[index]] = dict(zip(mesh.axis_names, (int(i) for i in index)))
+    return coords
+
+
+def _fmt_slices(index: Sequence[slice], shape: Sequence[int]) -> str:
+    parts = []
+    for s, n in zip(index, shape):
+        start, stop, _ = s.indices(n)
+        parts.append(f"{start}:{stop}")
+    return "[" + ", ".join(parts) + "]"
+
+
+def first_block(close: np.ndarray, sharding: Any, mesh: Any) -> str:
+    """Where the first differing block of an output is (its index range, in index order) and
+    which device holds it, along the axes that split the output."""
+    shape = close.shape
+    if not isinstance(sharding, NamedSharding) or not shape:
+        bad = np.argwhere(~close)
+        return f"the first differing element is at {tuple(int(i) for i in bad[0])}" if len(bad) else ""
+    split = [a for entry in sharding.spec for a in entry_axes(entry)]
+    where = _devices_at(mesh)
+    blocks: dict[tuple, list] = {}
+    for device, index in sharding.devices_indices_map(shape).items():
+        key = tuple(s.indices(n)[:2] for s, n in zip(index, shape))
+        blocks.setdefault(key, []).append((device, index))
+    for key in sorted(blocks):
+        device, index = blocks[key][0]
+        if not np.all(close[index]):
+            at = where.get(device, {})
+            held = ", ".join(f"{a}={at[a]}" for a in split if a in at)
+            whose = f"held by the device at {held}" if held else "on every device (the output is replicated)"
+            return f"the first differing block is {_fmt_slices(index, shape)}, {whose}"
+    return ""
+
+
+def _factor_axes(factor: float, sizes: Mapping[str, int]) -> str | None:
+    """The axes whose sizes multiply to ``factor`` (fewest axes first), as words."""
+    axes = [a for a, n in sizes.items() if n > 1]
+    for k in range(1, len(axes) + 1):
+        for group in itertools.combinations(axes, k):
+            if math.isclose(math.prod(sizes[a] for a in group), factor, rel_tol=1e-6):
+                return " times ".join(f"the size of {a!r}" for a in group)
+    return None
+
+
+def _constant_factor(r: np.ndarray, g: np.ndarray, tol_abs: float, sizes: Mapping[str, int]) -> str | None:
+    if not r.size or not np.all(np.isfinite(r)) or not np.all(np.isfinite(g)):
+        return None
+    k = int(np.argmax(np.abs(r)))
+    if r.flat[k] == 0:
+        return None
+    c = float(g.flat[k] / r.flat[k])
+    if math.isclose(c, 1.0, rel_tol=1e-6) or not np.all(np.abs(g - c * r) <= tol_abs * max(1.0, abs(c)) + 1e-12):
+        return None
+    if c == 0:
+        return "the output is zero everywhere: a result never written, or a mask that drops everything?"
+    if abs(c) > 1:
+        axes = _factor_axes(abs(c), sizes)
+        if axes:
+            return (f"every element is {c:g} times the reference's, {axes}: a psum where a pmean was meant, "
+                    "or a sum counted on every device?")
+    else:
+        axes = _factor_axes(1 / abs(c), sizes)
+        if axes:
+            return (f"every element is 1/{1 / abs(c):g} of the reference's, one over {axes}: a pmean where a "
+                    "psum was meant, or a sum divided by the device count?")
+    return f"every element is {c:g} times the reference's"
+
+
+def _chunks(x: np.ndarray, dim: int, n: int) -> list[np.ndarray]:
+    return np.split(x, n, axis=dim)
+
+
+def _moved(r: np.ndarray, g: np.ndarray, tol_abs: float, sharding: Any) -> str | None:
+    """Blocks of ``g`` that are blocks of ``r`` moved along an axis that splits the output."""
+    if not isinstance(sharding, NamedSharding):
+        return None
+    sizes = dict(sharding.mesh.shape)
+    for dim, entry in enumerate(sharding.spec):
+        axes = entry_axes(entry)
+        n = math.prod(sizes[a] for a in axes)
+        if n < 2 or dim >= r.ndim or r.shape[dim] % n:
+            continue
+        rc, gc = _chunks(r, dim, n), _chunks(g, dim, n)
+
+        def same(a: np.ndarray, b: np.ndarray) -> bool:
+            return bool(np.all(np.abs(a.astype(np.float64) - b.astype(np.float64)) <= tol_abs))
+
+        matches = [[j for j in range(n) if same(gc[k], rc[j])] for k in range(n)]
+        name = repr(axes[0]) if len(axes) == 1 else repr(tuple(axes))
+        for j in range(n):
+            if all(j in m for m in matches) and not all(same(rc[j], rc[i]) for i in range(n)):
+                return (f"every block along {name} holds the reference's block {j}: one device's part broadcast "
+                        "to every device?")
+        for s in range(1, n):
+            if all((k + s) % n in matches[k] for k in range(n)):
+                step = s if s <= n // 2 else s - n
+                return (f"block i along {name} holds the reference's block i{step:+d} (mod {n}), for every i: a "
+                        "ring turning the wrong way, or an index offset?")
+        for k in range(n):
+            if k not in matches[k]:
+                others = [j for j in matches[k] if j != k]
+                if others:
+                    return (f"block {k} along {name} holds the reference's block {others[0]}: an index offset "
+                            "or a ring step off by one?")
+                break
+    return None
+
+
+def diagnose(ref: Any, got: Any, comparison: LeafComparison, sharding: Any, sizes: Mapping[str, int]) -> str | None:
+    """A likely cause of the difference, where one fits: a constant factor that is a product of
+    axis sizes, blocks moved along an axis, one block broadcast; None when none fits."""
+    if comparison.problem is not None:
+        return None
+    r, g = _as_numeric(np.asarray(ref)).astype(np.float64), _as_numeric(np.asarray(got)).astype(np.float64)
+    return _constant_factor(r, g, comparison.tol_abs, sizes) or _moved(r, g, comparison.tol_abs, sharding)

@@ -1,0 +1,342 @@
+"""``assert_same_on_every_mesh``: a function's annotations state a global function, so a correct
+kernel or step gives the same global numbers whatever the sizes of the mesh's axes. Run it on a
+one-device reference mesh and on a covering set of other shapes, from the same global inputs laid
+out as annotated, and compare; a difference is a ``MeshMismatch`` that names the mesh, the output,
+the first differing block and, where one fits, the likely mistake.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import math
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from typeguard import TypeCheckError
+
+from ..language import MESH_MISMATCH, linked
+from ..layout import named_mesh_axes, shard
+from ..model import resolve_hints, walk_leaves
+from .comparison import LeafComparison, Tolerance, compare_leaf, diagnose, first_block, float_eps
+from .made_inputs import input_sizes, integer_valued, made_inputs, undivided_input
+from .mesh_shapes import (
+    MeshShape,
+    axis_types_arg,
+    check_axes,
+    check_keep,
+    check_meshes,
+    concrete_mesh,
+    covering_meshes,
+    current_mesh_shape,
+    fmt_mesh,
+)
+
+__all__ = ["assert_same_on_every_mesh", "MeshMismatch", "MeshReport"]
+
+_WHAT = "assert_same_on_every_mesh"
+
+
+class MeshMismatch(AssertionError):
+    """A function gave other global numbers on some mesh than on the reference mesh.
+
+    ``reference`` and ``mesh`` are the two mesh shapes (``{axis: size}``), ``output`` the path of
+    the output that differs (``'result'``, ``'result[0]'``, ``'result.w'``), ``diagnosis`` the
+    likely mistake where one fits (else None), ``max_abs`` and ``max_rel`` the largest difference,
+    absolute and relative to the output's largest magnitude, ``differing`` every mesh that differs.
+    """
+
+    def __init__(self, message: str, *, reference: MeshShape | None = None, mesh: MeshShape | None = None,
+                 output: str = "", diagnosis: str | None = None, max_abs: float = math.nan,
+                 max_rel: float = math.nan, differing: tuple = ()):
+        super().__init__(message)
+        self.reference = reference
+        self.mesh = mesh
+        self.output = output
+        self.diagnosis = diagnosis
+        self.max_abs = max_abs
+        self.max_rel = max_rel
+        self.differing = differing
+
+    def __str__(self) -> str:
+        return linked(str(self.args[0]) if self.args else "", MESH_MISMATCH)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshReport:
+    """What ``assert_same_on_every_mesh`` ran: the meshes it ran (the reference first) and those it
+    skipped with why, the sizes of the inputs it made (None when they were given), and for each
+    output its path, how it was compared, and the largest absolute difference from the reference
+    over every mesh."""
+
+    function: str
+    axes: tuple[str, ...]
+    reference: MeshShape
+    ran: tuple[MeshShape, ...]
+    skipped: tuple[tuple[MeshShape, str], ...]
+    sizes: dict[str, Any] | None
+    compared: dict[str, str]
+    largest_difference: dict[str, float]
+
+    def __str__(self) -> str:
+        lines = [f"{self.function}() gives the same numbers on {len(self.ran)} meshes over {', '.join(self.axes)} "
+                 f"(reference {fmt_mesh(self.reference)}): {', '.join(fmt_mesh(m) for m in self.ran[1:])}"]
+        if self.sizes is not None:
+            lines.append("  inputs made from the annotations, sizes " + ", ".join(f"{k}={v}" for k, v in self.sizes.items()))
+        for path, how in self.compared.items():
+            lines.append(f"  {path}: compared {how}; largest difference {self.largest_difference[path]:.3g}")
+        for shape, why in self.skipped:
+            lines.append(f"  skipped {fmt_mesh(shape)}: {why}")
+        return "\n".join(lines)
+
+
+def _output_name(path: tuple) -> str:
+    return "result" + jax.tree_util.keystr(path)
+
+
+def _lays_out(annotation: Any) -> bool:
+    if annotation is None:
+        return False
+    try:
+        walk_leaves(annotation, lambda leaf: None)
+    except TypeError:
+        return False
+    return True
+
+
+def _target(fn: Callable) -> Callable:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.unwrap(fn)
+
+
+def _float_arg(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise TypeError(f"{_WHAT}: {name} must be a number >= 0 (or None for a tolerance derived from the dtype), "
+                        f"got {value!r}")
+    return float(value)
+
+
+def _reduction(values: list) -> tuple[int, float | None]:
+    """The largest dim of the inputs (the longest reduction a kernel can make of them) and the
+    coarsest float epsilon among them."""
+    longest, eps = 1, None
+    for leaf in jax.tree.leaves(values):
+        shape = np.shape(leaf)
+        if shape:
+            longest = max(longest, max(shape))
+        e = float_eps(getattr(leaf, "dtype", None)) if hasattr(leaf, "dtype") else None
+        if e is not None:
+            eps = e if eps is None else max(eps, e)
+    return longest, eps
+
+
+def assert_same_on_every_mesh(fn: Callable, *args: Any, axes: Any = None, meshes: Any = None, keep: Any = None,
+                              dims: Any = None, rtol: float | None = None, atol: float | None = None, seed: int = 0,
+                              axis_types: Any = None) -> MeshReport:
+    """Runs ``fn`` on a one-device reference mesh and on other mesh shapes, from the same global
+    inputs laid out as its annotations say, and raises ``MeshMismatch`` where a global result
+    differs; returns a ``MeshReport`` otherwise.
+
+    ``fn`` is a ``typed_shard_map`` kernel or any function with annotated parameters (a jitted
+    ``@typechecked`` step too); it is called under ``jax.set_mesh(mesh)`` for each mesh. ``args``
+    are the global inputs (numpy or JAX arrays, trees of them); without them, inputs are made from
+    the annotations (sizes from ``dims``, the rest chosen so every mesh tried divides them; small
+    integers, so sums and matmuls are exact). ``axes``: the mesh axes to vary (default: the current
+    mesh's, and those the annotations name). ``meshes``: the shapes to try, as ``[{'d': 2, 't': 4}]``
+    (default: each axis alone at 2 and at its largest, the current mesh, pairs of axes, within
+    ``jax.device_count()``). ``keep={'stage': 4}`` holds an axis at a size on every mesh (the
+    reference too), for a kernel whose meaning depends on it. ``rtol``/``atol`` replace the derived
+    tolerance (exact where the inputs made it exact, else from the dtype and the reduction size).
+    ``axis_types``: 'explicit' or 'auto' (default: the current mesh's, else Explicit). A mesh whose
+    sizes do not divide the inputs is skipped and reported, never counted as agreeing; a
+    ``TypeCheckError`` from fn's checks passes through unchanged.
+    """
+    if isinstance(fn, type) or not callable(fn):
+        raise TypeError(f"{_WHAT}: fn must be a function (a typed_shard_map kernel, a checked step), got {fn!r:.80}")
+    target = _target(fn)
+    name = getattr(target, "__qualname__", repr(fn))
+    rtol, atol = _float_arg(rtol, "rtol"), _float_arg(atol, "atol")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"{_WHAT}: seed must be an int, got {seed!r}")
+    hints = resolve_hints(target, _WHAT)
+    signature = inspect.signature(fn)
+    params = [p for p in signature.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if not any(hints.get(p.name) is not None for p in params):
+        raise TypeError(f"{_WHAT}: {name}() has no annotated parameters, so it states no global function to "
+                        "compare: annotate its arrays (f32[b'batch/d embed'])")
+    if args:
+        try:
+            bound = signature.bind(*args)
+        except TypeError as e:
+            raise TypeError(f"{_WHAT}: the args do not fit {name}{signature}: {e}") from None
+        names = list(bound.arguments)
+        values = list(bound.arguments.values())
+    else:
+        names = [p.name for p in params if p.default is p.empty]
+        values = []
+    annotations = [hints.get(n) for n in names]
+    returns = hints.get("return")
+    named = named_mesh_axes([a for a in annotations + [returns] if a is not None])
+    current = current_mesh_shape()
+    axes = check_axes(axes, named, current, _WHAT)
+    devices = jax.device_count()
+    if devices < 2:
+        raise ValueError(f"{_WHAT}: JAX has {devices} device, so there is no mesh to compare with the reference: "
+                         "call shardtypes.testing.use_cpu_devices(8) before JAX starts (in conftest.py)")
+    keep = check_keep(keep, axes, devices, _WHAT)
+    reference = {a: keep.get(a, 1) for a in axes}
+    if meshes is None:
+        shapes = covering_meshes(axes, keep, devices, current)
+    else:
+        shapes = [reference] + [s for s in check_meshes(meshes, axes, keep, devices, _WHAT) if s != reference]
+    if len(shapes) < 2:
+        raise ValueError(f"{_WHAT}: with keep={keep} and {devices} devices, no mesh but the reference "
+                         f"{fmt_mesh(reference)} is left to try")
+    axis_type = axis_types_arg(axis_types, _WHAT)
+    sizes = None
+    if not args:
+        missing = [n for n, a in zip(names, annotations) if a is None]
+        if missing:
+            raise TypeError(f"{_WHAT}: parameter {missing[0]!r} of {name}() has no annotation, so no input can be "
+                            "made for it: pass the inputs (args), or bind it with functools.partial")
+        sizes = input_sizes(annotations, shapes, dims, _WHAT)
+        values = made_inputs(annotations, names, sizes, concrete_mesh(reference, axis_type), seed, _WHAT)
+    elif dims is not None:
+        raise ValueError(f"{_WHAT}: dims= sizes the inputs made from the annotations; with the inputs given (args) "
+                         "it would be unused: leave it out")
+    longest, input_eps = _reduction(values)
+    tol = Tolerance(rtol, atol, integer_valued(values), input_eps, longest)
+
+    ran: list[MeshShape] = []
+    skipped: list[tuple[MeshShape, str]] = []
+    results: list[tuple[MeshShape, Any]] = []
+    # The reference runs last: a mistake the kernel pass refuses is refused on a mesh whose axes
+    # are larger than 1 (on a one-device mesh there is nothing to sum, and JAX's own error says less).
+    for shape in shapes[1:] + shapes[:1]:
+        mesh = concrete_mesh(shape, axis_type)
+        why = next((f"parameter {n!r}: {w}" for n, v, a in zip(names, values, annotations)
+                    if _lays_out(a) and (w := undivided_input(v, a, mesh)) is not None), None)
+        if why is not None:
+            if shape == reference:
+                raise ValueError(f"{_WHAT}: the inputs cannot be laid out on the reference mesh "
+                                 f"{fmt_mesh(reference)}: {why}")
+            skipped.append((shape, why))
+            continue
+        with jax.set_mesh(mesh):
+            placed = [shard(v, a) if _lays_out(a) else v for v, a in zip(values, annotations)]
+            try:
+                out = fn(*placed)
+                jax.block_until_ready(out)
+            except TypeCheckError:
+                raise
+            except Exception as e:
+                e.add_note(f"({_WHAT}: {name}() on mesh {fmt_mesh(shape)})")
+                raise
+        _on_the_mesh(out, mesh, shape, name)
+        ran.insert(0, shape) if shape == reference else ran.append(shape)
+        results.insert(0, (shape, out)) if shape == reference else results.append((shape, out))
+    if len(ran) < 2:
+        raise ValueError(f"{_WHAT}: only the reference mesh could run {name}(); every other mesh was skipped: "
+                         + "; ".join(f"{fmt_mesh(s)}: {w}" for s, w in skipped))
+    return _compare(name, tuple(axes), results, skipped, sizes, tol, keep)
+
+
+def _on_the_mesh(out: Any, mesh: Any, shape: MeshShape, name: str) -> None:
+    """Every array of ``out`` lives on ``mesh``'s devices: a function that runs on a mesh of its
+    own would give the same numbers on every mesh tried, and the check would prove nothing."""
+    devices = set(mesh.devices.flat)
+    for path, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
+        sharding = getattr(leaf, "sharding", None)
+        if isinstance(leaf, jax.Array) and sharding is not None and not sharding.device_set <= devices:
+            raise ValueError(
+                f"{_WHAT}: {name}() returned {_output_name(path)} on {len(sharding.device_set)} devices, not on the "
+                f"{len(devices)} of the mesh set for it ({fmt_mesh(shape)}): it runs on a mesh of its own "
+                "(typed_shard_map(..., mesh=...), a mesh made inside it), so every mesh tried would give the same "
+                "numbers; pass it without a fixed mesh, so that it takes the current one")
+
+
+def _compare(name: str, axes: tuple[str, ...], results: list, skipped: list, sizes: Any, tol: Tolerance,
+             keep: dict) -> MeshReport:
+    (reference, ref_out), others = results[0], results[1:]
+    ref_leaves, ref_tree = jax.tree_util.tree_flatten_with_path(ref_out)
+    compared = {_output_name(p): "" for p, _ in ref_leaves}
+    largest = {k: 0.0 for k in compared}
+    failures: list[tuple[MeshShape, str, LeafComparison | None, Any, Any]] = []
+    for shape, out in others:
+        leaves, tree = jax.tree_util.tree_flatten_with_path(out)
+        if tree != ref_tree:
+            failures.append((shape, "result", None, f"its tree is {tree} here but {ref_tree} on the reference", None))
+            continue
+        first = None
+        for (path, ref_leaf), (_, leaf) in zip(ref_leaves, leaves):
+            c = compare_leaf(ref_leaf, leaf, tol)
+            key = _output_name(path)
+            compared[key] = compared[key] or c.how
+            largest[key] = max(largest[key], c.max_abs)
+            if not c.ok and first is None:
+                first = (shape, key, c, ref_leaf, leaf)
+        if first is not None:
+            failures.append(first)
+    if failures:
+        raise _mismatch(name, reference, failures, [s for s, _ in others], keep)
+    return MeshReport(name, axes, reference, tuple(s for s, _ in results), tuple(skipped), sizes,
+                      {k: v for k, v in compared.items()}, largest)
+
+
+def _blame(reference: MeshShape, tried: list[MeshShape], differing: list[MeshShape], keep: dict) -> str:
+    """Which axis makes the difference: one whose growing always differs and whose staying at
+    the reference's size always agrees."""
+    blamed = []
+    for axis in reference:
+        if axis in keep:
+            continue
+        grown = [s for s in tried if s[axis] != reference[axis]]
+        still = [s for s in tried if s[axis] == reference[axis]]
+        if grown and all(s in differing for s in grown) and all(s not in differing for s in still):
+            blamed.append(axis)
+    if len(blamed) != 1:
+        return ""
+    axis = blamed[0]
+    return (f"; it differs exactly where {axis!r} is larger than {reference[axis]} (if {axis!r} is part of what the "
+            f"function means, a pipeline's stage count say, hold it: keep={{{axis!r}: ...}})")
+
+
+def _mismatch(name: str, reference: MeshShape, failures: list, tried: list[MeshShape], keep: dict) -> MeshMismatch:
+    failures.sort(key=lambda f: math.prod(f[0].values()))
+    shape, output, comparison, ref_leaf, leaf = failures[0]
+    differing = [f[0] for f in failures]
+    agreeing = [s for s in tried if s not in differing]
+    lines = [f"{name}() gives other numbers on mesh {fmt_mesh(shape)} than on the reference mesh "
+             f"{fmt_mesh(reference)}, from the same global inputs"]
+    diagnosis = None
+    max_abs = max_rel = math.inf
+    if comparison is None:
+        lines.append(f"  {output}: {ref_leaf}")
+    elif comparison.problem is not None:
+        lines.append(f"  {output}: {comparison.problem}")
+    else:
+        max_abs, max_rel = comparison.max_abs, comparison.max_rel
+        g = np.asarray(leaf) if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else None
+        lines.append(f"  output: {output}, {leaf.dtype}{list(leaf.shape)}, compared {comparison.how}")
+        lines.append(f"  largest difference: {max_abs:.4g} absolute, {max_rel:.3g} of the output's largest magnitude")
+        sharding = getattr(leaf, "sharding", None)
+        if g is not None and comparison.close is not None:
+            mesh = getattr(sharding, "mesh", None)
+            where = first_block(comparison.close, sharding, mesh) if mesh is not None else ""
+            if where:
+                lines.append(f"  {where}")
+            diagnosis = diagnose(ref_leaf, leaf, comparison, sharding, shape)
+            if diagnosis:
+                lines.append(f"  diagnosis: {diagnosis}")
+    others = [fmt_mesh(s) for s in differing[1:]]
+    tail = f"  meshes that differ: {', '.join([fmt_mesh(shape)] + others)}"
+    if agreeing:
+        tail += f"; that agree: {', '.join(fmt_mesh(s) for s in agreeing)}"
+    lines.append(tail + _blame(reference, tried, differing, keep))
+    return MeshMismatch("\n".join(lines), reference=reference, mesh=shape, output=output, diagnosis=diagnosis,
+                        max_abs=max_abs, max_rel=max_rel, differing=tuple(differing))
