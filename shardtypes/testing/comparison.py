@@ -125,13 +125,15 @@ def _fmt_slices(index: Sequence[slice], shape: Sequence[int]) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-def first_block(close: np.ndarray, sharding: Any, mesh: Any) -> str:
+def first_block(close: np.ndarray, sharding: Any, mesh: Any) -> tuple[str, tuple | None]:
     """Where the first differing block of an output is (its index range, in index order) and
-    which device holds it, along the axes that split the output."""
+    which device holds it, along the axes that split the output; and that block's index."""
     shape = close.shape
-    if not isinstance(sharding, NamedSharding) or not shape:
+    if not shape:
+        return "", None
+    if not isinstance(sharding, NamedSharding):
         bad = np.argwhere(~close)
-        return f"the first differing element is at {tuple(int(i) for i in bad[0])}" if len(bad) else ""
+        return (f"the first differing element is at {tuple(int(i) for i in bad[0])}" if len(bad) else ""), None
     split = [a for entry in sharding.spec for a in entry_axes(entry)]
     where = _devices_at(mesh)
     blocks: dict[tuple, list] = {}
@@ -144,8 +146,8 @@ def first_block(close: np.ndarray, sharding: Any, mesh: Any) -> str:
             at = where.get(device, {})
             held = ", ".join(f"{a}={at[a]}" for a in split if a in at)
             whose = f"held by the device at {held}" if held else "on every device (the output is replicated)"
-            return f"the first differing block is {_fmt_slices(index, shape)}, {whose}"
-    return ""
+            return f"the first differing block is {_fmt_slices(index, shape)}, {whose}", tuple(index)
+    return "", None
 
 
 def _factor_axes(factor: float, sizes: Mapping[str, int]) -> str | None:
@@ -186,6 +188,24 @@ def _chunks(x: np.ndarray, dim: int, n: int) -> list[np.ndarray]:
     return np.split(x, n, axis=dim)
 
 
+def _offsets(rc: list[np.ndarray], gc: list[np.ndarray], tol_abs: float, name: str) -> str | None:
+    """Each block off from the reference's by a constant of its own: growing with the block's
+    index, an offset (``axis_index * block``) left out or counted twice."""
+    deltas = []
+    for r, g in zip(rc, gc):
+        d = g - r
+        if not d.size or np.ptp(d) > 2 * tol_abs:
+            return None
+        deltas.append(float(d.flat[0]))
+    if all(abs(d) <= tol_abs for d in deltas):
+        return None
+    step = deltas[1] - deltas[0]
+    if abs(deltas[0]) <= tol_abs and all(abs(d - i * step) <= tol_abs for i, d in enumerate(deltas)):
+        return (f"block i along {name} is the reference's plus i * {step:g}: a shard offset left out or counted "
+                "twice (axis_index times the block size)?")
+    return f"each block along {name} is the reference's plus a constant of its own: an offset that depends on the device?"
+
+
 def _moved(r: np.ndarray, g: np.ndarray, tol_abs: float, sharding: Any) -> str | None:
     """Blocks of ``g`` that are blocks of ``r`` moved along an axis that splits the output."""
     if not isinstance(sharding, NamedSharding):
@@ -203,6 +223,9 @@ def _moved(r: np.ndarray, g: np.ndarray, tol_abs: float, sharding: Any) -> str |
 
         matches = [[j for j in range(n) if same(gc[k], rc[j])] for k in range(n)]
         name = repr(axes[0]) if len(axes) == 1 else repr(tuple(axes))
+        offset = _offsets(rc, gc, tol_abs, name)
+        if offset:
+            return offset
         for j in range(n):
             if all(j in m for m in matches) and not all(same(rc[j], rc[i]) for i in range(n)):
                 return (f"every block along {name} holds the reference's block {j}: one device's part broadcast "
@@ -222,10 +245,41 @@ def _moved(r: np.ndarray, g: np.ndarray, tol_abs: float, sharding: Any) -> str |
     return None
 
 
-def diagnose(ref: Any, got: Any, comparison: LeafComparison, sharding: Any, sizes: Mapping[str, int]) -> str | None:
+def _moved_within(r: np.ndarray, g: np.ndarray, tol_abs: float, block: tuple | None,
+                  sizes: Mapping[str, int]) -> str | None:
+    """Inside the first differing block: parts of it that are other parts of the reference's same
+    block, cut along a dim into as many parts as an axis has devices (a ring that hands each step
+    the wrong neighbour's block writes the right products in the wrong rows)."""
+    if block is None:
+        return None
+    rb, gb = r[block], g[block]
+    for axis, n in sizes.items():
+        if n < 2:
+            continue
+        for dim in range(rb.ndim):
+            if rb.shape[dim] % n or rb.shape[dim] < n:
+                continue
+            rc, gc = _chunks(rb, dim, n), _chunks(gb, dim, n)
+            for k in range(n):
+                if np.all(np.abs(gc[k] - rc[k]) <= tol_abs):
+                    continue
+                others = [j for j in range(n) if j != k and np.all(np.abs(gc[k] - rc[j]) <= tol_abs)]
+                if others:
+                    return (f"in that block, part {k} of {n} along dim {dim} (one part per device along {axis!r}) "
+                            f"holds the reference's part {others[0]}: a ring turning the wrong way, or an index "
+                            "offset?")
+                break
+    return None
+
+
+def diagnose(ref: Any, got: Any, comparison: LeafComparison, sharding: Any, sizes: Mapping[str, int],
+             block: tuple | None = None) -> str | None:
     """A likely cause of the difference, where one fits: a constant factor that is a product of
-    axis sizes, blocks moved along an axis, one block broadcast; None when none fits."""
+    axis sizes, blocks moved along an axis, one block broadcast, parts of the first differing
+    block moved; None when none fits."""
     if comparison.problem is not None:
         return None
     r, g = _as_numeric(np.asarray(ref)).astype(np.float64), _as_numeric(np.asarray(got)).astype(np.float64)
-    return _constant_factor(r, g, comparison.tol_abs, sizes) or _moved(r, g, comparison.tol_abs, sharding)
+    tol = comparison.tol_abs
+    return (_constant_factor(r, g, tol, sizes) or _moved(r, g, tol, sharding)
+            or _moved_within(r, g, tol, block, sizes))

@@ -288,9 +288,10 @@ def _compare(name: str, axes: tuple[str, ...], results: list, skipped: list, siz
                       {k: v for k, v in compared.items()}, largest)
 
 
-def _blame(reference: MeshShape, tried: list[MeshShape], differing: list[MeshShape], keep: dict) -> str:
+def _blame(reference: MeshShape, tried: list[MeshShape], differing: list[MeshShape], keep: dict,
+           shape: MeshShape, hint: bool) -> str:
     """Which axis makes the difference: one whose growing always differs and whose staying at
-    the reference's size always agrees."""
+    the reference's size always agrees (with ``hint``, how to hold it if that is by design)."""
     blamed = []
     for axis in reference:
         if axis in keep:
@@ -302,8 +303,11 @@ def _blame(reference: MeshShape, tried: list[MeshShape], differing: list[MeshSha
     if len(blamed) != 1:
         return ""
     axis = blamed[0]
-    return (f"; it differs exactly where {axis!r} is larger than {reference[axis]} (if {axis!r} is part of what the "
-            f"function means, a pipeline's stage count say, hold it: keep={{{axis!r}: ...}})")
+    text = f"; it differs exactly where {axis!r} is larger than {reference[axis]}"
+    if hint:
+        text += (f" (if the function's meaning depends on the size of {axis!r}, as a pipeline's does on its stage "
+                 f"count, hold it: keep={{{axis!r}: {shape[axis]}}})")
+    return text
 
 
 def _mismatch(name: str, reference: MeshShape, failures: list, tried: list[MeshShape], keep: dict) -> MeshMismatch:
@@ -327,16 +331,16 @@ def _mismatch(name: str, reference: MeshShape, failures: list, tried: list[MeshS
         sharding = getattr(leaf, "sharding", None)
         if g is not None and comparison.close is not None:
             mesh = getattr(sharding, "mesh", None)
-            where = first_block(comparison.close, sharding, mesh) if mesh is not None else ""
+            where, block = first_block(comparison.close, sharding, mesh) if mesh is not None else ("", None)
             if where:
                 lines.append(f"  {where}")
-            diagnosis = diagnose(ref_leaf, leaf, comparison, sharding, shape)
+            diagnosis = diagnose(ref_leaf, leaf, comparison, sharding, shape, block)
             if diagnosis:
                 lines.append(f"  diagnosis: {diagnosis}")
     others = [fmt_mesh(s) for s in differing[1:]]
     tail = f"  meshes that differ: {', '.join([fmt_mesh(shape)] + others)}"
     if agreeing:
         tail += f"; that agree: {', '.join(fmt_mesh(s) for s in agreeing)}"
-    lines.append(tail + _blame(reference, tried, differing, keep))
+    lines.append(tail + _blame(reference, tried, differing, keep, shape, diagnosis is None))
     return MeshMismatch("\n".join(lines), reference=reference, mesh=shape, output=output, diagnosis=diagnosis,
                         max_abs=max_abs, max_rel=max_rel, differing=tuple(differing))

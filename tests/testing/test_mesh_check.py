@@ -159,6 +159,7 @@ def test_a_missing_shard_offset_differs_and_names_the_first_wrong_block():
     assert_same_on_every_mesh(positions_right)
     e = _mismatch(positions, meshes=[{"t": 4}], dims={"seq": 8, "embed": 4})
     assert "the first differing block is [2:4, 0:4], held by the device at t=1" in str(e)
+    assert "block i along 't' is the reference's plus i * -2: a shard offset left out" in str(e)
     assert e.max_abs == 6.0
 
 
@@ -187,7 +188,7 @@ def stages(x: f32[b"stage/s batch/d embed"]) -> f32[b"stage/s batch/d embed"]:
 def test_an_axis_whose_size_is_part_of_the_meaning_is_held_with_keep():
     e = _mismatch(stages)
     assert "it differs exactly where 's' is larger than 1" in str(e)
-    assert "keep={'s': ...}" in str(e)
+    assert "block i along 's' holds the reference's block i+1 (mod 2)" in str(e)
     report = assert_same_on_every_mesh(stages, keep={"s": 4})
     assert report.reference == {"s": 4, "d": 1} and all(m["s"] == 4 for m in report.ran)
     assert report.ran[1:] == ({"s": 4, "d": 2},)
@@ -196,6 +197,16 @@ def test_an_axis_whose_size_is_part_of_the_meaning_is_held_with_keep():
 @typed_shard_map
 def jittered(x: f32[b"batch/d embed"]) -> f32[b"batch/d embed"]:
     return x + 1e-3 * jax.lax.axis_index("d").astype(x.dtype)
+
+
+def test_an_axis_that_makes_the_difference_without_a_diagnosis_is_offered_to_keep():
+    @typed_shard_map
+    def per_device_noise(x: f32[b"batch/d embed"]) -> f32[b"batch/d embed"]:
+        return x * (1 + jax.lax.axis_index("d").astype(x.dtype) ** 2)
+
+    e = _mismatch(per_device_noise)
+    assert ("it differs exactly where 'd' is larger than 1 (if the function's meaning depends on the size of 'd', "
+            "as a pipeline's does on its stage count, hold it: keep={'d': 2})") in str(e)
 
 
 def test_the_tolerance_is_exact_for_integers_and_the_users_when_given():
