@@ -7,9 +7,11 @@ against the dimension table and the mesh.
 May import: every layer below (language, context, model, checking, layout, integrations).
 """
 
+from .ops import PER_DEVICE_CALLS as PER_DEVICE_CALLS
 from .shard_map import typed_shard_map as typed_shard_map
 
 __all__ = [
+    "PER_DEVICE_CALLS",
     "typed_shard_map",
 ]
 

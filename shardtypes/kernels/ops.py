@@ -3,6 +3,7 @@ whose docstring is the user's guide to them."""
 
 from __future__ import annotations
 
+import contextvars
 import math
 import string
 from typing import Any, Sequence, TypeVar
@@ -17,6 +18,10 @@ from ..model import integer
 from . import op_specs
 
 _T = TypeVar("_T")
+
+# The axes each ``per_device`` call names, collected while a caller listens (shardtypes.testing:
+# a kernel that says it is per-device along an axis depends on that axis's size by design).
+PER_DEVICE_CALLS: contextvars.ContextVar[list | None] = contextvars.ContextVar("per_device_calls", default=None)
 
 __all__ = [
     "all_gather", "psum_scatter", "all_to_all", "psum", "pmean", "ppermute",
@@ -358,4 +363,7 @@ def per_device(value: _T, axes: str | Sequence[str]) -> _T:
         raise TypeError(f"shardtypes.ops.per_device: argument 'value' must be a jax.Array or a tree of them "
                         f"(found {found})")
     mark_per_device(leaves, frozenset(names), f"shardtypes.ops.per_device(..., {op_specs.one_or_tuple(names)!r})")
+    listening = PER_DEVICE_CALLS.get()
+    if listening is not None:
+        listening.extend(n for n in names if n not in listening)
     return value

@@ -16,8 +16,8 @@ import re
 from typing import NamedTuple
 
 __all__ = ["DOCS_URL", "DocLink", "SHAPE_STRING", "CHECK_FAILED", "FIELD_FAILED", "COMPILE_TIME", "MALFORMED",
-           "AXIS_RULES", "KERNEL_PASS", "KERNEL_OPS", "INVARIANT_GATHER", "VERIFY_PROBLEMS", "MESH_MISMATCH", "FAMILIES", "linked",
-           "unlinked", "link_of"]
+           "AXIS_RULES", "KERNEL_PASS", "KERNEL_OPS", "INVARIANT_GATHER", "VERIFY_PROBLEMS", "MESH_MISMATCH",
+           "FAMILIES", "linked", "unlinked", "link_of"]
 
 # The docs site (mkdocs.yml's site_url): the one place its address is written in the package.
 DOCS_URL = "https://shardtypes.github.io/shardtypes/"

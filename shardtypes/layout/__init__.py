@@ -15,7 +15,12 @@ from .data_layout import (
     make_global_array as make_global_array,
 )
 from .dim_multiples import dim_multiples as dim_multiples, named_mesh_axes as named_mesh_axes
-from .dim_sizes import check_dims_for as check_dims_for, dim_size as dim_size, dims_used as dims_used, undivided as undivided
+from .dim_sizes import (
+    check_dims_for as check_dims_for,
+    dim_size as dim_size,
+    dims_used as dims_used,
+    undivided as undivided,
+)
 from .explanations import explain as explain
 from .least_sharding import convert_specs as convert_specs, partition_specs_for_budget as partition_specs_for_budget
 from .placement import shard as shard, tree_guard as tree_guard

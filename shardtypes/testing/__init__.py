@@ -13,8 +13,11 @@ May import: every layer below it.
 """
 
 from .devices import use_cpu_devices as use_cpu_devices
-from .mesh_check import MeshMismatch as MeshMismatch, MeshReport as MeshReport
-from .mesh_check import assert_same_on_every_mesh as assert_same_on_every_mesh
+from .mesh_check import (
+    MeshMismatch as MeshMismatch,
+    MeshReport as MeshReport,
+    assert_same_on_every_mesh as assert_same_on_every_mesh,
+)
 from .strategies import meshes as meshes
 
 __all__ = ["MeshMismatch", "MeshReport", "assert_same_on_every_mesh", "meshes", "use_cpu_devices"]

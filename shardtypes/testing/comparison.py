@@ -17,7 +17,8 @@ from jax.sharding import NamedSharding
 
 from ..language import entry_axes
 
-__all__ = ["Tolerance", "LeafComparison", "compare_leaf", "first_block", "diagnose", "float_eps"]
+__all__ = ["Tolerance", "LeafComparison", "compare_leaf", "needs_tolerance", "perturbed", "first_block", "diagnose",
+           "float_eps"]
 
 
 def float_eps(dtype: Any) -> float | None:
@@ -75,8 +76,39 @@ def _as_numeric(x: Any) -> np.ndarray:
     return array
 
 
-def compare_leaf(ref: Any, got: Any, tol: Tolerance) -> LeafComparison:
-    """``got`` (a global output on some mesh) against ``ref`` (the reference mesh's)."""
+def _exact(r: np.ndarray, tol: Tolerance) -> bool:
+    return bool(tol.exact_inputs and np.all(np.isfinite(r)) and np.array_equal(r, np.round(r))
+                and (not r.size or float(np.max(np.abs(r))) <= 2.0 ** (_mantissa_bits(r.dtype) + 1)))
+
+
+def needs_tolerance(ref: Any, tol: Tolerance) -> bool:
+    """Whether this reference output is compared within a tolerance (not exactly, not as given)."""
+    if tol.given() or isinstance(ref, jax.Array) and jax.dtypes.issubdtype(ref.dtype, jax.dtypes.prng_key):
+        return False
+    r = np.asarray(ref)
+    return bool(jax.dtypes.issubdtype(r.dtype, np.inexact) and not _exact(_as_numeric(r), tol))
+
+
+def perturbed(values: Any, seed: int) -> Any:
+    """``values`` with each float element moved by one epsilon of its dtype, up or down at random:
+    how much that moves an output is how much the order of a sum may move it."""
+    rng = np.random.default_rng(seed + 1)
+
+    def move(x: Any) -> Any:
+        eps = float_eps(getattr(x, "dtype", None)) if hasattr(x, "dtype") else None
+        if eps is None or isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            return x
+        array = np.asarray(x)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=array.shape)
+        return (array.astype(np.float64) * (1 + eps * signs)).astype(array.dtype)
+
+    return jax.tree.map(move, values)
+
+
+def compare_leaf(ref: Any, got: Any, tol: Tolerance, sensitivity: float = 0.0) -> LeafComparison:
+    """``got`` (a global output on some mesh) against ``ref`` (the reference mesh's).
+    ``sensitivity``: how far the reference moves when its inputs move by an epsilon (see
+    ``perturbed``); a tolerance is at least 8 times it."""
     if isinstance(ref, jax.Array) and jax.dtypes.issubdtype(ref.dtype, jax.dtypes.prng_key):
         ref, got = jax.random.key_data(ref), jax.random.key_data(got)
     r, g = np.asarray(ref), np.asarray(got)
@@ -98,15 +130,14 @@ def compare_leaf(ref: Any, got: Any, tol: Tolerance) -> LeafComparison:
         tol_abs = atol + rtol * scale
     elif not floating:
         close, how, tol_abs = diff == 0, "exactly (an integer dtype)", 0.0
-    elif (tol.exact_inputs and np.all(np.isfinite(rn)) and np.array_equal(rn, np.round(rn))
-          and scale <= 2.0 ** (_mantissa_bits(r.dtype) + 1)):
+    elif _exact(rn, tol):
         close, how, tol_abs = diff == 0, "exactly (integer inputs gave integer results)", 0.0
     else:
         eps = max(e for e in (float_eps(r.dtype), tol.input_eps) if e is not None)
         relative = eps * (2 + 4 * math.sqrt(max(1, tol.reduction)))
-        tol_abs = relative * (scale or 1.0)
+        tol_abs = max(relative * (scale or 1.0), 8 * sensitivity)
         close = diff <= tol_abs
-        how = f"within {relative:.2g} of its largest magnitude ({r.dtype}, reductions up to {tol.reduction})"
+        how = f"within {tol_abs:.2g} ({r.dtype} round-off)"
     return LeafComparison(bool(np.all(close)), how, max_abs, max_rel, close, tol_abs)
 
 
@@ -181,7 +212,7 @@ def _constant_factor(r: np.ndarray, g: np.ndarray, tol_abs: float, sizes: Mappin
         if axes:
             return (f"every element is 1/{1 / abs(c):g} of the reference's, one over {axes}: a pmean where a "
                     "psum was meant, or a sum divided by the device count?")
-    return f"every element is {c:g} times the reference's"
+    return f"every element is {c:g} times the reference's" if r.size > 1 else None
 
 
 def _chunks(x: np.ndarray, dim: int, n: int) -> list[np.ndarray]:
@@ -203,7 +234,8 @@ def _offsets(rc: list[np.ndarray], gc: list[np.ndarray], tol_abs: float, name: s
     if abs(deltas[0]) <= tol_abs and all(abs(d - i * step) <= tol_abs for i, d in enumerate(deltas)):
         return (f"block i along {name} is the reference's plus i * {step:g}: a shard offset left out or counted "
                 "twice (axis_index times the block size)?")
-    return f"each block along {name} is the reference's plus a constant of its own: an offset that depends on the device?"
+    return (f"each block along {name} is the reference's plus a constant of its own: an offset that depends on the "
+            "device?")
 
 
 def _moved(r: np.ndarray, g: np.ndarray, tol_abs: float, sharding: Any) -> str | None:

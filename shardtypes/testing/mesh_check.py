@@ -17,10 +17,20 @@ import jax
 import numpy as np
 from typeguard import TypeCheckError
 
+from ..kernels import PER_DEVICE_CALLS
 from ..language import MESH_MISMATCH, linked
 from ..layout import named_mesh_axes, shard
 from ..model import resolve_hints, walk_leaves
-from .comparison import LeafComparison, Tolerance, compare_leaf, diagnose, first_block, float_eps
+from .comparison import (
+    LeafComparison,
+    Tolerance,
+    compare_leaf,
+    diagnose,
+    first_block,
+    float_eps,
+    needs_tolerance,
+    perturbed,
+)
 from .made_inputs import input_sizes, integer_valued, made_inputs, undivided_input
 from .mesh_shapes import (
     MeshShape,
@@ -84,7 +94,8 @@ class MeshReport:
         lines = [f"{self.function}() gives the same numbers on {len(self.ran)} meshes over {', '.join(self.axes)} "
                  f"(reference {fmt_mesh(self.reference)}): {', '.join(fmt_mesh(m) for m in self.ran[1:])}"]
         if self.sizes is not None:
-            lines.append("  inputs made from the annotations, sizes " + ", ".join(f"{k}={v}" for k, v in self.sizes.items()))
+            made = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+            lines.append(f"  inputs made from the annotations, sizes {made}")
         for path, how in self.compared.items():
             lines.append(f"  {path}: compared {how}; largest difference {self.largest_difference[path]:.3g}")
         for shape, why in self.skipped:
@@ -215,6 +226,26 @@ def assert_same_on_every_mesh(fn: Callable, *args: Any, axes: Any = None, meshes
     ran: list[MeshShape] = []
     skipped: list[tuple[MeshShape, str]] = []
     results: list[tuple[MeshShape, Any]] = []
+    per_device: list[str] = []  # the axes the function says it is per-device along (ops.per_device)
+
+    def run(shape: MeshShape, inputs: list) -> Any:
+        mesh = concrete_mesh(shape, axis_type)
+        listening = PER_DEVICE_CALLS.set(per_device)
+        with jax.set_mesh(mesh):
+            placed = [shard(v, a) if _lays_out(a) else v for v, a in zip(inputs, annotations)]
+            try:
+                out = fn(*placed)
+                jax.block_until_ready(out)
+            except TypeCheckError:
+                raise
+            except Exception as e:
+                e.add_note(f"({_WHAT}: {name}() on mesh {fmt_mesh(shape)})")
+                raise
+            finally:
+                PER_DEVICE_CALLS.reset(listening)
+        _on_the_mesh(out, mesh, shape, name)
+        return out
+
     # The reference runs last: a mistake the kernel pass refuses is refused on a mesh whose axes
     # are larger than 1 (on a one-device mesh there is nothing to sum, and JAX's own error says less).
     for shape in shapes[1:] + shapes[:1]:
@@ -227,23 +258,31 @@ def assert_same_on_every_mesh(fn: Callable, *args: Any, axes: Any = None, meshes
                                  f"{fmt_mesh(reference)}: {why}")
             skipped.append((shape, why))
             continue
-        with jax.set_mesh(mesh):
-            placed = [shard(v, a) if _lays_out(a) else v for v, a in zip(values, annotations)]
-            try:
-                out = fn(*placed)
-                jax.block_until_ready(out)
-            except TypeCheckError:
-                raise
-            except Exception as e:
-                e.add_note(f"({_WHAT}: {name}() on mesh {fmt_mesh(shape)})")
-                raise
-        _on_the_mesh(out, mesh, shape, name)
+        out = run(shape, values)
         ran.insert(0, shape) if shape == reference else ran.append(shape)
         results.insert(0, (shape, out)) if shape == reference else results.append((shape, out))
     if len(ran) < 2:
         raise ValueError(f"{_WHAT}: only the reference mesh could run {name}(); every other mesh was skipped: "
                          + "; ".join(f"{fmt_mesh(s)}: {w}" for s, w in skipped))
-    return _compare(name, tuple(axes), results, skipped, sizes, tol, keep)
+    sensitivity = _sensitivity(results[0][1], tol, lambda: run(reference, perturbed(values, seed)))
+    return _compare(name, tuple(axes), results, skipped, sizes, tol, keep, sensitivity, per_device)
+
+
+def _sensitivity(ref_out: Any, tol: Tolerance, rerun: Callable[[], Any]) -> dict[str, float]:
+    """For each output compared within a tolerance, how far it moves on the reference mesh when
+    every float input moves by one epsilon: the scale of the round-off a correct kernel's other
+    order of sums gives (a deep step, an optimizer's normalised update, amplify it)."""
+    leaves = jax.tree_util.tree_flatten_with_path(ref_out)[0]
+    if not any(needs_tolerance(leaf, tol) for _, leaf in leaves):
+        return {}
+    moved = jax.tree_util.tree_flatten_with_path(rerun())[0]
+    out = {}
+    for (path, leaf), (_, other) in zip(leaves, moved):
+        if needs_tolerance(leaf, tol):
+            diff = np.abs(np.asarray(other, np.float64) - np.asarray(leaf, np.float64))
+            finite = diff[np.isfinite(diff)]
+            out[_output_name(path)] = float(finite.max()) if finite.size else 0.0
+    return out
 
 
 def _on_the_mesh(out: Any, mesh: Any, shape: MeshShape, name: str) -> None:
@@ -261,7 +300,7 @@ def _on_the_mesh(out: Any, mesh: Any, shape: MeshShape, name: str) -> None:
 
 
 def _compare(name: str, axes: tuple[str, ...], results: list, skipped: list, sizes: Any, tol: Tolerance,
-             keep: dict) -> MeshReport:
+             keep: dict, sensitivity: dict[str, float], per_device: list[str]) -> MeshReport:
     (reference, ref_out), others = results[0], results[1:]
     ref_leaves, ref_tree = jax.tree_util.tree_flatten_with_path(ref_out)
     compared = {_output_name(p): "" for p, _ in ref_leaves}
@@ -274,8 +313,8 @@ def _compare(name: str, axes: tuple[str, ...], results: list, skipped: list, siz
             continue
         first = None
         for (path, ref_leaf), (_, leaf) in zip(ref_leaves, leaves):
-            c = compare_leaf(ref_leaf, leaf, tol)
             key = _output_name(path)
+            c = compare_leaf(ref_leaf, leaf, tol, sensitivity.get(key, 0.0))
             compared[key] = compared[key] or c.how
             largest[key] = max(largest[key], c.max_abs)
             if not c.ok and first is None:
@@ -283,7 +322,7 @@ def _compare(name: str, axes: tuple[str, ...], results: list, skipped: list, siz
         if first is not None:
             failures.append(first)
     if failures:
-        raise _mismatch(name, reference, failures, [s for s, _ in others], keep)
+        raise _mismatch(name, reference, failures, [s for s, _ in others], keep, per_device)
     return MeshReport(name, axes, reference, tuple(s for s, _ in results), tuple(skipped), sizes,
                       {k: v for k, v in compared.items()}, largest)
 
@@ -310,7 +349,8 @@ def _blame(reference: MeshShape, tried: list[MeshShape], differing: list[MeshSha
     return text
 
 
-def _mismatch(name: str, reference: MeshShape, failures: list, tried: list[MeshShape], keep: dict) -> MeshMismatch:
+def _mismatch(name: str, reference: MeshShape, failures: list, tried: list[MeshShape], keep: dict,
+              per_device: list[str]) -> MeshMismatch:
     failures.sort(key=lambda f: math.prod(f[0].values()))
     shape, output, comparison, ref_leaf, leaf = failures[0]
     differing = [f[0] for f in failures]
@@ -342,5 +382,12 @@ def _mismatch(name: str, reference: MeshShape, failures: list, tried: list[MeshS
     if agreeing:
         tail += f"; that agree: {', '.join(fmt_mesh(s) for s in agreeing)}"
     lines.append(tail + _blame(reference, tried, differing, keep, shape, diagnosis is None))
+    stated = [a for a in per_device if a in shape and shape[a] != reference[a]]
+    if stated:
+        axes = ", ".join(repr(a) for a in stated)
+        lines.append(f"  {name}() says it is per-device along {axes} (shardtypes.ops.per_device), so its result "
+                     f"depends "
+                     f"on the size of {axes} by design: hold {'it' if len(stated) == 1 else 'them'} with keep="
+                     + "{" + ", ".join(f"{a!r}: {shape[a]}" for a in stated) + "}")
     return MeshMismatch("\n".join(lines), reference=reference, mesh=shape, output=output, diagnosis=diagnosis,
                         max_abs=max_abs, max_rel=max_rel, differing=tuple(differing))

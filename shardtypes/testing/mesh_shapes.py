@@ -64,7 +64,8 @@ def check_axes(axes: Any, named: Sequence[str], current: Mapping[str, int] | Non
     if unknown:
         raise ValueError(f"{what}: axes names {unknown[0]!r}, which no annotation of the function names"
                          + (f" and the current mesh does not have (its axes: {list(current)})" if current else "")
-                         + f" (the annotations name {list(named) or 'no mesh axis'})")
+                         + f" (the annotations name {list(named) or 'no mesh axis'}): leave it out of axes, or set a "
+                         "mesh that has it (jax.set_mesh)")
     missing = [a for a in named if a not in axes]
     if missing:
         raise ValueError(f"{what}: the annotations name mesh axis {missing[0]!r}, which axes={axes!r} leaves "
@@ -130,7 +131,8 @@ def check_meshes(meshes: Any, axes: Sequence[str], keep: Mapping[str, int], devi
 def covering_meshes(axes: Sequence[str], keep: Mapping[str, int], devices: int,
                     current: Mapping[str, int] | None) -> list[MeshShape]:
     """The default shapes, reference first: every axis at 1 (held axes at their size); each free
-    axis alone at 2 and at its largest (one free axis: at every size that divides the devices); the current mesh; each pair of free axes at (2, largest/2)
+    axis alone at 2 and at its largest (one free axis: at every size that divides the devices);
+    the current mesh; each pair of free axes at (2, largest/2)
     both ways; every free axis at 2. Only shapes within ``devices``, each once."""
     reference = {a: keep.get(a, 1) for a in axes}
     room = devices // math.prod(reference.values())
