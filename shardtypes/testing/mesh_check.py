@@ -360,9 +360,9 @@ def _mismatch(name: str, reference: MeshShape, failures: list, tried: list[MeshS
     diagnosis = None
     max_abs = max_rel = math.inf
     if comparison is None:
-        lines.append(f"  {output}: {ref_leaf}")
+        lines.append(f"  output: {output}, {ref_leaf}")
     elif comparison.problem is not None:
-        lines.append(f"  {output}: {comparison.problem}")
+        lines.append(f"  output: {output}, {comparison.problem}")
     else:
         max_abs, max_rel = comparison.max_abs, comparison.max_rel
         g = np.asarray(leaf) if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else None

@@ -133,7 +133,7 @@ def covering_meshes(axes: Sequence[str], keep: Mapping[str, int], devices: int,
     """The default shapes, reference first: every axis at 1 (held axes at their size); each free
     axis alone at 2 and at its largest (one free axis: at every size that divides the devices);
     the current mesh; each pair of free axes at (2, largest/2)
-    both ways; every free axis at 2. Only shapes within ``devices``, each once."""
+    both ways; every free axis at 2. Only shapes within ``devices``, each once, smallest first."""
     reference = {a: keep.get(a, 1) for a in axes}
     room = devices // math.prod(reference.values())
     free = [a for a in axes if a not in keep]
@@ -163,7 +163,7 @@ def covering_meshes(axes: Sequence[str], keep: Mapping[str, int], devices: int,
                 add(**{a: room // 2, b: 2})
     if len(free) > 2 and 2 ** len(free) <= room:
         add(**{a: 2 for a in free})
-    return shapes
+    return shapes[:1] + sorted(shapes[1:], key=lambda s: math.prod(s.values()))
 
 
 def axis_types_arg(axis_types: Any, what: str) -> Any:
