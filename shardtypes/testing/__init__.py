@@ -12,6 +12,7 @@ Nothing in shardtypes imports this package, and ``import shardtypes`` does not l
 May import: every layer below it.
 """
 
+from .. import _public
 from .devices import use_cpu_devices as use_cpu_devices
 from .mesh_check import (
     MeshMismatch as MeshMismatch,
@@ -21,6 +22,7 @@ from .mesh_check import (
 from .strategies import meshes as meshes
 
 __all__ = ["MeshMismatch", "MeshReport", "assert_same_on_every_mesh", "meshes", "use_cpu_devices"]
+_public.rehome(__name__, (globals()[name] for name in __all__))
 
 # What the layer offers its users, in its docstring, made from __all__ so that it cannot go stale.
 __doc__ = f"{__doc__ or ''}\nOffers the layers above: {', '.join(__all__)}.\n"
