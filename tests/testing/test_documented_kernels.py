@@ -164,6 +164,21 @@ def test_the_demos_decode_step_gives_the_same_numbers_on_other_meshes(transforme
     assert report.axes == ("t",)
 
 
+def test_the_quickstarts_functions_on_every_mesh():
+    quickstart = _load(ROOT / "examples" / "quickstart.py", "examples_quickstart_same_numbers")
+    try:
+        assert_same_on_every_mesh(jax.jit(quickstart.rms_norm))
+        report = assert_same_on_every_mesh(jax.jit(quickstart.block), axes=("d", "t"))
+        assert len(report.ran) == 7
+        # Its shard_map body shows local shapes, and adds each device's block to the sum of all
+        # of them: not a global function of x, which the kernel pass says as a typed kernel.
+        with pytest.raises(TypeCheckError, match="a sum of different blocks"):
+            assert_same_on_every_mesh(shardtypes.typed_shard_map(quickstart.local_sum),
+                                      dims={"batch": 8, "hidden": 16})
+    finally:
+        sys.modules.pop("examples_quickstart_same_numbers", None)
+
+
 def test_the_same_numbers_example_prints_what_its_page_shows():
     module = _load(ROOT / "examples" / "same_numbers.py", "examples_same_numbers")
     out = io.StringIO()
