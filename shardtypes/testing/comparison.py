@@ -135,9 +135,15 @@ def compare_leaf(ref: Any, got: Any, tol: Tolerance, sensitivity: float = 0.0) -
     else:
         eps = max(e for e in (float_eps(r.dtype), tol.input_eps) if e is not None)
         relative = eps * (2 + 4 * math.sqrt(max(1, tol.reduction)))
-        tol_abs = max(relative * (scale or 1.0), 8 * sensitivity)
+        # A move of more than sqrt(eps) of the output's magnitude for an epsilon's move of the
+        # inputs is no longer round-off: a tie or a branch that flipped (an argmax, a top-k).
+        cap = max(relative, math.sqrt(eps)) * (scale or 1.0)
+        tol_abs = max(relative * (scale or 1.0), min(8 * sensitivity, cap))
         close = diff <= tol_abs
         how = f"within {tol_abs:.2g} ({r.dtype} round-off)"
+        if 8 * sensitivity > cap:
+            how += ("; it jumps when the inputs move by an epsilon (a tie or a branch flipped), so the tolerance "
+                    "stops at sqrt(eps) of its largest magnitude")
     return LeafComparison(bool(np.all(close)), how, max_abs, max_rel, close, tol_abs)
 
 
@@ -165,7 +171,8 @@ def first_block(close: np.ndarray, sharding: Any, mesh: Any) -> tuple[str, tuple
     if not isinstance(sharding, NamedSharding):
         bad = np.argwhere(~close)
         return (f"the first differing element is at {tuple(int(i) for i in bad[0])}" if len(bad) else ""), None
-    split = [a for entry in sharding.spec for a in entry_axes(entry)]
+    sizes = dict(mesh.shape)
+    split = [a for entry in sharding.spec for a in entry_axes(entry) if sizes.get(a, 1) > 1]
     where = _devices_at(mesh)
     blocks: dict[tuple, list] = {}
     for device, index in sharding.devices_indices_map(shape).items():
@@ -212,6 +219,11 @@ def _constant_factor(r: np.ndarray, g: np.ndarray, tol_abs: float, sizes: Mappin
         if axes:
             return (f"every element is 1/{1 / abs(c):g} of the reference's, one over {axes}: a pmean where a "
                     "psum was meant, or a sum divided by the device count?")
+    root = _factor_axes(abs(c) ** 2 if abs(c) > 1 else 1 / abs(c) ** 2, sizes)
+    if root:
+        way = "sqrt" if abs(c) > 1 else "1/sqrt"
+        return (f"every element is {c:g} times the reference's, {way} of {root}: a sum where a mean was meant (or the "
+                "reverse) under a square root, as in a norm's variance?")
     return f"every element is {c:g} times the reference's" if r.size > 1 else None
 
 

@@ -126,7 +126,9 @@ def _causal_attention(q, k, v):
 
 
 def _ulysses(q, k, v, *, head_axis: int):
-    to_heads = lambda a: jax.lax.all_to_all(a, "d", split_axis=head_axis, concat_axis=1, tiled=True)
+    def to_heads(a):
+        return jax.lax.all_to_all(a, "d", split_axis=head_axis, concat_axis=1, tiled=True)
+
     o = _causal_attention(to_heads(q), to_heads(k), to_heads(v))
     return jax.lax.all_to_all(o, "d", split_axis=1, concat_axis=head_axis, tiled=True)
 
@@ -331,7 +333,10 @@ def _moe_alltoall(x, router, w_in, w_out, *, dispatch_concat: int, combine_split
     slot = ops.per_device(jnp.cumsum(onehot, axis=0), "d")
     slot = jnp.sum((slot - 1) * onehot, axis=-1).astype(jnp.int32)
     dispatch = onehot[:, :, None] * jax.nn.one_hot(slot, capacity, dtype=x.dtype)[:, None, :]  # [T, E, C]
-    buf = jnp.einsum("tec,tm->ecm", dispatch, x)
+    # a one-hot matmul that places this device's tokens in its own buffer (a scatter, not a sum
+    # over the devices' tokens): the kernel pass reads the contraction over tokens/d as a partial
+    # sum owed over 'd' and needs this mark too
+    buf = ops.per_device(jnp.einsum("tec,tm->ecm", dispatch, x), "d")
     buf = jax.lax.all_to_all(buf, "d", split_axis=0, concat_axis=dispatch_concat, tiled=True)
     buf = buf.reshape(local_experts, n * capacity, model)                         # [E/n, n*C, M]
     h = jax.nn.relu(jnp.einsum("ecm,emh->ech", buf, w_in))
@@ -696,7 +701,8 @@ CASES: list[Case] = [
          note="causal ring attention: k, v sent to device idx + 1, so step i holds block (idx - i) % n"),
     Case("ring_attention/wrong_direction", ring_attention_wrong_direction, "ring_attention", "ring direction",
          _DT, _RING, source=_RING_SRC,
-         note="k, v sent to idx - 1 but the causal mask assumes block (idx - i) % n is held"),
+         note="k, v sent to idx - 1 but the causal mask assumes block (idx - i) % n is held "
+              "(on 2 devices both directions are one ring: it shows with d >= 4)"),
     Case("ring_attention/block_index", ring_attention_block_index, "ring_attention", "offset", _DT, _RING,
          source=_RING_SRC, note="held block computed as (idx + i) % n instead of (idx - i) % n"),
     Case("ring_attention/no_rescale", ring_attention_no_rescale, "ring_attention", "online softmax", _DT, _RING,
@@ -712,7 +718,8 @@ CASES: list[Case] = [
          note="rows travel to idx - 1, so step i holds the rows of device (idx + i) % n"),
     Case("allgather_matmul/wrong_direction", allgather_matmul_wrong_direction, "allgather_matmul", "ring direction",
          _DT, _AGMM, source="jax docs collective matmul (shard_map)",
-         note="rows sent to idx + 1 while the output block index assumes they come from idx + 1"),
+         note="rows sent to idx + 1 while the output block index assumes they come from idx + 1 "
+              "(on 2 devices both directions are one ring: it shows with t >= 4)"),
     Case("allgather_matmul/block_index", allgather_matmul_block_index, "allgather_matmul", "offset", _DT, _AGMM,
          source="jax docs collective matmul (shard_map)", note="output block (idx - i) % n instead of (idx + i) % n"),
     Case("allgather_matmul/no_axis_index", allgather_matmul_no_axis_index, "allgather_matmul", "offset", _DT, _AGMM,
@@ -724,7 +731,8 @@ CASES: list[Case] = [
          note="partial sums of block (idx - i - 1) % n travel to idx + 1"),
     Case("matmul_reduce_scatter/wrong_direction", matmul_reduce_scatter_wrong_direction, "matmul_reduce_scatter",
          "ring direction", _DT, _RSMM, source="Megatron sequence-parallel row-parallel linear, overlapped",
-         note="accumulator sent to idx - 1 with block indices meant for sending to idx + 1"),
+         note="accumulator sent to idx - 1 with block indices meant for sending to idx + 1 "
+              "(on 2 devices both directions are one ring: it shows with t >= 4)"),
     Case("matmul_reduce_scatter/off_by_one", matmul_reduce_scatter_off_by_one, "matmul_reduce_scatter", "offset",
          _DT, _RSMM, source="Megatron sequence-parallel row-parallel linear, overlapped",
          note="block (idx - i) % n instead of (idx - i - 1) % n: each device ends with its neighbour's block"),
@@ -812,11 +820,12 @@ CASES: list[Case] = [
          note="4 microbatches, circular shift to stage i + 1 after each tick, output at tick m + stages - 1"),
     Case("gpipe_microbatched/wrong_direction", gpipe_microbatched_wrong_direction, "gpipe_microbatched",
          "stage direction", ("stage", "d"), _PIPE, keep=_STAGES, source="praxis microbatched GPipe",
-         note="circular shift to stage i - 1; invisible to a mesh comparison: the stage axis is held"),
+         note="circular shift to stage i - 1; the stage axis is held, but it shows across 'd': microbatches are cut "
+              "from the local batch, so which rows get which wrong schedule depends on the d size"),
     Case("gpipe_microbatched/lag", gpipe_microbatched_lag, "gpipe_microbatched", "off by one", ("stage", "d"), _PIPE,
          keep=_STAGES, source="praxis microbatched GPipe",
-         note="output collected one tick late (lag = stages, not stages - 1): the last microbatch is zeros; "
-              "invisible to a mesh comparison: it depends only on the held stage count"),
+         note="output collected one tick late (lag = stages, not stages - 1): the last microbatch is zeros; it shows "
+              "across 'd' only because the microbatches are cut from the local batch (which rows are lost depends on d)"),
     # 14. FSDP
     Case("fsdp_matmul", fsdp_matmul, None, None, _DT, _FSDP, source="seqax FSDP x TP weight gather",
          note="all_gather over ('d', 't'), the order of the weight's layout"),
@@ -838,7 +847,8 @@ CASES: list[Case] = [
          note="the halo sent to idx - 1: each device pads with the end of the next device's block"),
     Case("causal_conv_halo/wraparound", causal_conv_halo_wraparound, "causal_conv_halo", "boundary", _DT, _CONV,
          source="Mamba causal_conv1d under context parallelism",
-         note="a ring instead of a chain: device 0 pads with the end of the sequence"),
+         note="a ring instead of a chain: device 0 pads with the end of the sequence; invisible to a mesh comparison: "
+              "on one device the ring sends the block to itself, so every mesh computes the same circular convolution"),
 ]
 
 BY_NAME: dict[str, Case] = {case.name: case for case in CASES}

@@ -11,8 +11,7 @@ import textwrap
 
 import jax
 import pytest
-from hypothesis import find, given, settings
-from hypothesis import strategies as st
+from hypothesis import find, given, settings, strategies as st
 
 from shardtypes import f32, typed_shard_map
 from shardtypes.testing import MeshMismatch, assert_same_on_every_mesh, meshes, use_cpu_devices
