@@ -20,7 +20,7 @@ from typeguard import TypeCheckError
 from ..kernels import PER_DEVICE_CALLS
 from ..language import MESH_MISMATCH, linked
 from ..layout import named_mesh_axes, shard
-from ..model import resolve_hints, walk_leaves
+from ..model import holds_shardtypes, homogeneous_item, resolve_hints, walk_leaves
 from .comparison import (
     LeafComparison,
     Tolerance,
@@ -117,6 +117,50 @@ def _lays_out(annotation: Any) -> bool:
     return True
 
 
+def _place(value: Any, annotation: Any, name: str) -> Any:
+    """``value`` laid out as ``annotation`` says on the current mesh: ``shard`` where the
+    annotation is an array tree, item by item for ``list[X]`` (a value ``shard`` has no one layout
+    for), as it is where the annotation holds no layout (an int, a config, ``Any``)."""
+    if _lays_out(annotation):
+        return shard(value, annotation)
+    item = homogeneous_item(annotation) if annotation is not None else None
+    if item is not None and item[1] == "sequence" and isinstance(value, (list, tuple)):
+        return type(value)(_place(v, item[0], name) for v in value)
+    if annotation is not None and holds_shardtypes(annotation):
+        raise TypeError(f"{_WHAT}: parameter {name!r} is annotated {annotation!r}, which holds layouts the check "
+                        "cannot lay a value out by; annotate it with a tuple, a dataclass or list[X]")
+    return value
+
+
+def _layout_of(annotation: Any) -> Any:
+    """The annotation whose layout a value takes: ``X`` for ``list[X]`` (see ``_place``)."""
+    item = None if _lays_out(annotation) else homogeneous_item(annotation)
+    return _layout_of(item[0]) if item is not None and item[1] == "sequence" else annotation
+
+
+def _undivided(value: Any, annotation: Any, mesh: Any) -> str | None:
+    """Why ``value`` cannot be laid out as ``annotation`` on ``mesh``, or None (see ``_place``)."""
+    if _lays_out(annotation):
+        return undivided_input(value, annotation, mesh)
+    item = homogeneous_item(annotation) if annotation is not None else None
+    if item is not None and item[1] == "sequence" and isinstance(value, (list, tuple)):
+        return next((f"item {i}: {w}" for i, v in enumerate(value) if (w := _undivided(v, item[0], mesh))), None)
+    return None
+
+
+# JAX's words for a size a collective or a split cannot divide on some mesh (inside the body,
+# where the inputs' layouts divide): that mesh cannot run the function, like one the inputs do
+# not divide.
+_CANNOT_DIVIDE = ("divisible", "does not divide", "must divide", "evenly")
+
+
+def _cannot_run(e: Exception) -> str | None:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, (ValueError, TypeError)) and any(w in text for w in _CANNOT_DIVIDE):
+        return f"{type(e).__name__}: {text[:200]}"
+    return None
+
+
 def _target(fn: Callable) -> Callable:
     while isinstance(fn, functools.partial):
         fn = fn.func
@@ -177,6 +221,9 @@ def assert_same_on_every_mesh(fn: Callable, *args: Any, axes: Any = None, meshes
     hints = resolve_hints(target, _WHAT)
     signature = inspect.signature(fn)
     params = [p for p in signature.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if not params:
+        raise TypeError(f"{_WHAT}: {name}() takes no arguments, so no input's layout changes from mesh to mesh: "
+                        "there is nothing to compare")
     if not any(hints.get(p.name) is not None for p in params):
         raise TypeError(f"{_WHAT}: {name}() has no annotated parameters, so it states no global function to "
                         "compare: annotate its arrays (f32[b'batch/d embed'])")
@@ -192,7 +239,7 @@ def assert_same_on_every_mesh(fn: Callable, *args: Any, axes: Any = None, meshes
         values = []
     annotations = [hints.get(n) for n in names]
     returns = hints.get("return")
-    named = named_mesh_axes([a for a in annotations + [returns] if a is not None])
+    named = named_mesh_axes([_layout_of(a) for a in annotations + [returns] if a is not None])
     current = current_mesh_shape()
     axes = check_axes(axes, named, current, _WHAT)
     devices = jax.device_count()
@@ -232,7 +279,7 @@ def assert_same_on_every_mesh(fn: Callable, *args: Any, axes: Any = None, meshes
         mesh = concrete_mesh(shape, axis_type)
         listening = PER_DEVICE_CALLS.set(per_device)
         with jax.set_mesh(mesh):
-            placed = [shard(v, a) if _lays_out(a) else v for v, a in zip(inputs, annotations)]
+            placed = [_place(v, a, n) for v, a, n in zip(inputs, annotations, names)]
             try:
                 out = fn(*placed)
                 jax.block_until_ready(out)
@@ -251,37 +298,46 @@ def assert_same_on_every_mesh(fn: Callable, *args: Any, axes: Any = None, meshes
     for shape in shapes[1:] + shapes[:1]:
         mesh = concrete_mesh(shape, axis_type)
         why = next((f"parameter {n!r}: {w}" for n, v, a in zip(names, values, annotations)
-                    if _lays_out(a) and (w := undivided_input(v, a, mesh)) is not None), None)
+                    if (w := _undivided(v, a, mesh)) is not None), None)
         if why is not None:
             if shape == reference:
                 raise ValueError(f"{_WHAT}: the inputs cannot be laid out on the reference mesh "
                                  f"{fmt_mesh(reference)}: {why}")
             skipped.append((shape, why))
             continue
-        out = run(shape, values)
+        try:
+            out = run(shape, values)
+        except (ValueError, TypeError) as e:
+            why = _cannot_run(e)
+            if why is None or shape == reference:
+                raise
+            skipped.append((shape, f"it cannot run there: {why}"))
+            continue
         ran.insert(0, shape) if shape == reference else ran.append(shape)
         results.insert(0, (shape, out)) if shape == reference else results.append((shape, out))
     if len(ran) < 2:
         raise ValueError(f"{_WHAT}: only the reference mesh could run {name}(); every other mesh was skipped: "
                          + "; ".join(f"{fmt_mesh(s)}: {w}" for s, w in skipped))
-    sensitivity = _sensitivity(results[0][1], tol, lambda: run(reference, perturbed(values, seed)))
+    sensitivity = _sensitivity(results[0][1], tol, lambda k: run(reference, perturbed(values, seed + 1 + k)))
     return _compare(name, tuple(axes), results, skipped, sizes, tol, keep, sensitivity, per_device)
 
 
-def _sensitivity(ref_out: Any, tol: Tolerance, rerun: Callable[[], Any]) -> dict[str, float]:
+def _sensitivity(ref_out: Any, tol: Tolerance, rerun: Callable[[int], Any]) -> dict[str, np.ndarray]:
     """For each output compared within a tolerance, how far it moves on the reference mesh when
     every float input moves by one epsilon: the scale of the round-off a correct kernel's other
     order of sums gives (a deep step, an optimizer's normalised update, amplify it)."""
     leaves = jax.tree_util.tree_flatten_with_path(ref_out)[0]
     if not any(needs_tolerance(leaf, tol) for _, leaf in leaves):
         return {}
-    moved = jax.tree_util.tree_flatten_with_path(rerun())[0]
-    out = {}
-    for (path, leaf), (_, other) in zip(leaves, moved):
-        if needs_tolerance(leaf, tol):
-            diff = np.abs(np.asarray(other, np.float64) - np.asarray(leaf, np.float64))
-            finite = diff[np.isfinite(diff)]
-            out[_output_name(path)] = float(finite.max()) if finite.size else 0.0
+    out: dict[str, np.ndarray] = {}
+    for k in range(2):  # two draws: a tie one of them leaves alone, the other may flip
+        moved = jax.tree_util.tree_flatten_with_path(rerun(k))[0]
+        for (path, leaf), (_, other) in zip(leaves, moved):
+            if needs_tolerance(leaf, tol):
+                diff = np.abs(np.asarray(other, np.float64) - np.asarray(leaf, np.float64))
+                diff = np.where(np.isfinite(diff), diff, 0.0)
+                key = _output_name(path)
+                out[key] = np.maximum(out[key], diff) if key in out else diff
     return out
 
 
@@ -300,7 +356,7 @@ def _on_the_mesh(out: Any, mesh: Any, shape: MeshShape, name: str) -> None:
 
 
 def _compare(name: str, axes: tuple[str, ...], results: list, skipped: list, sizes: Any, tol: Tolerance,
-             keep: dict, sensitivity: dict[str, float], per_device: list[str]) -> MeshReport:
+             keep: dict, sensitivity: dict[str, np.ndarray], per_device: list[str]) -> MeshReport:
     (reference, ref_out), others = results[0], results[1:]
     ref_leaves, ref_tree = jax.tree_util.tree_flatten_with_path(ref_out)
     compared = {_output_name(p): "" for p, _ in ref_leaves}
@@ -343,7 +399,10 @@ def _blame(reference: MeshShape, tried: list[MeshShape], differing: list[MeshSha
         return ""
     axis = blamed[0]
     text = f"; it differs exactly where {axis!r} is larger than {reference[axis]}"
-    if hint:
+    if hint and len(reference) - len(keep) == 1:
+        text += (f" (if the function's meaning depends on the size of {axis!r}, the only axis varied, it is not a "
+                 "function of its global inputs alone, and this check does not apply to it)")
+    elif hint:
         text += (f" (if the function's meaning depends on the size of {axis!r}, as a pipeline's does on its stage "
                  f"count, hold it: keep={{{axis!r}: {shape[axis]}}})")
     return text
@@ -363,6 +422,10 @@ def _mismatch(name: str, reference: MeshShape, failures: list, tried: list[MeshS
         lines.append(f"  output: {output}, {ref_leaf}")
     elif comparison.problem is not None:
         lines.append(f"  output: {output}, {comparison.problem}")
+        if "[" in comparison.problem:
+            diagnosis = ("the global shape depends on the mesh: a per-device value laid out by the out_specs as if "
+                         "it were global (a dim of its own whose size is a device's block)?")
+            lines.append(f"  diagnosis: {diagnosis}")
     else:
         max_abs, max_rel = comparison.max_abs, comparison.max_rel
         g = np.asarray(leaf) if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else None

@@ -201,12 +201,69 @@ def jittered(x: f32[b"batch/d embed"]) -> f32[b"batch/d embed"]:
 
 def test_an_axis_that_makes_the_difference_without_a_diagnosis_is_offered_to_keep():
     @typed_shard_map
-    def per_device_noise(x: f32[b"batch/d embed"]) -> f32[b"batch/d embed"]:
+    def per_device_noise(x: f32[b"batch/d embed/t"]) -> f32[b"batch/d embed/t"]:
         return x * (1 + jax.lax.axis_index("d").astype(x.dtype) ** 2)
 
     e = _mismatch(per_device_noise)
     assert ("it differs exactly where 'd' is larger than 1 (if the function's meaning depends on the size of 'd', "
             "as a pipeline's does on its stage count, hold it: keep={'d': 2})") in str(e)
+
+    @typed_shard_map
+    def one_axis(x: f32[b"batch/d embed"]) -> f32[b"batch/d embed"]:
+        return x * (1 + jax.lax.axis_index("d").astype(x.dtype) ** 2)
+
+    e = _mismatch(one_axis)
+    assert ("(if the function's meaning depends on the size of 'd', the only axis varied, it is not a function of "
+            "its global inputs alone, and this check does not apply to it)") in str(e)
+
+
+@typed_shard_map
+def layers(x: f32[b"batch/d embed"], ws: list[f32[b"embed out/t"]]) -> f32[b"batch/d embed"]:
+    for w in ws:  # each layer's output split over t, gathered for the next
+        x = ops.all_gather("batch/d out/t -> batch/d out", x @ w, invariant=True)
+    return x
+
+
+def test_a_list_of_arrays_is_laid_out_item_by_item():
+    rng = np.random.default_rng(0)
+    x = rng.integers(-2, 3, (8, 4)).astype(np.float32)
+    ws = [rng.integers(-2, 3, (4, 4)).astype(np.float32) for _ in range(2)]
+    report = assert_same_on_every_mesh(layers, x, ws, meshes=[{"d": 2, "t": 2}, {"t": 4}])
+    assert report.axes == ("d", "t")  # 't' named inside list[...]
+    assert report.ran[1:] == ({"d": 2, "t": 2}, {"d": 1, "t": 4})  # on Explicit axes: each w laid out over t
+
+
+@typed_shard_map
+def exchange(x: f32[b"rows/d embed"]) -> f32[b"rows/d embed"]:
+    y = jax.lax.all_to_all(x, "d", 0, 0, tiled=True)  # each device's rows cut in d pieces
+    return jax.lax.all_to_all(y, "d", 0, 0, tiled=True)
+
+
+def test_a_mesh_the_body_cannot_divide_is_skipped_and_said():
+    report = assert_same_on_every_mesh(exchange, np.ones((8, 2), np.float32), meshes=[{"d": 2}, {"d": 4}])
+    assert report.ran == ({"d": 1}, {"d": 2})
+    ((mesh, why),) = report.skipped
+    assert mesh == {"d": 4} and why.startswith("it cannot run there: ValueError:") and "divisible" in why
+
+
+@typed_shard_map
+def per_device_rows(x: f32[b"batch/d embed"]) -> f32[b"blocks/d embed"]:
+    return x.sum(0, keepdims=True)  # one row per device, tiled by out_specs
+
+
+def test_a_global_shape_that_depends_on_the_mesh_is_said():
+    with pytest.raises((MeshMismatch, TypeCheckError)) as info:
+        assert_same_on_every_mesh(per_device_rows)
+    if isinstance(info.value, MeshMismatch):
+        assert "the global shape depends on the mesh" in str(info.value)
+
+
+def test_a_function_without_arguments_has_nothing_to_compare():
+    def constant() -> f32[b"n"]:
+        return jnp.zeros(4)
+
+    with pytest.raises(TypeError, match=r"constant\(\) takes no arguments, so no input's layout changes"):
+        assert_same_on_every_mesh(constant)
 
 
 def test_the_tolerance_is_exact_for_integers_and_the_users_when_given():
