@@ -21,6 +21,7 @@ from ..model import (
     annotated_instances,
     field_path,
     holds_shardtypes,
+    is_annotation,
     model,
     qualified,
     resolve_hints,
@@ -42,6 +43,39 @@ def all_or_nothing(checker):
         except TypeCheckError:
             restore()
             raise
+
+    return check
+
+
+def sequence_items(checker: Callable) -> Callable:
+    """typeguard's checker for ``tuple[X, ...]``, ``tuple[A, B]``, ``list[X]`` or ``Sequence[X]``
+    whose items are classes with annotated fields (a model's layers): the container checked as
+    typeguard does (its type, a fixed tuple's length), then each item with its index in the path,
+    so that ``p.blocks[1].w_out`` is named in errors and in "bound by" phrases, not ``p.blocks.w_out``.
+    Items that are arrays keep typeguard's own ``item 1`` wording."""
+
+    def check(value: Any, origin: Any, args: tuple, memo: TypeCheckMemo) -> None:
+        fixed = origin is tuple and not (len(args) == 2 and args[1] is Ellipsis) and args != ((),)
+        shape = tuple(Any for _ in args) if fixed else ((Any, Ellipsis) if origin is tuple else (Any,))
+        checker(value, origin, shape, memo)  # the container's type and length, as typeguard says them
+        restore = snapshot(memo)
+        outer = FIELD_PATH.get()
+        try:
+            for i, item in enumerate(value):
+                annotation = args[i] if fixed else args[0]
+                indexed = not is_annotation(annotation)
+                if indexed:
+                    FIELD_PATH.set((*outer, f"[{i}]"))
+                try:
+                    typeguard.check_type_internal(item, annotation, memo)
+                except TypeCheckError as e:
+                    restore()
+                    if indexed and isinstance(e, FieldError):
+                        raise _field_error(e, f"[{i}]") from None
+                    e.append_path_element(f"item {i}")
+                    raise
+        finally:
+            FIELD_PATH.set(outer)
 
     return check
 

@@ -9,6 +9,7 @@ typeguard's frames (``checking.typeguard_frames``).
 
 from __future__ import annotations
 
+import collections.abc
 import types
 import typing
 from typing import Any, Union
@@ -38,7 +39,7 @@ from ..model import (
     plan_of,
     safe_is_checked_class,
 )
-from .containers import all_or_nothing, check_dataclass, check_pytree, check_union, public_error
+from .containers import all_or_nothing, check_dataclass, check_pytree, check_union, public_error, sequence_items
 
 __all__ = ["register_with_typeguard"]
 
@@ -137,6 +138,8 @@ def _ours(origin: Any, args: tuple) -> Any:
         if origin is Union or origin is types.UnionType:  # Optional[X], X | Y
             return check_union
         checker = _CONTAINER_CHECKERS.get(origin)
+        if checker is not None and origin in _SEQUENCES:
+            return _SEQUENCE_ITEMS.setdefault(origin, sequence_items(checker))
         if checker is not None:
             return _ALL_OR_NOTHING.setdefault(origin, all_or_nothing(checker))
     return None
@@ -149,6 +152,9 @@ _CONTAINER_CHECKERS = {
     if origin is not Union
 }
 _ALL_OR_NOTHING: dict = {}
+# Those whose items are checked one by one with their index in the path (containers.sequence_items).
+_SEQUENCES = (tuple, list, collections.abc.Sequence)
+_SEQUENCE_ITEMS: dict = {}
 
 
 def _pytree_instance_check(cls: type, value: object) -> bool:

@@ -10,13 +10,11 @@ user wrote that does not resolve is still a NameError naming whose it is.
 from __future__ import annotations
 
 import collections.abc
+import logging
 import re
 import sys
 import typing
-import warnings
 from typing import Any
-
-from .errors import ShardtypesWarning
 
 
 def resolve_hints(obj: Any, who: str, localns: dict | None = None) -> dict[str, Any]:
@@ -35,7 +33,8 @@ def resolve_hints(obj: Any, who: str, localns: dict | None = None) -> dict[str, 
             raise error from e
 
 
-_NOTED: set = set()  # (reference, whose annotations): each said once
+_NOTED: set = set()  # forward references of other libraries read as Any: each said once, at debug level
+_LOG = logging.getLogger("shardtypes")
 
 
 class _Unresolved(Exception):
@@ -70,12 +69,12 @@ def _without_forward_refs(tp: Any, globalns: dict, localns: dict, where: str, wr
         except NameError:
             if re.search(rf"(?<![\w.]){re.escape(ref)}(?![\w])", written):
                 raise _Unresolved(ref) from None  # (the user's own: a name the user wrote, whole)
-            if (ref, where) not in _NOTED:
-                _NOTED.add((ref, where))
-                warnings.warn(
-                    f"shardtypes: the forward reference {ref!r} inside the annotations of {where} comes from "
-                    "another library and cannot be resolved here; it is read as Any (and looked into, as Any is)",
-                    ShardtypesWarning, stacklevel=4)
+            if ref not in _NOTED:
+                # Not the user's to fix (optax's 'ArrayTree' inside an OptState or a MultiStepsState):
+                # said once per process, at debug level, never as a warning.
+                _NOTED.add(ref)
+                _LOG.debug("the forward reference %r inside the annotations of %s comes from another library and "
+                           "cannot be resolved here; it is read as Any (and looked into, as Any is)", ref, where)
             return Any
     args = typing.get_args(tp)
     origin = typing.get_origin(tp)

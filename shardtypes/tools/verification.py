@@ -35,7 +35,7 @@ from ..language import (
     unlinked,
 )
 from ..layout import check_dims_for, dim_multiples, structs
-from ..model import COLLECTED, resolve_hints
+from ..model import COLLECTED, holds_shardtypes, resolve_hints, type_text
 from .activations import SYMBOLIC, ActivationEstimate, trace_step
 from .chips import StepTime, axis_links, chip_named, step_time
 from .html_parts import parse_capacity
@@ -368,9 +368,21 @@ def verify(
         try:
             # an UNCONSTRAINED dim (embed/?) accepts any split: its input is laid out replicated
             args[pname] = structs(annotation, sizes, mesh, unconstrained="replicate")
-        except TypeError:
+        except TypeError as e:
             p = signature.parameters[pname]
-            if p.default is inspect.Parameter.empty:
+            if p.default is not inspect.Parameter.empty:
+                continue
+            if holds_shardtypes((annotation,)):
+                # It holds arrays, but not in a form with one layout tree: say which field and
+                # the ways out (its values, a fixed length, one stacked layer).
+                why = str(e).removeprefix("make_shape_dtype_structs: ")
+                problems.append(Problem("setup", f'argument "{pname}" of {name}() is annotated '
+                                                 f"{type_text(annotation)}, which has no layout tree to build it "
+                                                 f"from ({why}): give its values in "
+                                                 f'inputs={{"{pname}": jax.eval_shape(init, key)}}, or '
+                                                 "annotate the field as a fixed-length tuple or one stacked layer "
+                                                 "(Stacked[Block, b'layers'])"))
+            else:
                 problems.append(Problem("setup", f'argument "{pname}" of {name}() is annotated {annotation!r}, '
                                                  "which is not an array tree: give it in static={...}"))
         except ValueError as e:
