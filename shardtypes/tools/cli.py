@@ -16,6 +16,7 @@ import argparse
 import ast
 import contextlib
 import importlib
+import inspect
 import json
 import operator
 import os
@@ -23,6 +24,7 @@ import sys
 from typing import Any, Iterator, Sequence
 
 from ..context import RULES_HINT, AxisRules, axis_rules
+from ..model import is_value_tree
 from .chips import DEVICE_KINDS, axis_links, chip_named, fmt_seconds
 from .html_page import write_html
 from .html_parts import parse_capacity
@@ -54,6 +56,10 @@ VERIFY_EXAMPLES = """\
 
   # parameters that are not arrays are given as Python literals
   shardtypes verify mymodel:decode --mesh data=16,model=8 --static steps=4,greedy=True
+
+  # a state holding an optax state, given as a tree of ShapeDtypeStructs (or a function of
+  # no arguments returning one, as jax.eval_shape(init, key))
+  shardtypes verify mymodel:train_step --mesh d=8 --inputs state=mymodel:abstract_state
 
   # logical axis names, resolved through rules defined in your module
   shardtypes verify mymodel:train_step --mesh data=8,model=8 --rules mymodel:RULES
@@ -189,6 +195,37 @@ def _load(target: str) -> Any:
     return obj
 
 
+def _inputs(parser: argparse.ArgumentParser, target: Any, given: list[str] | None) -> dict[str, Any] | None:
+    """``--inputs NAME=MODULE:OBJECT`` (repeated): each parameter's tree of values, loaded (and
+    called, when it is a function of no arguments); an error names the option and the parameter."""
+    if not given:
+        return None
+    try:
+        parameters = list(inspect.signature(inspect.unwrap(target)).parameters)
+    except (TypeError, ValueError):
+        parameters = []
+    out: dict[str, Any] = {}
+    for text in given:
+        name, eq, where = text.partition("=")
+        if not eq or not name.isidentifier() or ":" not in where:
+            parser.error(f"--inputs {text}: expected NAME=MODULE:OBJECT, as state=mymodel:abstract_state")
+        if name not in parameters:
+            parser.error(f"--inputs {text}: the function has no parameter {name!r} (its parameters: {parameters})")
+        if name in out:
+            parser.error(f"--inputs {text}: {name!r} is given twice")
+        value = _load(where)
+        if callable(value) and not is_value_tree(value):
+            try:
+                value = value()
+            except Exception as e:  # the user's function: its error, named
+                parser.error(f"--inputs {text}: calling {where}() raised {type(e).__name__}: {e}")
+        if not is_value_tree(value):
+            parser.error(f"--inputs {text}: expected a tree of arrays or jax.ShapeDtypeStructs (or a function of no "
+                         f"arguments returning one), found {type(value).__qualname__}")
+        out[name] = value
+    return out
+
+
 def _json_size(value: Any) -> Any:
     """A size as JSON: an int as a number, a tuple (a '*name' dim) as a list, and a symbolic
     size, which has no number yet, as its expression ('64*batch')."""
@@ -310,6 +347,10 @@ def _main(argv: Sequence[str] | None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     verify_cmd.add_argument("--static", type=lambda t: _pairs(t, ast.literal_eval), default={},
                             metavar="NAME=VALUE,...", help="values of non-array parameters (Python literals)")
+    verify_cmd.add_argument("--inputs", action="append", metavar="NAME=MODULE:OBJECT",
+                            help="a parameter given as a tree of values instead of built from its annotation "
+                            "(an optax state: a tree of jax.ShapeDtypeStruct, or a callable of no arguments "
+                            "returning one, such as a function calling jax.eval_shape); may repeat")
     verify_cmd.add_argument("--chip", type=_chip, metavar="KIND",
                             help="the step's time per device on this chip (" + ", ".join(DEVICE_KINDS) + "): a "
                             "lower bound from its cost at the chip's peak rates; see docs/chips.md")
@@ -342,6 +383,7 @@ def _main(argv: Sequence[str] | None) -> int:
         except ValueError as e:
             parser.error(str(e))
     target = _load(args.target)
+    inputs = _inputs(parser, target, getattr(args, "inputs", None))
     contexts: dict[Any, Any]
     if rule_sets:
         contexts = {}
@@ -368,8 +410,8 @@ def _main(argv: Sequence[str] | None) -> int:
                 else:
                     with progress(f"shardtypes verify: tracing {args.target}"):  # shown after 1 s
                         reports[mode] = verify(target, args.mesh, args.dims, static=args.static,
-                                               max_replicated=args.max_replicated, hbm=args.hbm, chip=chip,
-                                               links=links)
+                                               inputs=inputs, max_replicated=args.max_replicated, hbm=args.hbm,
+                                               chip=chip, links=links)
     except (TypeError, ValueError) as e:
         # What plan() and verify() reject before they start (a target that is not an annotation
         # or a function, a bad size): bad usage, told in their words. Problems found in the
