@@ -8,7 +8,7 @@ import jax
 from ..checking import check_named
 from ..context import Scope
 from ..layout import partition_specs as derive_specs, shardings as derive_shardings
-from ..model import box_annotation, is_box, walk_leaves
+from ..model import box_annotation, is_box, replicated_annotation, walk_leaves
 
 __all__ = ["annotations", "partition_specs", "shardings", "unbox", "check"]
 
@@ -19,33 +19,51 @@ def _flat(tree: Any, what: str, arg: str) -> list:
     return jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_box)[0]
 
 
-def annotations(variables: Any) -> Any:
+_UNBOXED = ("error", "replicate")
+
+
+def annotations(variables: Any, unboxed: str = "error") -> Any:
     """The tree of ``variables`` (``jax.eval_shape(model.init, ...)``, or real ones) with each
     ``nn.Partitioned``/``nn.LogicallyPartitioned`` box replaced by the shardtypes annotation its
-    names say (``f32[b'8/embed 32/mlp']``). A leaf in no box is an error naming its path."""
-    bare = [jax.tree_util.keystr(p) or f"variables ({type(x).__name__})"
-            for p, x in _flat(variables, "shardtypes.linen.annotations", "variables") if not is_box(x)]
-    if bare:
+    names say (``f32[b'8/embed 32/mlp']``). A leaf in no box (a LayerNorm's scale, a step
+    counter, an optimizer's count) is an error naming its path; with ``unboxed='replicate'`` it
+    is replicated, as Flax lays it out (``f32[b'32']``)."""
+    who = "shardtypes.linen.annotations"
+    if unboxed not in _UNBOXED:
+        raise ValueError(f"{who}: unboxed must be 'error' or 'replicate', got {unboxed!r}")
+    flat = _flat(variables, who, "variables")
+    bare = [jax.tree_util.keystr(p) or f"variables ({type(x).__name__})" for p, x in flat if not is_box(x)]
+    if bare and unboxed == "error":
         shown = ", ".join(bare[:6]) + (f" and {len(bare) - 6} more" if len(bare) > 6 else "")
+        kinds = {type(x).__name__ for _, x in flat if is_box(x)}
+        wrapper = ("nn.with_partitioning(init, ('fsdp', None))" if kinds == {"Partitioned"}
+                   else "nn.with_logical_partitioning(init, ('embed', 'mlp'))")
         raise TypeError(
-            f"shardtypes.linen.annotations: {shown} is in no nn.Partitioned box, so it has no layout; "
-            "wrap its initializer in nn.with_logical_partitioning(init, ('embed', 'mlp'))"
+            f"{who}: {shown} is in no nn.Partitioned box, so it has no layout; replicate what is in no box, as "
+            f"Flax does, with unboxed='replicate', or wrap its initializer in {wrapper}"
         )
-    return jax.tree_util.tree_map_with_path(
-        lambda p, box: box_annotation(box, lambda: jax.tree_util.keystr(p)), variables, is_leaf=is_box)
+
+    def leaf(path: Any, x: Any) -> Any:
+        where = jax.tree_util.keystr(path)
+        if is_box(x):
+            return box_annotation(x, lambda: where)
+        return replicated_annotation(x, f"{who}: {where or 'variables'}")
+
+    return jax.tree_util.tree_map_with_path(leaf, variables, is_leaf=is_box)
 
 
-def partition_specs(variables: Any) -> Any:
+def partition_specs(variables: Any, unboxed: str = "error") -> Any:
     """The PartitionSpec of every boxed variable, through the active ``AxisRules`` for logical
-    names (``make_partition_specs`` of ``annotations(variables)``)."""
-    return derive_specs(annotations(variables))
+    names (``make_partition_specs`` of ``annotations(variables, unboxed)``)."""
+    return derive_specs(annotations(variables, unboxed))
 
 
-def shardings(variables: Any, mesh: Any = None) -> Any:
+def shardings(variables: Any, mesh: Any = None, unboxed: str = "error") -> Any:
     """The NamedSharding of every boxed variable over ``mesh`` (default: the current one),
     through the active ``AxisRules``: ``jax.jit(model.init, out_shardings=...)`` takes it as
-    it is (each box's subtree gets its sharding)."""
-    return derive_shardings(annotations(variables), mesh)
+    it is (each box's subtree gets its sharding). ``unboxed='replicate'``: a variable in no box
+    (a LayerNorm's scale, a step counter) is replicated, as Flax does, instead of an error."""
+    return derive_shardings(annotations(variables, unboxed), mesh)
 
 
 def unbox(variables: Any) -> Any:

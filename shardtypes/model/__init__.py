@@ -82,7 +82,11 @@ from .forms import (
     variable_annotation as variable_annotation,
 )
 from .hints import resolve_hints as resolve_hints
-from .linen_boxes import box_annotation as box_annotation, is_box as is_box
+from .linen_boxes import (
+    box_annotation as box_annotation,
+    is_box as is_box,
+    replicated_annotation as replicated_annotation,
+)
 from .optimizer_states import (
     Like as Like,
     annotated_instances as annotated_instances,
@@ -149,6 +153,7 @@ __all__ = [
     "anydtype",
     "axis_hint",
     "box_annotation",
+    "replicated_annotation",
     "brief",
     "collect",
     "describe",

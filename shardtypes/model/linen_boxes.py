@@ -63,15 +63,27 @@ def box_annotation(box: Any, where: str | Callable[[], str] = "") -> Any:
     return annotation
 
 
+def replicated_annotation(value: Any, where: str) -> Any:
+    """The annotation of an array in no box, laid out as Flax lays it out: replicated
+    (``f32[b'8 32']``: its sizes, no mesh axis)."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        raise TypeError(f"{where}: {type(value).__name__} is not an array")
+    return _annotation_of(tuple(shape), dtype, (None,) * len(shape), where)
+
+
 def _box_annotation(box: Any, shape: Any, dtype: Any, where: str) -> Any:
     at = where or "the box"
     value = box.value
     if shape is None or dtype is None:
         raise TypeError(f"{at}: a {type(box).__name__} box holds {type(value).__name__}, not an array")
-    names = tuple(box.names)
+    return _annotation_of(tuple(shape), dtype, tuple(box.names), at, type(box).__name__)
+
+
+def _annotation_of(shape: tuple, dtype: Any, names: tuple, at: str, box: str = "") -> Any:
     if len(names) != len(shape):
         raise ValueError(
-            f"{at}: the {type(box).__name__} box names {len(names)} axes {names} for a value of shape "
+            f"{at}: the {box} box names {len(names)} axes {names} for a value of shape "
             f"{tuple(shape)}"
         )
     dims = []

@@ -129,3 +129,31 @@ def test_each_distinct_box_reads_as_its_own_annotation():
     assert repr(got["d"]) == "shardtypes.f32[b'8/mlp 4/embed']"
     assert repr(got["e"]) == "shardtypes.f32[b'4/embed 8/mlp']"
     assert repr(got["f"]) == "shardtypes.f32[b'8/embed 4/mlp']"
+
+
+class WithNorm(nn.Module):
+    """A model as Flax writes it: a kernel in an nn.with_partitioning box, a LayerNorm's scale
+    and bias in none (Flax replicates them)."""
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Dense(16, kernel_init=nn.with_partitioning(nn.initializers.lecun_normal(), (None, "d")),
+                     use_bias=False)(x)
+        return nn.LayerNorm()(x)
+
+
+def test_unboxed_variables_are_replicated_as_flax_does_when_asked(mesh):
+    abstract_ = jax.eval_shape(WithNorm().init, jax.random.key(0), X)
+    with pytest.raises(TypeError, match=r"\['params'\]\['LayerNorm_0'\]\['bias'\], \['params'\]\['LayerNorm_0'\]"
+                                        r"\['scale'\] is in no nn.Partitioned box, so it has no layout; replicate "
+                                        r"what is in no box, as Flax does, with unboxed='replicate', or wrap its "
+                                        r"initializer in nn.with_partitioning\(init, \('fsdp', None\)\)"):
+        shardtypes.linen.shardings(abstract_, mesh)
+    specs = shardtypes.linen.partition_specs(abstract_, unboxed="replicate")
+    assert specs["params"]["LayerNorm_0"]["scale"] == P(None)
+    assert specs["params"]["Dense_0"]["kernel"] == P(None, "d")
+    shardings = shardtypes.linen.shardings(abstract_, mesh, unboxed="replicate")
+    variables = jax.jit(WithNorm().init, out_shardings=shardings)(jax.random.key(0), X)
+    assert variables["params"]["LayerNorm_0"]["scale"].sharding.is_fully_replicated
+    with pytest.raises(ValueError, match="unboxed must be 'error' or 'replicate', got 'drop'"):
+        shardtypes.linen.annotations(abstract_, unboxed="drop")
