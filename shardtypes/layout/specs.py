@@ -98,6 +98,10 @@ def _entry(name: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
     return decorate
 
 
+# An array annotation (an alias of the static spelling, Acts = f32[jax.Array, b'...'], is
+# type[jax.Array] to the checkers) gives a PartitionSpec, Any to them; a class, its tree.
+@overload
+def make_partition_specs(annotation: type[jax.Array], *, like: Any = None) -> Any: ...
 @overload
 def make_partition_specs(annotation: type[_Class], *, like: Any = None) -> PartitionSpecTree[_Class]: ...
 @overload
@@ -213,6 +217,8 @@ def mesh_arg(mesh: Any, what: str) -> Mesh | AbstractMesh:
 
 
 @overload
+def make_shardings(annotation: type[jax.Array], mesh: Any = None, *, like: Any = None) -> Any: ...
+@overload
 def make_shardings(annotation: type[_Class], mesh: Any = None, *, like: Any = None) -> ShardingTree[_Class]: ...
 @overload
 def make_shardings(annotation: Any, mesh: Any = None, *, like: Any = None) -> Any: ...
@@ -252,6 +258,9 @@ def shardings(annotation: Any, mesh: Any = None, *, like: Any = None, unconstrai
 _SHARDINGS: dict = {}
 
 
+@overload
+def make_shape_dtype_structs(annotation: type[jax.Array], dims: Mapping[str, Any] | None = None, mesh: Any = None, *,
+                             like: Any = None) -> Any: ...
 @overload
 def make_shape_dtype_structs(annotation: type[_Class], dims: Mapping[str, Any] | None = None, mesh: Any = None, *,
                              like: Any = None) -> StructTree[_Class]: ...

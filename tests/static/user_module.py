@@ -209,6 +209,17 @@ def derive() -> object:
     return make_partition_specs(f32[jax.Array, b"batch/d embed"]), make_partition_specs(Weights)
 
 
+# An alias of the static spelling is type[jax.Array] to the checkers: its derivations are Any to
+# them (a PartitionSpec, a NamedSharding, a ShapeDtypeStruct at run time), not a class's tree.
+Acts = f32[jax.Array, b"batch seq embed"]
+
+
+def derive_from_an_alias(mesh: jax.sharding.Mesh) -> tuple[jax.sharding.PartitionSpec, jax.sharding.NamedSharding]:
+    spec: jax.sharding.PartitionSpec = make_partition_specs(Acts)
+    sharding: jax.sharding.NamedSharding = make_shardings(Acts, mesh)
+    return spec, sharding
+
+
 def run() -> dict[str, object]:
     """The module at run time: the static spelling is checked like the runtime one."""
     x = jnp.ones((4, 3), jnp.float32)
