@@ -47,10 +47,11 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), CORPUS]  # this checkout's sh
 import conftest  # noqa: E402,F401  (8 simulated CPU devices, as the tests have them)
 
 # isort: split
-import same_numbers_runner as same_numbers  # noqa: E402
 from typeguard import TypeCheckError  # noqa: E402
 
 from shardtypes.testing import MeshMismatch, assert_same_on_every_mesh  # noqa: E402
+
+import same_numbers_runner as same_numbers  # noqa: E402
 
 MISTAKES = os.path.join(ROOT, "tests", "testing", "mistake_kernels.py")
 

@@ -35,12 +35,16 @@ def all_gather_matmul(x, w, direction):
 
 
 @typed_shard_map
-def collective_matmul(x: f32[b"rows/t embed"], w: f32[b"embed hidden/t"]) -> f32[b"rows hidden/t"]:
+def collective_matmul(
+    x: f32[jax.Array, b"rows/t embed"], w: f32[jax.Array, b"embed hidden/t"]
+) -> f32[jax.Array, b"rows hidden/t"]:
     return all_gather_matmul(x, w, direction=1)
 
 
 @typed_shard_map
-def collective_matmul_wrong_ring(x: f32[b"rows/t embed"], w: f32[b"embed hidden/t"]) -> f32[b"rows hidden/t"]:
+def collective_matmul_wrong_ring(
+    x: f32[jax.Array, b"rows/t embed"], w: f32[jax.Array, b"embed hidden/t"]
+) -> f32[jax.Array, b"rows hidden/t"]:
     n = jax.lax.axis_size("t")
     me = jax.lax.axis_index("t")
     rows = x.shape[0]
@@ -54,24 +58,24 @@ def collective_matmul_wrong_ring(x: f32[b"rows/t embed"], w: f32[b"embed hidden/
 
 
 @typed_shard_map
-def mean_loss(x: f32[b"batch/d embed"], w: f32[b"embed"]) -> f32[b""]:
+def mean_loss(x: f32[jax.Array, b"batch/d embed"], w: f32[jax.Array, b"embed"]) -> f32[jax.Array, b""]:
     return jax.lax.pmean(jnp.mean((x @ w) ** 2), "d")
 
 
 @typed_shard_map
-def mean_loss_summed(x: f32[b"batch/d embed"], w: f32[b"embed"]) -> f32[b""]:
+def mean_loss_summed(x: f32[jax.Array, b"batch/d embed"], w: f32[jax.Array, b"embed"]) -> f32[jax.Array, b""]:
     return jax.lax.psum(jnp.mean((x @ w) ** 2), "d")  # a sum of the devices' means
 
 
 @typed_shard_map
-def rotary_positions(x: f32[b"seq/t head_dim"]) -> f32[b"seq/t head_dim"]:
+def rotary_positions(x: f32[jax.Array, b"seq/t head_dim"]) -> f32[jax.Array, b"seq/t head_dim"]:
     offset = jax.lax.axis_index("t") * x.shape[0]  # where this device's rows start
     positions = (offset + jnp.arange(x.shape[0]))[:, None].astype(x.dtype)
     return x + positions
 
 
 @typed_shard_map
-def rotary_positions_no_offset(x: f32[b"seq/t head_dim"]) -> f32[b"seq/t head_dim"]:
+def rotary_positions_no_offset(x: f32[jax.Array, b"seq/t head_dim"]) -> f32[jax.Array, b"seq/t head_dim"]:
     positions = jnp.arange(x.shape[0])[:, None].astype(x.dtype)  # each device counts from 0
     return x + positions
 

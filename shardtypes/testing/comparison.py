@@ -12,6 +12,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
@@ -24,7 +25,7 @@ __all__ = ["Tolerance", "LeafComparison", "compare_leaf", "needs_tolerance", "pe
 def float_eps(dtype: Any) -> float | None:
     """The machine epsilon of a floating dtype (bf16 and float8 included), None for others."""
     try:
-        if not jax.dtypes.issubdtype(dtype, np.inexact):
+        if not jnp.issubdtype(dtype, np.inexact):
             return None
         return float(jax.numpy.finfo(dtype).eps)
     except (TypeError, ValueError):
@@ -71,7 +72,7 @@ def _as_numeric(x: Any) -> np.ndarray:
     array = np.asarray(x)
     if array.dtype == np.bool_:
         return array.astype(np.int8)
-    if jax.dtypes.issubdtype(array.dtype, np.inexact) and array.dtype.itemsize < 4:
+    if jnp.issubdtype(array.dtype, np.inexact) and array.dtype.itemsize < 4:
         return array.astype(np.float32)
     return array
 
@@ -83,10 +84,10 @@ def _exact(r: np.ndarray, tol: Tolerance) -> bool:
 
 def needs_tolerance(ref: Any, tol: Tolerance) -> bool:
     """Whether this reference output is compared within a tolerance (not exactly, not as given)."""
-    if tol.given() or isinstance(ref, jax.Array) and jax.dtypes.issubdtype(ref.dtype, jax.dtypes.prng_key):
+    if tol.given() or isinstance(ref, jax.Array) and jnp.issubdtype(ref.dtype, jax.dtypes.prng_key):
         return False
     r = np.asarray(ref)
-    return bool(jax.dtypes.issubdtype(r.dtype, np.inexact) and not _exact(_as_numeric(r), tol))
+    return bool(jnp.issubdtype(r.dtype, np.inexact) and not _exact(_as_numeric(r), tol))
 
 
 def perturbed(values: Any, seed: int) -> Any:
@@ -96,7 +97,7 @@ def perturbed(values: Any, seed: int) -> Any:
 
     def move(x: Any) -> Any:
         eps = float_eps(getattr(x, "dtype", None)) if hasattr(x, "dtype") else None
-        if eps is None or isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        if eps is None or isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
             return x
         array = np.asarray(x)
         signs = rng.choice(np.array([-1.0, 1.0]), size=array.shape)
@@ -109,14 +110,14 @@ def compare_leaf(ref: Any, got: Any, tol: Tolerance, sensitivity: Any = 0.0) -> 
     """``got`` (a global output on some mesh) against ``ref`` (the reference mesh's).
     ``sensitivity``: how far each element of the reference moves when its inputs move by an
     epsilon (see ``perturbed``); an element's tolerance is at least 8 times its move."""
-    if isinstance(ref, jax.Array) and jax.dtypes.issubdtype(ref.dtype, jax.dtypes.prng_key):
+    if isinstance(ref, jax.Array) and jnp.issubdtype(ref.dtype, jax.dtypes.prng_key):
         ref, got = jax.random.key_data(ref), jax.random.key_data(got)
     r, g = np.asarray(ref), np.asarray(got)
     if r.shape != g.shape or r.dtype != g.dtype:
         return LeafComparison(False, "", math.inf, math.inf, None, 0.0,
                               f"{g.dtype}{list(g.shape)} here but {r.dtype}{list(r.shape)} on the reference mesh")
     rn, gn = _as_numeric(r), _as_numeric(g)
-    floating = jax.dtypes.issubdtype(r.dtype, np.inexact)
+    floating = jnp.issubdtype(r.dtype, np.inexact)
     diff = np.abs(gn.astype(np.float64) - rn.astype(np.float64)) if rn.size else np.zeros(rn.shape)
     both_nan = np.isnan(rn) & np.isnan(gn) if floating else np.zeros(rn.shape, bool)
     diff = np.where(both_nan, 0.0, diff)

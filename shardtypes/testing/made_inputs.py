@@ -15,6 +15,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ..layout import check_dims_for, dim_multiples, dims_used, shardings, structs, undivided
@@ -55,14 +56,14 @@ def input_sizes(annotations: Sequence[Any], shapes: Sequence[Mapping[str, int]],
 def _values(struct: jax.ShapeDtypeStruct, rng: np.random.Generator, seed: int) -> Any:
     dtype = struct.dtype
     shape = tuple(struct.shape)
-    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+    if jnp.issubdtype(dtype, jax.dtypes.prng_key):
         keys = jax.random.split(jax.random.key(seed), max(1, math.prod(shape)))
         return keys.reshape(shape)
     if np.dtype(dtype) == np.bool_:
         return rng.integers(0, 2, shape).astype(bool)
-    if jax.dtypes.issubdtype(dtype, np.integer):
+    if jnp.issubdtype(dtype, np.integer):
         return rng.integers(0, 4, shape).astype(dtype)
-    if jax.dtypes.issubdtype(dtype, np.complexfloating):
+    if jnp.issubdtype(dtype, np.complexfloating):
         return (rng.integers(-2, 3, shape) + 1j * rng.integers(-2, 3, shape)).astype(dtype)
     bound = 2 if np.dtype(dtype).itemsize >= 4 else 1
     return rng.integers(-bound, bound + 1, shape).astype(dtype)
@@ -91,9 +92,9 @@ def made_inputs(annotations: Sequence[Any], names: Sequence[str], sizes: Mapping
 def integer_valued(values: Any) -> bool:
     """Whether every floating-point leaf of ``values`` holds only integers (and no inf or nan)."""
     for leaf in jax.tree.leaves(values):
-        if not hasattr(leaf, "dtype") or jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+        if not hasattr(leaf, "dtype") or jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
             continue
-        if jax.dtypes.issubdtype(leaf.dtype, np.inexact):
+        if jnp.issubdtype(leaf.dtype, np.inexact):
             array = np.asarray(leaf)
             if not np.all(np.isfinite(array)) or not np.array_equal(array, np.round(array)):
                 return False

@@ -14,6 +14,7 @@ import math
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from typeguard import TypeCheckError
 
@@ -364,7 +365,7 @@ def _compare(name: str, axes: tuple[str, ...], results: list, skipped: list, siz
     failures: list[tuple[MeshShape, str, LeafComparison | None, Any, Any]] = []
     for shape, out in others:
         leaves, tree = jax.tree_util.tree_flatten_with_path(out)
-        if tree != ref_tree:
+        if str(tree) != str(ref_tree):  # (PyTreeDefs compare by their text too; mypy sees no __ne__)
             failures.append((shape, "result", None, f"its tree is {tree} here but {ref_tree} on the reference", None))
             continue
         first = None
@@ -428,7 +429,7 @@ def _mismatch(name: str, reference: MeshShape, failures: list, tried: list[MeshS
             lines.append(f"  diagnosis: {diagnosis}")
     else:
         max_abs, max_rel = comparison.max_abs, comparison.max_rel
-        g = np.asarray(leaf) if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else None
+        g = np.asarray(leaf) if not jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key) else None
         lines.append(f"  output: {output}, {leaf.dtype}{list(leaf.shape)}, compared {comparison.how}")
         lines.append(f"  largest difference: {max_abs:.4g} absolute, {max_rel:.3g} of the output's largest magnitude")
         sharding = getattr(leaf, "sharding", None)

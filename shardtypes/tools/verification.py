@@ -372,10 +372,10 @@ def verify(
             p = signature.parameters[pname]
             if p.default is not inspect.Parameter.empty:
                 continue
-            if holds_shardtypes((annotation,)):
+            why = str(e).removeprefix("make_shape_dtype_structs: ")
+            if holds_shardtypes((annotation,)) and "no fixed length" in why:
                 # It holds arrays, but not in a form with one layout tree: say which field and
                 # the ways out (its values, a fixed length, one stacked layer).
-                why = str(e).removeprefix("make_shape_dtype_structs: ")
                 problems.append(Problem("setup", f'argument "{pname}" of {name}() is annotated '
                                                  f"{type_text(annotation)}, which has no layout tree to build it "
                                                  f"from ({why}): give its values in "

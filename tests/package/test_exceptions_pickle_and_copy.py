@@ -31,6 +31,7 @@ from shardtypes.checking.kernel_pass import Unreadable
 from shardtypes.context import compat
 from shardtypes.language.sizes import DimError
 from shardtypes.model import Mismatch
+from shardtypes.testing import MeshMismatch
 
 from catalogue_kit import ABSTRACT, RULES, Layer, X, step
 
@@ -78,6 +79,10 @@ EXCEPTIONS: dict[str, Callable[[], BaseException]] = {
     "TypeCheckError": _type_check_error,
     "FieldError": _field_error,
     "VerificationError": _verification_error,
+    "MeshMismatch": lambda: MeshMismatch("k() gives other numbers on mesh {d: 2} than on the reference mesh {d: 1}",
+                                         reference={"d": 1}, mesh={"d": 2}, output="result[0]",
+                                         diagnosis="every element is 2 times the reference's", max_abs=3.0,
+                                         max_rel=1.0, differing=({"d": 2}, {"d": 4})),
     "ShardtypesWarning": lambda: ShardtypesWarning("unchecked locals"),
     "KernelPassWarning": lambda: shardtypes.KernelPassWarning("cannot follow JAX's 'scan' here"),
     "JaxFeatureWarning": lambda: compat.JaxFeatureWarning("the probe could not decide"),

@@ -11,9 +11,9 @@ numbers there too (else it would be a false alarm).
 from __future__ import annotations
 
 import pytest
-import same_numbers_runner as same_numbers
 
 import kernels
+import same_numbers_runner as same_numbers
 
 # Global functions: the same numbers on every mesh tried.
 SAME = (
