@@ -119,3 +119,22 @@ def test_the_pytest_plugin_gives_devices_and_a_fixture(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 passed" in proc.stdout
+
+
+def test_nothing_in_shardtypes_imports_the_testing_layer():
+    import ast
+    import pathlib
+
+    import shardtypes
+
+    root = pathlib.Path(shardtypes.__file__).parent
+    found = []
+    for path in root.rglob("*.py"):
+        if "testing" in path.relative_to(root).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or "", *(a.name for a in node.names)] if isinstance(node, ast.ImportFrom) else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if any(n == "testing" or n.endswith(".testing") or ".testing." in n for n in names):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not found, found
