@@ -360,6 +360,9 @@ def _compare(name: str, axes: tuple[str, ...], results: list, skipped: list, siz
              keep: dict, sensitivity: dict[str, np.ndarray], per_device: list[str]) -> MeshReport:
     (reference, ref_out), others = results[0], results[1:]
     ref_leaves, ref_tree = jax.tree_util.tree_flatten_with_path(ref_out)
+    if not ref_leaves:
+        raise ValueError(f"{_WHAT}: {name}() returned no arrays ({type(ref_out).__name__}), so there is nothing to "
+                         "compare: check a function that returns its results")
     compared = {_output_name(p): "" for p, _ in ref_leaves}
     largest = {k: 0.0 for k in compared}
     failures: list[tuple[MeshShape, str, LeafComparison | None, Any, Any]] = []

@@ -258,6 +258,15 @@ def test_a_global_shape_that_depends_on_the_mesh_is_said():
         assert "the global shape depends on the mesh" in str(info.value)
 
 
+def test_a_function_that_returns_nothing_has_nothing_to_compare():
+    def side_effect(x: f32[b"batch/d embed"]) -> None:
+        return None
+
+    with pytest.raises(ValueError, match=r"side_effect\(\) returned no arrays \(NoneType\), so there is nothing to "
+                                         r"compare"):
+        assert_same_on_every_mesh(side_effect)
+
+
 def test_a_function_without_arguments_has_nothing_to_compare():
     def constant() -> f32[b"n"]:
         return jnp.zeros(4)
