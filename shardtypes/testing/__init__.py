@@ -14,11 +14,8 @@ May import: every layer below it.
 
 from .. import _public
 from .devices import use_cpu_devices as use_cpu_devices
-from .mesh_check import (
-    MeshMismatch as MeshMismatch,
-    MeshReport as MeshReport,
-    assert_same_on_every_mesh as assert_same_on_every_mesh,
-)
+from .mesh_check import MeshReport as MeshReport, assert_same_on_every_mesh as assert_same_on_every_mesh
+from .mismatch import MeshMismatch as MeshMismatch
 from .strategies import meshes as meshes
 
 __all__ = ["MeshMismatch", "MeshReport", "assert_same_on_every_mesh", "meshes", "use_cpu_devices"]

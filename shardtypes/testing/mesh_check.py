@@ -10,24 +10,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import math
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from typeguard import TypeCheckError
 
 from ..kernels import PER_DEVICE_CALLS
-from ..language import MESH_MISMATCH, linked
 from ..layout import named_mesh_axes, shard
 from ..model import holds_shardtypes, homogeneous_item, resolve_hints, walk_leaves
 from .comparison import (
     LeafComparison,
     Tolerance,
     compare_leaf,
-    diagnose,
-    first_block,
     float_eps,
     needs_tolerance,
     perturbed,
@@ -44,35 +39,11 @@ from .mesh_shapes import (
     current_mesh_shape,
     fmt_mesh,
 )
+from .mismatch import mismatch, output_name
 
-__all__ = ["assert_same_on_every_mesh", "MeshMismatch", "MeshReport"]
+__all__ = ["assert_same_on_every_mesh", "MeshReport"]
 
 _WHAT = "assert_same_on_every_mesh"
-
-
-class MeshMismatch(AssertionError):
-    """A function gave other global numbers on some mesh than on the reference mesh.
-
-    ``reference`` and ``mesh`` are the two mesh shapes (``{axis: size}``), ``output`` the path of
-    the output that differs (``'result'``, ``'result[0]'``, ``'result.w'``), ``diagnosis`` the
-    likely mistake where one fits (else None), ``max_abs`` and ``max_rel`` the largest difference,
-    absolute and relative to the output's largest magnitude, ``differing`` every mesh that differs.
-    """
-
-    def __init__(self, message: str, *, reference: MeshShape | None = None, mesh: MeshShape | None = None,
-                 output: str = "", diagnosis: str | None = None, max_abs: float = math.nan,
-                 max_rel: float = math.nan, differing: tuple = ()):
-        super().__init__(message)
-        self.reference = reference
-        self.mesh = mesh
-        self.output = output
-        self.diagnosis = diagnosis
-        self.max_abs = max_abs
-        self.max_rel = max_rel
-        self.differing = differing
-
-    def __str__(self) -> str:
-        return linked(str(self.args[0]) if self.args else "", MESH_MISMATCH)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,10 +73,6 @@ class MeshReport:
         for shape, why in self.skipped:
             lines.append(f"  skipped {fmt_mesh(shape)}: {why}")
         return "\n".join(lines)
-
-
-def _output_name(path: tuple) -> str:
-    return "result" + jax.tree_util.keystr(path)
 
 
 def _lays_out(annotation: Any) -> bool:
@@ -337,7 +304,7 @@ def _sensitivity(ref_out: Any, tol: Tolerance, rerun: Callable[[int], Any]) -> d
             if needs_tolerance(leaf, tol):
                 diff = np.abs(np.asarray(other, np.float64) - np.asarray(leaf, np.float64))
                 diff = np.where(np.isfinite(diff), diff, 0.0)
-                key = _output_name(path)
+                key = output_name(path)
                 out[key] = np.maximum(out[key], diff) if key in out else diff
     return out
 
@@ -350,7 +317,7 @@ def _on_the_mesh(out: Any, mesh: Any, shape: MeshShape, name: str) -> None:
         sharding = getattr(leaf, "sharding", None)
         if isinstance(leaf, jax.Array) and sharding is not None and not sharding.device_set <= devices:
             raise ValueError(
-                f"{_WHAT}: {name}() returned {_output_name(path)} on {len(sharding.device_set)} devices, not on the "
+                f"{_WHAT}: {name}() returned {output_name(path)} on {len(sharding.device_set)} devices, not on the "
                 f"{len(devices)} of the mesh set for it ({fmt_mesh(shape)}): it runs on a mesh of its own "
                 "(typed_shard_map(..., mesh=...), a mesh made inside it), so every mesh tried would give the same "
                 "numbers; pass it without a fixed mesh, so that it takes the current one")
@@ -363,7 +330,7 @@ def _compare(name: str, axes: tuple[str, ...], results: list, skipped: list, siz
     if not ref_leaves:
         raise ValueError(f"{_WHAT}: {name}() returned no arrays ({type(ref_out).__name__}), so there is nothing to "
                          "compare: check a function that returns its results")
-    compared = {_output_name(p): "" for p, _ in ref_leaves}
+    compared = {output_name(p): "" for p, _ in ref_leaves}
     largest = {k: 0.0 for k in compared}
     failures: list[tuple[MeshShape, str, LeafComparison | None, Any, Any]] = []
     for shape, out in others:
@@ -373,7 +340,7 @@ def _compare(name: str, axes: tuple[str, ...], results: list, skipped: list, siz
             continue
         first = None
         for (path, ref_leaf), (_, leaf) in zip(ref_leaves, leaves):
-            key = _output_name(path)
+            key = output_name(path)
             c = compare_leaf(ref_leaf, leaf, tol, sensitivity.get(key, 0.0))
             compared[key] = compared[key] or c.how
             largest[key] = max(largest[key], c.max_abs)
@@ -382,79 +349,6 @@ def _compare(name: str, axes: tuple[str, ...], results: list, skipped: list, siz
         if first is not None:
             failures.append(first)
     if failures:
-        raise _mismatch(name, reference, failures, [s for s, _ in others], keep, per_device)
+        raise mismatch(name, reference, failures, [s for s, _ in others], keep, per_device)
     return MeshReport(name, axes, reference, tuple(s for s, _ in results), tuple(skipped), sizes,
                       {k: v for k, v in compared.items()}, largest)
-
-
-def _blame(reference: MeshShape, tried: list[MeshShape], differing: list[MeshShape], keep: dict,
-           shape: MeshShape, hint: bool) -> str:
-    """Which axis makes the difference: one whose growing always differs and whose staying at
-    the reference's size always agrees (with ``hint``, how to hold it if that is by design)."""
-    blamed = []
-    for axis in reference:
-        if axis in keep:
-            continue
-        grown = [s for s in tried if s[axis] != reference[axis]]
-        still = [s for s in tried if s[axis] == reference[axis]]
-        if grown and all(s in differing for s in grown) and all(s not in differing for s in still):
-            blamed.append(axis)
-    if len(blamed) != 1:
-        return ""
-    axis = blamed[0]
-    text = f"; it differs exactly where {axis!r} is larger than {reference[axis]}"
-    if hint and len(reference) - len(keep) == 1:
-        text += (f" (if the function's meaning depends on the size of {axis!r}, the only axis varied, it is not a "
-                 "function of its global inputs alone, and this check does not apply to it)")
-    elif hint:
-        text += (f" (if the function's meaning depends on the size of {axis!r}, as a pipeline's does on its stage "
-                 f"count, hold it: keep={{{axis!r}: {shape[axis]}}})")
-    return text
-
-
-def _mismatch(name: str, reference: MeshShape, failures: list, tried: list[MeshShape], keep: dict,
-              per_device: list[str]) -> MeshMismatch:
-    failures.sort(key=lambda f: math.prod(f[0].values()))
-    shape, output, comparison, ref_leaf, leaf = failures[0]
-    differing = [f[0] for f in failures]
-    agreeing = [s for s in tried if s not in differing]
-    lines = [f"{name}() gives other numbers on mesh {fmt_mesh(shape)} than on the reference mesh "
-             f"{fmt_mesh(reference)}, from the same global inputs"]
-    diagnosis = None
-    max_abs = max_rel = math.inf
-    if comparison is None:
-        lines.append(f"  output: {output}, {ref_leaf}")
-    elif comparison.problem is not None:
-        lines.append(f"  output: {output}, {comparison.problem}")
-        if "[" in comparison.problem:
-            diagnosis = ("the global shape depends on the mesh: a per-device value laid out by the out_specs as if "
-                         "it were global (a dim of its own whose size is a device's block)?")
-            lines.append(f"  diagnosis: {diagnosis}")
-    else:
-        max_abs, max_rel = comparison.max_abs, comparison.max_rel
-        g = np.asarray(leaf) if not jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key) else None
-        lines.append(f"  output: {output}, {leaf.dtype}{list(leaf.shape)}, compared {comparison.how}")
-        lines.append(f"  largest difference: {max_abs:.4g} absolute, {max_rel:.3g} of the output's largest magnitude")
-        sharding = getattr(leaf, "sharding", None)
-        if g is not None and comparison.close is not None:
-            mesh = getattr(sharding, "mesh", None)
-            where, block = first_block(comparison.close, sharding, mesh) if mesh is not None else ("", None)
-            if where:
-                lines.append(f"  {where}")
-            diagnosis = diagnose(ref_leaf, leaf, comparison, sharding, shape, block)
-            if diagnosis:
-                lines.append(f"  diagnosis: {diagnosis}")
-    others = [fmt_mesh(s) for s in differing[1:]]
-    tail = f"  meshes that differ: {', '.join([fmt_mesh(shape)] + others)}"
-    if agreeing:
-        tail += f"; that agree: {', '.join(fmt_mesh(s) for s in agreeing)}"
-    lines.append(tail + _blame(reference, tried, differing, keep, shape, diagnosis is None))
-    stated = [a for a in per_device if a in shape and shape[a] != reference[a]]
-    if stated:
-        axes = ", ".join(repr(a) for a in stated)
-        lines.append(f"  {name}() says it is per-device along {axes} (shardtypes.ops.per_device), so its result "
-                     f"depends "
-                     f"on the size of {axes} by design: hold {'it' if len(stated) == 1 else 'them'} with keep="
-                     + "{" + ", ".join(f"{a!r}: {shape[a]}" for a in stated) + "}")
-    return MeshMismatch("\n".join(lines), reference=reference, mesh=shape, output=output, diagnosis=diagnosis,
-                        max_abs=max_abs, max_rel=max_rel, differing=tuple(differing))
