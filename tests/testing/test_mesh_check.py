@@ -4,6 +4,7 @@ the first differing block and its diagnosis; what the check cannot compare is sk
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import jax
@@ -425,3 +426,18 @@ def lookup(table: f32[b"vocab/t embed"], ids: i32[b"batch/d"]) -> f32[b"batch/d 
 def test_integer_inputs_are_made_in_a_small_range():
     report = assert_same_on_every_mesh(lookup)
     assert report.compared["result"].startswith("exactly")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scaling:
+    factor: float = 1.0
+
+
+@typed_shard_map
+def scaled(x: f32[b"batch/d embed"], config: Scaling) -> f32[b"batch/d embed"]:
+    return x * config.factor
+
+
+def test_a_static_parameter_given_in_args_is_passed_as_it_is():
+    report = assert_same_on_every_mesh(scaled, np.ones((8, 4), np.float32), Scaling(2.0))
+    assert report.ran[1:] == ({"d": 2}, {"d": 4}, {"d": 8})
