@@ -181,12 +181,38 @@ def assert_same_on_every_mesh(fn: Callable, *args: Any, axes: Any = None, meshes
     """
     if isinstance(fn, type) or not callable(fn):
         raise TypeError(f"{_WHAT}: fn must be a function (a typed_shard_map kernel, a checked step), got {fn!r:.80}")
-    target = _target(fn)
-    name = getattr(target, "__qualname__", repr(fn))
+    name = getattr(_target(fn), "__qualname__", repr(fn))
     rtol, atol = _float_arg(rtol, "rtol"), _float_arg(atol, "atol")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"{_WHAT}: seed must be an int, got {seed!r}")
-    hints = resolve_hints(target, _WHAT)
+    names, values, annotations, returns = _parameters(fn, args, name)
+    named = named_mesh_axes([_layout_of(a) for a in annotations + [returns] if a is not None])
+    current = current_mesh_shape()
+    axes = check_axes(axes, named, current, _WHAT)
+    keep, shapes = _mesh_shapes(axes, meshes, keep, current)
+    runner = _Runner(fn, name, names, annotations, axis_types_arg(axis_types, _WHAT))
+    sizes = None
+    if not args:
+        missing = [n for n, a in zip(names, annotations) if a is None]
+        if missing:
+            raise TypeError(f"{_WHAT}: parameter {missing[0]!r} of {name}() has no annotation, so no input can be "
+                            "made for it: pass the inputs (args), or bind it with functools.partial")
+        sizes = input_sizes(annotations, shapes, dims, _WHAT)
+        values = made_inputs(annotations, names, sizes, concrete_mesh(shapes[0], runner.axis_type), seed, _WHAT)
+    elif dims is not None:
+        raise ValueError(f"{_WHAT}: dims= sizes the inputs made from the annotations; with the inputs given (args) "
+                         "it would be unused: leave it out")
+    longest, input_eps = _reduction(values)
+    tol = Tolerance(rtol, atol, integer_valued(values), input_eps, longest)
+    results, skipped = runner.run_all(shapes, values)
+    sensitivity = _sensitivity(results[0][1], tol, lambda k: runner.run(shapes[0], perturbed(values, seed + 1 + k)))
+    return _compare(name, tuple(axes), results, skipped, sizes, tol, keep, sensitivity, runner.per_device)
+
+
+def _parameters(fn: Callable, args: tuple, name: str) -> tuple[list[str], list, list, Any]:
+    """The parameters the check gives values: (names, the values given or [] to make, their
+    annotations, the return annotation)."""
+    hints = resolve_hints(_target(fn), _WHAT)
     signature = inspect.signature(fn)
     params = [p for p in signature.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
     if not params:
@@ -200,16 +226,15 @@ def assert_same_on_every_mesh(fn: Callable, *args: Any, axes: Any = None, meshes
             bound = signature.bind(*args)
         except TypeError as e:
             raise TypeError(f"{_WHAT}: the args do not fit {name}{signature}: {e}") from None
-        names = list(bound.arguments)
-        values = list(bound.arguments.values())
+        names, values = list(bound.arguments), list(bound.arguments.values())
     else:
-        names = [p.name for p in params if p.default is p.empty]
-        values = []
-    annotations = [hints.get(n) for n in names]
-    returns = hints.get("return")
-    named = named_mesh_axes([_layout_of(a) for a in annotations + [returns] if a is not None])
-    current = current_mesh_shape()
-    axes = check_axes(axes, named, current, _WHAT)
+        names, values = [p.name for p in params if p.default is p.empty], []
+    return names, values, [hints.get(n) for n in names], hints.get("return")
+
+
+def _mesh_shapes(axes: tuple[str, ...], meshes: Any, keep: Any,
+                 current: dict | None) -> tuple[dict[str, int], list[MeshShape]]:
+    """``keep`` validated, and the shapes to run, the reference first."""
     devices = jax.device_count()
     if devices < 2:
         raise ValueError(f"{_WHAT}: JAX has {devices} device, so there is no mesh to compare with the reference: "
@@ -223,71 +248,62 @@ def assert_same_on_every_mesh(fn: Callable, *args: Any, axes: Any = None, meshes
     if len(shapes) < 2:
         raise ValueError(f"{_WHAT}: with keep={keep} and {devices} devices, no mesh but the reference "
                          f"{fmt_mesh(reference)} is left to try")
-    axis_type = axis_types_arg(axis_types, _WHAT)
-    sizes = None
-    if not args:
-        missing = [n for n, a in zip(names, annotations) if a is None]
-        if missing:
-            raise TypeError(f"{_WHAT}: parameter {missing[0]!r} of {name}() has no annotation, so no input can be "
-                            "made for it: pass the inputs (args), or bind it with functools.partial")
-        sizes = input_sizes(annotations, shapes, dims, _WHAT)
-        values = made_inputs(annotations, names, sizes, concrete_mesh(reference, axis_type), seed, _WHAT)
-    elif dims is not None:
-        raise ValueError(f"{_WHAT}: dims= sizes the inputs made from the annotations; with the inputs given (args) "
-                         "it would be unused: leave it out")
-    longest, input_eps = _reduction(values)
-    tol = Tolerance(rtol, atol, integer_valued(values), input_eps, longest)
+    return keep, shapes
 
-    ran: list[MeshShape] = []
-    skipped: list[tuple[MeshShape, str]] = []
-    results: list[tuple[MeshShape, Any]] = []
-    per_device: list[str] = []  # the axes the function says it is per-device along (ops.per_device)
 
-    def run(shape: MeshShape, inputs: list) -> Any:
-        mesh = concrete_mesh(shape, axis_type)
-        listening = PER_DEVICE_CALLS.set(per_device)
+class _Runner:
+    """Runs the function on one mesh shape (its inputs laid out there), and on all of them."""
+
+    def __init__(self, fn: Callable, name: str, names: list[str], annotations: list, axis_type: Any):
+        self.fn, self.name, self.names, self.annotations, self.axis_type = fn, name, names, annotations, axis_type
+        self.per_device: list[str] = []  # the axes the function says it is per-device along (ops.per_device)
+
+    def run(self, shape: MeshShape, inputs: list) -> Any:
+        mesh = concrete_mesh(shape, self.axis_type)
+        listening = PER_DEVICE_CALLS.set(self.per_device)
         with jax.set_mesh(mesh):
-            placed = [_place(v, a, n) for v, a, n in zip(inputs, annotations, names)]
+            placed = [_place(v, a, n) for v, a, n in zip(inputs, self.annotations, self.names)]
             try:
-                out = fn(*placed)
+                out = self.fn(*placed)
                 jax.block_until_ready(out)
             except TypeCheckError:
                 raise
             except Exception as e:
-                e.add_note(f"({_WHAT}: {name}() on mesh {fmt_mesh(shape)})")
+                e.add_note(f"({_WHAT}: {self.name}() on mesh {fmt_mesh(shape)})")
                 raise
             finally:
                 PER_DEVICE_CALLS.reset(listening)
-        _on_the_mesh(out, mesh, shape, name)
+        _on_the_mesh(out, mesh, shape, self.name)
         return out
 
-    # The reference runs last: a mistake the kernel pass refuses is refused on a mesh whose axes
-    # are larger than 1 (on a one-device mesh there is nothing to sum, and JAX's own error says less).
-    for shape in shapes[1:] + shapes[:1]:
-        mesh = concrete_mesh(shape, axis_type)
-        why = next((f"parameter {n!r}: {w}" for n, v, a in zip(names, values, annotations)
-                    if (w := _undivided(v, a, mesh)) is not None), None)
-        if why is not None:
+    def run_all(self, shapes: list[MeshShape], values: list) -> tuple[list, list]:
+        """(the results, the reference's first; the shapes skipped, with why). The reference runs
+        last: a mistake the kernel pass refuses is refused on a mesh whose axes are larger than 1
+        (on a one-device mesh there is nothing to sum, and JAX's own error says less)."""
+        reference = shapes[0]
+        results: list[tuple[MeshShape, Any]] = []
+        skipped: list[tuple[MeshShape, str]] = []
+        for shape in shapes[1:] + shapes[:1]:
+            mesh = concrete_mesh(shape, self.axis_type)
+            why = next((f"parameter {n!r}: {w}" for n, v, a in zip(self.names, values, self.annotations)
+                        if (w := _undivided(v, a, mesh)) is not None), None)
+            if why is None:
+                try:
+                    results.append((shape, self.run(shape, values)))
+                    continue
+                except (ValueError, TypeError) as e:
+                    why = _cannot_run(e)
+                    if why is None or shape == reference:
+                        raise
+                    why = f"it cannot run there: {why}"
             if shape == reference:
                 raise ValueError(f"{_WHAT}: the inputs cannot be laid out on the reference mesh "
                                  f"{fmt_mesh(reference)}: {why}")
             skipped.append((shape, why))
-            continue
-        try:
-            out = run(shape, values)
-        except (ValueError, TypeError) as e:
-            why = _cannot_run(e)
-            if why is None or shape == reference:
-                raise
-            skipped.append((shape, f"it cannot run there: {why}"))
-            continue
-        ran.insert(0, shape) if shape == reference else ran.append(shape)
-        results.insert(0, (shape, out)) if shape == reference else results.append((shape, out))
-    if len(ran) < 2:
-        raise ValueError(f"{_WHAT}: only the reference mesh could run {name}(); every other mesh was skipped: "
-                         + "; ".join(f"{fmt_mesh(s)}: {w}" for s, w in skipped))
-    sensitivity = _sensitivity(results[0][1], tol, lambda k: run(reference, perturbed(values, seed + 1 + k)))
-    return _compare(name, tuple(axes), results, skipped, sizes, tol, keep, sensitivity, per_device)
+        if len(results) < 2:
+            raise ValueError(f"{_WHAT}: only the reference mesh could run {self.name}(); every other mesh was "
+                             "skipped: " + "; ".join(f"{fmt_mesh(s)}: {w}" for s, w in skipped))
+        return results[-1:] + results[:-1], skipped
 
 
 def _sensitivity(ref_out: Any, tol: Tolerance, rerun: Callable[[int], Any]) -> dict[str, np.ndarray]:

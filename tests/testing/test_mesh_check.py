@@ -441,3 +441,14 @@ def scaled(x: f32[b"batch/d embed"], config: Scaling) -> f32[b"batch/d embed"]:
 def test_a_static_parameter_given_in_args_is_passed_as_it_is():
     report = assert_same_on_every_mesh(scaled, np.ones((8, 4), np.float32), Scaling(2.0))
     assert report.ran[1:] == ({"d": 2}, {"d": 4}, {"d": 8})
+
+
+@typed_shard_map
+def rms_norm_summed(x: f32[b"batch embed/t"]) -> f32[b"batch embed/t"]:
+    variance = jax.lax.psum(jnp.mean(x * x, axis=-1, keepdims=True), "t")  # a sum of the means: t times
+    return x * jax.lax.rsqrt(variance + 1e-6)
+
+
+def test_a_sum_for_a_mean_under_a_square_root_is_named():
+    e = _mismatch(rms_norm_summed, meshes=[{"t": 2}])
+    assert "1/sqrt of the size of 't': a sum where a mean was meant (or the reverse) under a square root" in str(e)
