@@ -14,7 +14,19 @@ from typing import Any, Callable, Iterator
 
 from typeguard import TypeCheckError
 
-from ..context import BASE, FORCED, IN_TRACE, TABLE, UNCHECKED, Table, UncheckedCall, config, trace_key, tracing
+from ..context import (
+    BASE,
+    FORCED,
+    IN_TRACE,
+    TABLE,
+    UNCHECKED,
+    Table,
+    UncheckedCall,
+    config,
+    staged_read,
+    trace_key,
+    tracing,
+)
 from ..model import in_function
 from .compile_time import COMPILE_TIME_CHECKS
 from .fast_path import ARRAY_TYPES
@@ -166,7 +178,10 @@ def _call_table(start: Table | None, args: tuple) -> tuple[Table | None, bool]:
     if start is None:
         concrete = bool(args) and type(args[0]) in ARRAY_TYPES
         return EMPTY, not concrete and tracing()
-    if IN_TRACE.get() or not tracing():
+    if IN_TRACE.get():
+        staged_read()  # nested in a staged call: a trace JAX may cache reads its table
+        return None, False
+    if not tracing():
         return None, False
     return BASE.get() or EMPTY, True
 

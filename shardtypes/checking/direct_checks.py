@@ -16,7 +16,7 @@ import numpy as np
 import typeguard
 from typeguard import TypeCheckError
 
-from ..context import FORCED, TABLE, Table, checks_on, config, filter_traceback
+from ..context import FORCED, TABLE, Table, checks_on, config, filter_traceback, staged_read
 from ..language import CHECK_FAILED, ShapeSpec, linked
 from ..model import (
     Mismatch,
@@ -135,6 +135,8 @@ def check(dtype: Any, shape_spec: ShapeSpec | str | bytes, value: Any) -> None:
             )
         spec = shape_spec if isinstance(shape_spec, ShapeSpec) else ShapeSpec.parse(shape_spec)
         table = TABLE.get()
+        if table is not None:
+            staged_read()
         text = annotation_text(dtype_cls, str(spec).encode())
         try:
             new = check_value(value, dtype_cls, spec, table or Table(), lambda: f"check() of {text}")
@@ -156,6 +158,8 @@ def instance_check(annotation: type[number], value: object) -> bool:
     ``config.checks`` is on: it is a question, not a check that can be switched off."""
     plan = plan_of(annotation)
     table = TABLE.get()
+    if table is not None:
+        staged_read()
     new = fast_check(value, plan, table.sizes if table is not None else {})
     if new is None:
         try:
@@ -215,6 +219,8 @@ def check_named(value: Any, annotation: Any, where: str, who: str) -> None:
         return  # checks off (shardtypes.nnx.check, the Linen checks): as check() does
     plan = plan_for(annotation)
     table = TABLE.get()
+    if table is not None:
+        staged_read()
     if table is None:
         raise RuntimeError(f"{who}: check_named needs a dimension table (a Scope)")
     if plan is None:

@@ -18,7 +18,7 @@ import typeguard
 from jax.sharding import AxisType
 from typeguard import TypeCheckError, TypeCheckMemo
 
-from ..context import BASE, FORCED, IN_TRACE, TABLE, Table, config, filter_traceback, trace_key, tracing
+from ..context import BASE, FORCED, IN_TRACE, TABLE, Table, config, filter_traceback, staged_read, trace_key, tracing
 from ..model import in_function, literal_container, model, plan_for, resolve_hints
 from .call_tables import EMPTY, NO_TYPE_CHECK, run_unchecked, sizing, with_table
 from .direct_checks import check_with_plan
@@ -230,7 +230,9 @@ class SignatureChecker:
                 token = set_table(EMPTY)
                 if not (args and type(args[0]) in array_types) and tracing():
                     trace_token = set_in_trace(True)
-            elif not get_in_trace() and tracing():
+            elif get_in_trace():
+                staged_read()  # nested in a staged call: a trace JAX may cache reads its table
+            elif tracing():
                 # The outermost traced call in an eager call tree (see context.tables).
                 table = get_base() or EMPTY
                 token = set_table(table)

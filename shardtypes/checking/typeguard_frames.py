@@ -14,7 +14,7 @@ import types
 
 from typeguard import TypeCheckMemo, _functions as _tg_functions
 
-from ..context import TABLE, Table, commit_memo_table, memo_table
+from ..context import TABLE, Table, commit_memo_table, memo_table, staged_read
 from ..model import field_path
 
 __all__ = ["check_argument_types_internal", "check_return_type_internal", "failed_function"]
@@ -123,6 +123,7 @@ _CHECK_TYPE_TABLE = "_shardtypes_dimension_table"
 def get_table(memo: TypeCheckMemo) -> tuple[Table, bool]:
     table = TABLE.get()
     if table is not None:
+        staged_read()
         return table, True
     frame = _typeguard_frame()
     kind = _CODES[frame.f_code] if frame is not None else None

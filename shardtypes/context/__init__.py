@@ -51,6 +51,7 @@ from .tables import (
     dims as dims,
     memo_table as memo_table,
     scope as scope,
+    staged_read as staged_read,
     trace_key as trace_key,
     tracing as tracing,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "no_mesh_error",
     "scope",
     "t5x_rules",
+    "staged_read",
     "trace_key",
     "trace_state",
     "tracing",

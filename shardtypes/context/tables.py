@@ -18,9 +18,12 @@ cache key, and what it binds never outlives the trace:
   body of an eager checked ``f``) starts from the innermost ``Scope``'s table, not from the eager
   call's bindings (which jit's key does not see), and its own bindings end with it (a cached
   trace would not make them again). Checked calls nested in a trace share its table as usual;
-* inside an outermost checked call that JAX stages out, jit's key holds a number of its own, so
-  a jitted checked function it calls is traced again for it (its checks see this call's table,
-  its bindings reach it) rather than reused from a trace made inside another call.
+* inside an outermost checked call that JAX stages out, jit's key holds a number shared by all
+  such calls until a trace JAX may cache (a jitted, scanned or checkpointed function inside the
+  call) reads the table; then the number is stale and the next call gets a new one. So a jitted
+  checked function is traced again for each call (its checks see that call's table, its bindings
+  reach it), never reused from a trace made inside another call, while jitted functions that read
+  no table (jax.numpy's) keep one trace across calls.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import inspect
 import itertools
 import operator
 import re
+import sys
+import threading
 import types
 from collections.abc import Mapping
 from typing import Any, Callable, TypeVar, cast
@@ -88,24 +93,82 @@ BASE: contextvars.ContextVar[Table | None] = contextvars.ContextVar("shardtypes.
 # True inside the outermost traced checked call of a call tree (nested ones share its table).
 IN_TRACE: contextvars.ContextVar[bool] = contextvars.ContextVar("shardtypes.in_trace", default=False)
 
-# A number of its own for each outermost checked call that JAX stages out (jit, scan, cond,
-# checkpoint, eval_shape), as part of jit's cache key inside it: a jitted checked function called
-# there is traced again for that call, so its checks see that call's table and its bindings
-# reach it, never taken from a trace made inside another call (see ``trace_key``).
+# What jit's cache key holds inside an outermost checked call that JAX stages out (jit, scan,
+# cond, checkpoint, eval_shape): a number, the same for every such call (so jitted functions that
+# read no table, jax.numpy's included, keep one trace) until a trace that may be cached reads the
+# table there: a checked call, ``check``, ``dims()`` or a kernel op reached through JAX's own
+# frames (a jitted, scanned or rematerialised function inside the call). From then on that number
+# is stale: the next outermost call gets a new one, so a jitted checked function it calls is
+# traced again for it (its checks see that call's table, its bindings reach it), never taken from
+# a trace made inside another call (see ``trace_key`` and ``staged_read``). Numbers are per
+# thread, so a trace in one thread never marks another's number stale under it.
 _JIT_TRACE = JitKey(default=None)
 _TRACES = itertools.count()
 _ZERO = np.float32(0)
 _NO_KEY = contextlib.nullcontext()
+_EPOCH = threading.local()  # .number: this thread's current number; .stale: whether it is stale
+
+# The frame of the wrapper of the outermost staged checked call running here (where a walk up
+# from a read of the table stops), or None outside one.
+_OUTER_FRAME: contextvars.ContextVar[types.FrameType | None] = contextvars.ContextVar(
+    "shardtypes.outer_frame", default=None)
+
+
+class _StagedCall:
+    """The context an outermost staged checked call runs its body in: jit's key holds the thread's
+    current number, and the call's wrapper frame is where ``staged_read`` stops."""
+
+    __slots__ = ("_number", "_frame", "_key", "_token")
+
+    def __init__(self, number: int, frame: types.FrameType | None) -> None:
+        self._number = number
+        self._frame = frame
+
+    def __enter__(self) -> None:
+        self._key = _JIT_TRACE(self._number)
+        self._key.__enter__()
+        self._token = _OUTER_FRAME.set(self._frame)
+
+    def __exit__(self, *exc: Any) -> None:
+        _OUTER_FRAME.reset(self._token)
+        self._frame = None  # (no reference cycle through the frame)
+        self._key.__exit__(*exc)
 
 
 def trace_key() -> contextlib.AbstractContextManager[Any]:
-    """The context an outermost traced checked call runs its body in: a fresh jit key where the
-    call is being staged out. Under an eager transformation (``jax.grad(f)(x)`` without jit)
-    none: the body runs on every call, and a fresh key would make every jitted function inside
-    it (jax.numpy's included) trace and compile again on every call."""
-    if isinstance(jax.device_put(_ZERO), jax.core.Tracer):  # a constant is a tracer only when staged
-        return _JIT_TRACE(next(_TRACES))
-    return _NO_KEY
+    """The context an outermost traced checked call runs its body in, where the call is being
+    staged out: jit's key holds the thread's current number (a new one once the last is stale).
+    Under an eager transformation (``jax.grad(f)(x)`` without jit) none: the body runs on every
+    call, and a new key would make every jitted function inside it trace and compile again."""
+    if not isinstance(jax.device_put(_ZERO), jax.core.Tracer):  # a constant is a tracer only when staged
+        return _NO_KEY
+    state = _EPOCH.__dict__
+    number = state.get("number")
+    if number is None or state["stale"]:
+        number = state["number"] = next(_TRACES)
+        state["stale"] = False
+    return _StagedCall(number, sys._getframe(1))
+
+
+def staged_read() -> None:
+    """Called where the table is read inside an outermost staged checked call: if JAX's own frames
+    stand between here and that call's wrapper (a jitted, scanned, checkpointed or vmapped
+    function inside it, whose trace JAX may cache), the current number is stale, so no later
+    call reuses this trace. A plain nested call (no JAX frame between) leaves it as it is."""
+    state = _EPOCH.__dict__
+    if state.get("stale", True):
+        return
+    outer = _OUTER_FRAME.get()
+    if outer is None:
+        return
+    frame: types.FrameType | None = sys._getframe(2)
+    while frame is not None and frame is not outer:
+        name = frame.f_globals.get("__name__", "")
+        if name.startswith("jax.") or name == "jax":
+            break
+        frame = frame.f_back
+    if frame is not outer:  # a JAX frame between, or the wrapper not found (another thread's)
+        state["stale"] = True
 
 # The Scopes open in this context, innermost last, each with what its exit restores:
 # (scope, table token, base token, jit key context). One variable for all Scopes, so a Scope
@@ -264,6 +327,8 @@ def dims() -> Mapping[str, Any]:
     KeyError that says the checks are off.
     """
     table = TABLE.get()
+    if table is not None:
+        staged_read()
     sizes = table.sizes if table is not None else {}
     call = UNCHECKED.get()
     if call is not None:

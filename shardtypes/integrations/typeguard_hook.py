@@ -18,7 +18,7 @@ import typeguard
 from typeguard import TypeCheckError, TypeCheckMemo, _checkers as _tg_checkers
 
 from ..checking import FIELD_PATH, check_value, checked_role, fast_check, get_table, origin_phrase, set_table
-from ..context import FORCED, TABLE, Table, config
+from ..context import FORCED, TABLE, Table, config, staged_read
 from ..model import (
     COLLECTED,
     INFO as _TREE_CLASSES,
@@ -162,6 +162,8 @@ def _pytree_instance_check(cls: type, value: object) -> bool:
     ``Scope`` the leaves bind into the current table (as ``isinstance(x, f32[...])`` does);
     elsewhere they share a fresh one. Runs whether or not ``config.checks`` is on."""
     outer = TABLE.get()
+    if outer is not None:
+        staged_read()
     token, forced = TABLE.set(outer if outer is not None else Table()), FORCED.set(True)
     passed = True
     try:

@@ -21,7 +21,16 @@ import jax.numpy as jnp
 from typeguard import TypeCheckError
 
 from ..checking import check_value, kernel_check_vma, op_check, with_op_context
-from ..context import TABLE, UNCHECKED, AxisRulesError, Table, checks_on, layout as rules_layout, varying_axes
+from ..context import (
+    TABLE,
+    UNCHECKED,
+    AxisRulesError,
+    Table,
+    checks_on,
+    layout as rules_layout,
+    staged_read,
+    varying_axes,
+)
 from ..language import FIXED, INVARIANT_GATHER, KERNEL_OPS, NAMED, DimSpec, ShapeSpec, ShapeSpecError, linked
 from ..model import Mismatch, anydtype, axis_hint, describe, in_kernel
 
@@ -38,6 +47,8 @@ __all__ = [
 def check(op: str, spec_text: Any, what: str, spec: ShapeSpec, value: Any, dtype: type = anydtype) -> None:
     """Checks ``value`` (the op's ``what``) against ``dtype[spec]`` and binds its new dims."""
     table = TABLE.get()
+    if table is not None:
+        staged_read()
     try:
         with op_check():  # the op compares layouts itself (_kernel_layouts)
             new = check_value(value, dtype, spec, table if table is not None else Table(),
