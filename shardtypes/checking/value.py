@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding
 
-from ..context import ACTIVE as _ACTIVE_RULES, Table, config, varying_axes
+from ..context import ACTIVE as _ACTIVE_RULES, NAMES_USED, Table, config, varying_axes
 from ..language import BROADCAST, EXPR, FIXED, NAMED, VARIADIC, ShapeSpec, evaluate, is_unconstrained, size_equal
 from ..model import (
     Mismatch,
@@ -193,6 +193,10 @@ def check_value(
     Raises ``Mismatch`` naming the problem. ``context()`` names where the value is (for the
     compile-time check, which reports after this function has returned).
     """
+    used = NAMES_USED.get()
+    if used is not None:  # (verify: which names the checks of a step use)
+        for dim in spec.dims:
+            used.update(dim.names)
     if array_type is not None and not isinstance(value, array_type):
         raise Mismatch(f"the annotation wants a {type_name(array_type)}, not a {type_of(value)}")
     sharding: Any = None

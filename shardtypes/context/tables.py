@@ -335,7 +335,39 @@ def dims() -> Mapping[str, Any]:
         sizes = {**sizes, **call.sizes()}
     if not checks_on():
         return _UncheckedDims(sizes)
+    used = NAMES_USED.get()
+    if used is not None:
+        return _RecordedDims(sizes, used)
     return types.MappingProxyType(sizes)
+
+
+# The dimension names the checks made here compare or bind, and those read through dims(), while
+# ``verify`` traces a step (a dims= name none of them uses is a typo); None elsewhere.
+NAMES_USED: contextvars.ContextVar[set[str] | None] = contextvars.ContextVar("shardtypes.names_used", default=None)
+
+
+class _RecordedDims(Mapping):
+    """``dims()`` while names are recorded: each name read counts as used."""
+
+    __slots__ = ("_sizes", "_used")
+
+    def __init__(self, sizes: Mapping[str, Any], used: set[str]):
+        self._sizes = sizes
+        self._used = used
+
+    def __getitem__(self, name: str) -> Any:
+        self._used.add(name)
+        return self._sizes[name]
+
+    def __iter__(self):
+        self._used.update(self._sizes)  # (a body that reads them all uses them all)
+        return iter(self._sizes)
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    def __repr__(self) -> str:
+        return f"dims({dict(self._sizes)!r})"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 import jax
 from typeguard import TypeCheckError
 
-from ..context import Scope, abstract_mesh, forced_checks
+from ..context import NAMES_USED, Scope, abstract_mesh, forced_checks
 from ..integrations import typechecked
 from ..language import (
     VERIFY_PROBLEMS,
@@ -402,6 +402,8 @@ def verify(
     checked = typechecked(fn) if not getattr(fn, "__shardtypes_checked__", False) else fn
     collected: list = []
     token = COLLECTED.set(collected)
+    used: set[str] = set(multiples)
+    names_token = NAMES_USED.set(used)
     outputs = traced = None
     try:
         # The sizes given are bound while fn runs (dims() sees them; symbolic ones are bound by
@@ -419,7 +421,10 @@ def verify(
                 problems.append(Problem("jax", f"{name}() fails under jax.eval_shape{_user_frame(e)}: "
                                                  f"{type(e).__name__}: {_first_lines(e)}"))
     finally:
+        NAMES_USED.reset(names_token)
         COLLECTED.reset(token)
+    if traced is not None:  # the whole step ran: every name it uses was seen
+        _refuse_unused_dims(dims, used, name)
     problems[:0] = [Problem("check", str(e)) for e in collected]
     if traced is not None and activations:
         estimated = step_activations(*traced, mesh)
@@ -428,6 +433,26 @@ def verify(
     problems.extend(Problem(kind, text) for kind, text in memory_problems(
         args, dict(mesh.shape), name, tolerance, capacity, estimated, hints))
     return finish(outputs)
+
+
+def _refuse_unused_dims(dims: Mapping[str, Any], used: set[str], name: str) -> None:
+    """A ``dims`` name that no check made while ``name`` ran compared or bound, and that its body
+    never read through ``dims()``, is a typo (``'embd'`` for ``'embed'``): an error naming the
+    nearest name used."""
+    unused = [n for n in dims if n not in used]
+    if not unused:
+        return
+    import difflib
+
+    parts = []
+    for n in unused:
+        close = difflib.get_close_matches(n, sorted(used), n=1, cutoff=0.6)
+        parts.append(f"{n!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    raise ValueError(
+        f"verify: dims gives {', '.join(parts)}, which no annotation of {name}() or of the checked "
+        f"calls it makes uses, and which its body never reads through dims() (the names used: "
+        f"{sorted(used)})"
+    )
 
 
 def _user_frame(e: BaseException) -> str:

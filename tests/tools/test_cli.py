@@ -668,3 +668,11 @@ def shlex_quote(text: str) -> str:
     import shlex
 
     return shlex.quote(text)
+
+
+def test_verify_refuses_a_dims_name_the_step_never_uses(here, capsys):
+    code, out, err = run_main(capsys, "verify", f"{MODULE}:step", "--mesh", "d=4", "--dims", "embd=8",
+                              "--static", "n=3")
+    assert code == 2
+    assert out == ""
+    assert "shardtypes_cli_model:step: verify: dims gives 'embd' (did you mean 'embed'?), which no annotation" in err
