@@ -9,7 +9,10 @@ path. A failure reaches the user as a ``TypeCheckError`` (``_compile_errors``). 
 from __future__ import annotations
 
 import contextvars
+import linecache
 import math
+import os
+import sys
 from typing import Any, Callable
 
 import jax
@@ -38,7 +41,7 @@ def check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset, 
     """Registers a check of the sharding XLA chooses; runs during compilation, costs nothing after.
     ``expected`` is resolved now, at trace time, under the axis rules active now; ``sizes`` are
     the mesh's axis sizes now (for a sharding that names no mesh axes)."""
-    where = context()
+    where = context() + _call_site()
 
     def report(sharding, shape: tuple, order: tuple = ()) -> None:
         """``shape`` is the inspected array's: under vmap, its leading dims are vmap's, and
@@ -72,6 +75,34 @@ def check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset, 
             )))
 
     compile_time_check(value, report, lambda v, r: _inspect(v, r, 0))
+
+
+_JAX = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
+_OURS = (os.path.dirname(os.path.abspath(sys.modules["typeguard"].__file__)) + os.sep,
+         os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+_STDLIB = os.path.dirname(os.path.abspath(contextvars.__file__)) + os.sep
+
+
+def _call_site() -> str:
+    """`` (at model.py:15 in step(): return layer(y))``: where the user's code that JAX is
+    tracing called the checked function, so that a function called twice in a step says which
+    call it was (the check reports later, while the program compiles, from no frame of the
+    user's). Nothing for a check JAX's own frames stand between (the function jitted itself:
+    its trace may be compiled again for another caller)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        path = os.path.abspath(filename)
+        if path.startswith(_JAX):
+            return ""
+        library = filename.startswith("<frozen") or path.startswith(_OURS) or (
+            path.startswith(_STDLIB) and f"{os.sep}site-packages{os.sep}" not in path[len(_STDLIB) - 1:])
+        if not library:
+            line = linecache.getline(filename, frame.f_lineno).strip()
+            return (f" (at {os.path.basename(filename)}:{frame.f_lineno} in {frame.f_code.co_name}()"
+                    + (f": {line}" if line else "") + ")")
+        frame = frame.f_back
+    return ""
 
 
 def _unnamed_block_problem(sharding: Any, shape: tuple, batch: int, expected: Layout, sizes: dict,

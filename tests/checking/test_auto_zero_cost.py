@@ -11,8 +11,10 @@ that read like shardtypes'.
 """
 
 import importlib
+import os
 import re
 import sys
+import traceback
 import warnings
 
 import jax
@@ -72,7 +74,10 @@ def program(jitted, *args) -> str:
 
 
 def first_line(info) -> str:
-    assert info.type is TypeCheckError, info.type
+    # (jax.jit(f)(x) raises TypeCheckError itself; an AOT .lower().compile(), which JAX's
+    # traceback filtering does not pass through, a subclass shown by the same name)
+    assert issubclass(info.type, TypeCheckError), info.type
+    assert f"{info.type.__module__}.{info.type.__qualname__}" == "typeguard.TypeCheckError", info.type
     line = str(info.value).splitlines()[0]
     assert line.startswith(FIRST_LINE), line
     return line
@@ -142,6 +147,7 @@ def test_error_is_a_type_check_error_with_the_message_first_and_a_fix(mesh):
     with jax.set_mesh(mesh), pytest.raises(TypeCheckError) as info:
         jax.jit(checked_scale)(put(mesh, ones(8, 16), None, "d"))
     line = first_line(info)
+    assert info.type is TypeCheckError
     assert line == (
         "shardtypes (compile-time check): argument \"x\" of checked_scale(), annotated "
         "f32[b'batch/d embed/t']: sharding is P(None, 'd') but the annotation says P('d', 't') "
@@ -152,6 +158,32 @@ def test_error_is_a_type_check_error_with_the_message_first_and_a_fix(mesh):
     )
     # JAX's wrapper is not shown (it would repeat the message after a C++ traceback).
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+@jax.jit
+def _calls_twice(x):
+    y = checked_scale(x)
+    y = jax.lax.with_sharding_constraint(y, P(None, "d"))
+    return checked_scale(y)  # the second call: its argument is laid out otherwise
+
+
+def test_the_error_says_which_call_and_its_traceback_ends_in_the_users_code(mesh):
+    with jax.set_mesh(mesh), pytest.raises(TypeCheckError) as info:
+        _calls_twice(put(mesh, ones(8, 16), "d", "t"))
+    assert "(at test_auto_zero_cost.py:" in first_line(info)
+    assert "in _calls_twice(): " in first_line(info)
+    assert "y = checked_scale(x)" in first_line(info) or "return checked_scale(y)" in first_line(info)
+    shown = traceback.extract_tb(info.value.__traceback__)
+    assert shown[-1].name == "test_the_error_says_which_call_and_its_traceback_ends_in_the_users_code"
+    hidden = [f for f in shown if os.sep + "shardtypes" + os.sep in f.filename or "monitoring" in f.filename]
+    assert hidden == []
+    with jax.set_mesh(mesh), pytest.raises(TypeCheckError) as info:
+        shardtypes.config.traceback_filtering = "off"
+        try:
+            _calls_twice(put(mesh, ones(8, 4 * 16), "d", "t"))  # (a new shape: compiled again)
+        finally:
+            shardtypes.config.traceback_filtering = "on"
+    assert any("monitoring" in f.filename for f in traceback.extract_tb(info.value.__traceback__))
 
 
 def test_aot_compile_raises_the_same_error(mesh):
