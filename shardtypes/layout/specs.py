@@ -23,6 +23,7 @@ from ..context import (
     AxisRulesError,
     current_mesh,
     current_rules,
+    filter_traceback,
     layout as rules_layout,
     legacy_mesh_open,
     no_mesh_error,
@@ -87,11 +88,13 @@ def _entry(name: str) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
         def entry(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             try:
                 return f(*args, **kwargs)
-            except (TypeError, ValueError) as e:
+            except (TypeError, ValueError) as e:  # (AxisRulesError is a ValueError)
                 text = e.args[0] if len(e.args) == 1 and isinstance(e.args[0], str) else None
-                if type(e) not in (TypeError, ValueError) or text is None or text.startswith(name):
-                    raise
-                raise type(e)(f"{name}: {text}").with_traceback(e.__traceback__) from None
+                if type(e) in (TypeError, ValueError) and text is not None and not text.startswith(name):
+                    e.args = (f"{name}: {text}",)
+                    e.__suppress_context__ = True
+                filter_traceback(e)  # the user's frames only (config.traceback_filtering)
+                raise
 
         return entry
 

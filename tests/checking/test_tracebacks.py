@@ -126,3 +126,27 @@ def test_a_failed_kernel_check_shows_no_shardtypes_frame(filtering):
             ours = [f"{f.filename}:{f.lineno} {f.name}" for f in shown if f.filename.startswith(OURS)]
             assert "test_a_failed_kernel_check_shows_no_shardtypes_frame" in [f.name for f in shown]
             assert (ours == []) if filtering == "on" else ours
+
+
+def derivation(which: str) -> None:
+    from shardtypes import axis_rules, make_partition_specs, make_shardings
+
+    mesh = make_mesh("explicit")
+    if which == "make_shardings":
+        make_shardings(f32[b"embed/tensr hidden"], mesh)  # no such mesh axis
+    elif which == "rules":
+        with axis_rules([("batch", "dd")]):
+            make_shardings(f32[b"batch/batch embed"], mesh)
+    else:
+        make_partition_specs([f32[b"a/d"], 3])  # not an annotation at [1]
+
+
+@pytest.mark.parametrize("which", ["make_shardings", "rules", "make_partition_specs"])
+def test_a_derivation_error_shows_the_users_frames_only(which, filtering):
+    with pytest.raises((TypeError, ValueError)) as info:
+        derivation(which)
+    shown = frames(info.value)
+    assert shown[-1].name == "derivation" if filtering == "on" else shown[-1].filename.startswith(OURS)
+    ours = [f for f in shown if f.filename.startswith(OURS)]
+    assert (ours == []) if filtering == "on" else ours
+    assert str(info.value).startswith(("make_shardings: ", "make_partition_specs: ", "the annotation"))
