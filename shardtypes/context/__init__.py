@@ -42,6 +42,7 @@ from .settings import FORCED as FORCED, checks_on as checks_on, config as config
 from .tables import (
     BASE as BASE,
     IN_TRACE as IN_TRACE,
+    NAMES_USED as NAMES_USED,
     TABLE as TABLE,
     UNCHECKED as UNCHECKED,
     Scope as Scope,
@@ -51,7 +52,6 @@ from .tables import (
     dims as dims,
     memo_table as memo_table,
     scope as scope,
-    NAMES_USED as NAMES_USED,
     staged_read as staged_read,
     trace_key as trace_key,
     tracing as tracing,
