@@ -91,10 +91,10 @@ def _with_traceback(self: BaseException, tb: TracebackType | None) -> BaseExcept
         if not filename.startswith(_HIDDEN) and os.path.abspath(filename) != _MONITORING:
             kept.append(entry)
         entry = entry.tb_next
-    following = None
-    for entry in reversed(kept):
-        entry.tb_next = following
-        following = entry
+    following: TracebackType | None = None
+    for kept_entry in reversed(kept):
+        kept_entry.tb_next = following
+        following = kept_entry
     return self.with_traceback(following)
 
 

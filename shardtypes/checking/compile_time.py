@@ -13,9 +13,11 @@ import linecache
 import math
 import os
 import sys
+import types
 from typing import Any, Callable
 
 import jax
+import typeguard
 from jax.sharding import NamedSharding, PartitionSpec
 from typeguard import TypeCheckError
 
@@ -78,7 +80,7 @@ def check_at_compile_time(value, spec: ShapeSpec, ndim: int, manual: frozenset, 
 
 
 _JAX = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
-_OURS = (os.path.dirname(os.path.abspath(sys.modules["typeguard"].__file__)) + os.sep,
+_OURS = (os.path.dirname(os.path.abspath(typeguard.__file__)) + os.sep,
          os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
 _STDLIB = os.path.dirname(os.path.abspath(contextvars.__file__)) + os.sep
 
@@ -89,7 +91,7 @@ def _call_site() -> str:
     call it was (the check reports later, while the program compiles, from no frame of the
     user's). Nothing for a check JAX's own frames stand between (the function jitted itself:
     its trace may be compiled again for another caller)."""
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
         path = os.path.abspath(filename)

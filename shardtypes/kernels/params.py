@@ -21,7 +21,10 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec
 
-__all__ = ["Each", "check_kernel", "bare_array_annotation", "check_static", "conform_specs", "conform_result"]
+from ..model import tuple_items
+
+__all__ = ["Each", "check_kernel", "bare_array_annotation", "check_static", "conform_specs", "conform_result",
+           "tuple_parameters", "as_tuples"]
 
 _BARE = (jax.Array, np.ndarray)
 _NAMES = {jax.Array: "jax.Array", np.ndarray: "numpy.ndarray"}
@@ -146,3 +149,48 @@ def conform_result(out_specs: Any, result: Any) -> tuple[Any, Any]:
     if getattr(spec_def, "num_leaves") != len(leaves) or str(spec_def) == str(value_def):
         return result, None
     return jax.tree.unflatten(spec_def, leaves), value_def
+
+
+# A list given for a parameter annotated tuple[...]: JAX's in_specs and the trees of JAX's own
+# examples hold lists ([(W1, b1), (W2, b2)], one pair per layer, each layer its own sizes, which
+# list[X] cannot give: its items share X's names). The value is passed on as the tuple the
+# annotation names (the body and its checks see a tuple), lists inside it as the annotation says.
+
+
+def tuple_parameters(signature: inspect.Signature, hints: dict) -> tuple:
+    """``(position or None, name, annotation)`` of each parameter annotated ``tuple[...]``;
+    empty when there is none (the common case: nothing to do)."""
+    found = []
+    for position, p in enumerate(signature.parameters.values()):
+        annotation = hints.get(p.name)
+        if tuple_items(annotation, None) is not None:
+            positional = p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            found.append((position if positional else None, p.name, annotation))
+    return tuple(found)
+
+
+def _as_annotated(value: Any, annotation: Any) -> Any:
+    """``value`` with each list where ``annotation`` has a ``tuple[...]`` of its length (or
+    ``tuple[X, ...]``) made that tuple; anything else as it is (its check then says what differs)."""
+    if not isinstance(value, (list, tuple)):
+        return value
+    items = tuple_items(annotation, len(value))
+    if items is None:
+        return value
+    if len(items) != len(value):  # (the check says how many items the annotation wants)
+        return tuple(value)
+    converted = tuple(_as_annotated(v, a) for v, a in zip(value, items))
+    if isinstance(value, tuple) and all(c is v for c, v in zip(converted, value)):
+        return value
+    return converted
+
+
+def as_tuples(params: tuple, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``args`` and ``kwargs`` with lists given for ``tuple[...]`` parameters made tuples."""
+    new_args = list(args)
+    for position, name, annotation in params:
+        if position is not None and position < len(new_args):
+            new_args[position] = _as_annotated(new_args[position], annotation)
+        elif name in kwargs:
+            kwargs = {**kwargs, name: _as_annotated(kwargs[name], annotation)}
+    return tuple(new_args), kwargs

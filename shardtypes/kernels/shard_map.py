@@ -41,7 +41,16 @@ from ..integrations import typecheck_target
 from ..language import axes_entry, entry_axes
 from ..layout import partition_specs as derive_specs
 from ..model import holds_pytree, holds_shardtypes, homogeneous_item, in_kernel, resolve_hints, tree_info
-from .params import Each, bare_array_annotation, check_kernel, check_static, conform_result, conform_specs
+from .params import (
+    Each,
+    as_tuples,
+    bare_array_annotation,
+    check_kernel,
+    check_static,
+    conform_result,
+    conform_specs,
+    tuple_parameters,
+)
 
 __all__ = ["typed_shard_map"]
 
@@ -131,12 +140,21 @@ def _typed_shard_map(f: Callable[_P, _R], mesh: Mesh | AbstractMesh | None, axis
     # replicated weight whose annotation shards it fails compilation instead of being resharded
     # by shard_map on every call. The result is laid out by out_specs, which come from the same
     # annotation: the wrapper turns the compile-time check off for it (see _make_wrapper).
-    checked = typecheck_target(_TypedShardMap(f, mesh, axis_names, check_vma, scope_vars).wrapper, scope_vars)
+    state = _TypedShardMap(f, mesh, axis_names, check_vma, scope_vars)
+    checked = typecheck_target(state.wrapper, scope_vars)
 
     @functools.wraps(checked)
     def entry(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         token = COMPILE_TIME_CHECKS.set(True)
         try:
+            tuples = state.tuple_params
+            if tuples is None:
+                if state.arrays is None:
+                    state._resolve()
+                tuples = state.tuple_params
+            if tuples:  # a list given for a tuple[...] (JAX's specs take lists): as annotated
+                given, named = as_tuples(tuples, args, kwargs)
+                return checked(*given, **named)
             return checked(*args, **kwargs)
         except TypeCheckError as e:
             filter_traceback(e)  # the user's frames only (config.traceback_filtering)
@@ -164,6 +182,8 @@ class _TypedShardMap:
         self.in_specs: tuple | None = None
         self.out_specs: Any = None
         self.annotations: tuple = ()
+        # (position, name, annotation) of each parameter annotated tuple[...] (resolved with the rest)
+        self.tuple_params: tuple | None = None
         # Under axis rules the specs depend on the rules too: (rules, mode) -> (in, out).
         self.rule_specs: dict = {}
         self.wrapper = self._make_wrapper()
@@ -195,6 +215,7 @@ class _TypedShardMap:
         self.out_specs = self._specs_of(hints["return"], "the return value", static_ok=False)
         self.in_specs = tuple(specs)
         self.annotations = (tuple(annotations), hints["return"])
+        self.tuple_params = tuple_parameters(self.signature, hints)
         self.arrays = arrays
         return arrays
 

@@ -78,6 +78,7 @@ from .forms import (
     item_annotation as item_annotation,
     literal_container as literal_container,
     safe_is_checked_class as safe_is_checked_class,
+    tuple_items as tuple_items,
     type_text as type_text,
     variable_annotation as variable_annotation,
 )
@@ -172,6 +173,7 @@ __all__ = [
     "holds_pytree",
     "holds_shardtypes",
     "homogeneous_item",
+    "tuple_items",
     "in_function",
     "install_instance_check",
     "install_pytree_instance_check",

@@ -17,7 +17,18 @@ from .annotations import is_annotation
 from .pytree_dataclasses import INFO as _TREE_CLASSES
 
 __all__ = ["generator_types", "holds_shardtypes", "is_checked_class", "safe_is_checked_class", "type_text",
-           "variable_annotation", "item_annotation", "homogeneous_item", "literal_container"]
+           "variable_annotation", "item_annotation", "homogeneous_item", "literal_container", "tuple_items"]
+
+
+def tuple_items(annotation: Any, length: int | None) -> tuple | None:
+    """The item annotations of a ``tuple[A, B]`` (``tuple[X, ...]``: X ``length`` times, or
+    once where ``length`` is None), or None where ``annotation`` is no tuple annotation."""
+    if typing.get_origin(annotation) is not tuple:
+        return None
+    args = typing.get_args(annotation)
+    if len(args) == 2 and args[1] is Ellipsis:
+        return (args[0],) * (1 if length is None else length)
+    return args
 
 
 @functools.lru_cache(maxsize=None)

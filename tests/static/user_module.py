@@ -163,6 +163,20 @@ def local_double(x: f32[jax.Array, b"batch/d embed"]) -> f32[jax.Array, b"batch/
     return x * 2
 
 
+@typed_shard_map
+def two_layers(
+    params: tuple[tuple[f32[jax.Array, b"in hid/t"], f32[jax.Array, b"hid/t"]],
+                  tuple[f32[jax.Array, b"hid/t out"], f32[jax.Array, b"out"]]],
+    x: f32[jax.Array, b"b/d in"],
+) -> f32[jax.Array, b"b/d out"]:
+    (w1, b1), (w2, b2) = params
+    return (x @ w1 + b1) @ w2 + b2
+
+
+def two_layers_of(pairs: list[tuple[jax.Array, jax.Array]], x: jax.Array) -> jax.Array:
+    return two_layers((pairs[0], pairs[1]), x)  # a tuple: what the checkers read in the annotation
+
+
 # ---------------------------------------------------------------------------------------------
 # Host-or-device: a field that holds host data before shard() reads as the union.
 
@@ -289,6 +303,9 @@ def must_fail() -> None:
     local_double(x, 2)  # type: ignore[call-arg]  # pyright: ignore[reportCallIssue]
     local_scale(x, "f")  # pyright: ignore[reportArgumentType]
     typed_shard_map(mesh="mesh")  # type: ignore[call-overload]  # pyright: ignore[reportArgumentType]
+    # A list given for a tuple[...] parameter runs (the body gets the tuple), but the checkers
+    # read the annotation: they report the list, and accept tuple(...) of it.
+    two_layers([(x, x), (x, x)], x)  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
     # isinstance with an annotation is a run-time question only: checkers reject Annotated there
     # (shardtypes.is_instance is the spelling they accept).
     isinstance(x, f32[jax.Array, b"batch embed"])  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
