@@ -84,7 +84,11 @@ def _annotation_of(shape: tuple, dtype: Any, names: tuple, at: str, box: str = "
     if len(names) != len(shape):
         raise ValueError(
             f"{at}: the {box} box names {len(names)} axes {names} for a value of shape "
-            f"{tuple(shape)}"
+            f"{tuple(shape)}, so which dim each name lays out is a guess (Flax itself pads the names "
+            "with None at the end and so may shard the wrong dim: a layer that boxes a kernel and "
+            "reshapes it, as nn.DenseGeneral does with several out or in dims); give the box one "
+            "name per dim of the value (nn.with_logical_partitioning(init, names) with "
+            f"{len(shape)} names)"
         )
     dims = []
     for size, name in zip(shape, names):

@@ -226,6 +226,28 @@ def _inputs(parser: argparse.ArgumentParser, target: Any, given: list[str] | Non
     return out
 
 
+def _plan_target(parser: argparse.ArgumentParser, where: str, target: Any) -> Any:
+    """``plan``'s target: an annotation or a tree of values, or a function of no arguments that
+    returns a tree of values (an abstract train state, as ``--inputs`` takes), called."""
+    if not inspect.isfunction(target) or is_value_tree(target):
+        return target
+    try:
+        required = [p for p in inspect.signature(target).parameters.values()
+                    if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    except (TypeError, ValueError):
+        return target
+    if required:
+        return target  # (plan says a function has no layout)
+    try:
+        value = target()
+    except Exception as e:  # the user's function: its error, named
+        parser.error(f"{where}: calling {where}() raised {type(e).__name__}: {e}")
+    if not is_value_tree(value):
+        parser.error(f"{where}: {where}() returned {type(value).__qualname__}, not a tree of arrays or "
+                     "jax.ShapeDtypeStructs to plan")
+    return value
+
+
 def _json_size(value: Any) -> Any:
     """A size as JSON: an int as a number, a tuple (a '*name' dim) as a list, and a symbolic
     size, which has no number yet, as its expression ('64*batch')."""
@@ -383,6 +405,8 @@ def _main(argv: Sequence[str] | None) -> int:
         except ValueError as e:
             parser.error(str(e))
     target = _load(args.target)
+    if args.command == "plan":
+        target = _plan_target(parser, args.target, target)
     inputs = _inputs(parser, target, getattr(args, "inputs", None))
     contexts: dict[Any, Any]
     if rule_sets:

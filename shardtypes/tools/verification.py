@@ -320,7 +320,14 @@ def verify(
         return finish()
     signature = inspect.signature(target)
     inputs = check_inputs_arg(inputs, signature.parameters, static, name)
-    laid_out = {key: lay_out_input(key, tree, mesh) for key, tree in inputs.items()}
+    laid_out = {}
+    for key, tree in inputs.items():
+        try:
+            laid_out[key] = lay_out_input(key, tree, mesh)
+        except ValueError as e:  # its sizes do not divide the mesh, a rule that cannot apply: a finding
+            problems.append(Problem("dims", str(e)))
+    if len(laid_out) < len(inputs):
+        return finish()  # (the step cannot run without its input)
     unknown = sorted(set(static) - set(signature.parameters))
     if unknown:
         problems.append(Problem("setup", f"static values given for {unknown}, which {name}() does not take"))

@@ -44,6 +44,13 @@ SOURCE = textwrap.dedent('''
         raise RuntimeError("no checkpoint here")
 
     NOT_A_TREE = "a string"
+
+    def small_state():
+        params = Params(jax.ShapeDtypeStruct((12, 32), jnp.float32))  # 12 rows: not over d=8
+        return State(params, jax.eval_shape(OPT.init, params))
+
+    def not_a_state():
+        return "a string"
 ''')
 
 
@@ -101,3 +108,24 @@ def test_a_parameter_given_twice_is_an_error(here, capsys):
     code, out, err = run(capsys, "verify", *STEP, "--inputs", f"state={MODULE}:STATE", "--inputs",
                          f"state={MODULE}:abstract_state")
     assert code == 2 and "'state' is given twice" in err
+
+
+@pytest.mark.parametrize("given", ["abstract_state", "STATE"])
+def test_plan_takes_the_same_state_or_the_function_making_it(here, capsys, given):
+    code, out, err = run(capsys, "plan", f"{MODULE}:{given}", "--mesh", "d=8")
+    assert code == 0, out + err
+    assert ".params.w" in out
+
+
+def test_plan_of_a_function_that_fails_or_returns_no_tree(here, capsys):
+    code, _, err = run(capsys, "plan", f"{MODULE}:broken", "--mesh", "d=8")
+    assert code == 2 and "cli_inputs_model:broken: calling cli_inputs_model:broken() raised RuntimeError" in err
+    code, _, err = run(capsys, "plan", f"{MODULE}:not_a_state", "--mesh", "d=8")
+    assert code == 2 and "not_a_state() returned str, not a tree of arrays or jax.ShapeDtypeStructs" in err
+
+
+def test_inputs_whose_sizes_do_not_divide_the_mesh_are_a_finding(here, capsys):
+    """As for inputs made from annotations: the report says so, and the exit status is 1."""
+    code, out, err = run(capsys, "verify", *STEP, "--inputs", f"state={MODULE}:small_state")
+    assert code == 1, out + err
+    assert "[dims]" in out and "dim 0 of size 12" in out
