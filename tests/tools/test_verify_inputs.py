@@ -1,9 +1,8 @@
 """verify(..., inputs={...}): a step whose TrainState holds an optax state (``opt_state: Any``)
 verified on a 64x64 abstract mesh from ``jax.eval_shape(init, key)``; bad inputs are errors."""
 
-from typing import Any
-
 import re
+from typing import Any
 
 import jax
 import jax.numpy as jnp
