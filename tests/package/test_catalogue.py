@@ -549,7 +549,6 @@ case("verify", "inputs-list", lambda: verify(step, ABSTRACT, inputs=[1]), TypeEr
 case("verify", "inputs-unknown", lambda: verify(step, ABSTRACT, inputs={"lyr": {}}), ValueError, "inputs given for ['lyr']", "does not take")
 case("verify", "inputs-annotation", lambda: verify(step, ABSTRACT, inputs={"layer": Layer}), TypeError, 'inputs["layer"] is type', "not a tree of values")
 case("verify", "inputs-and-static", lambda: verify(step, ABSTRACT, inputs={"layer": Layer(jax.ShapeDtypeStruct((8, 8), jnp.float32), jax.ShapeDtypeStruct((8, 8), jnp.float32))}, static={"layer": 1}), ValueError, "given in both inputs and static")
-case("verify", "inputs-indivisible", lambda: verify(step, ABSTRACT, inputs={"layer": Layer(jax.ShapeDtypeStruct((6, 8), jnp.float32), jax.ShapeDtypeStruct((8, 6), jnp.float32))}), ValueError, 'inputs["layer"]', "Layer.w_up", "cannot be split")
 case("plan", "annotation-None", lambda: plan(None, ABSTRACT), TypeError, "has no layout")
 case("plan", "annotation-int", lambda: plan(3, ABSTRACT), TypeError, "has no layout")
 case("plan", "mesh-str", lambda: plan(ANN, "x"), TypeError, "mesh must be a Mesh, an AbstractMesh or a mapping")
