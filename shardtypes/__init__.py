@@ -140,7 +140,7 @@ from dataclasses import field as field
 
 from typeguard import TypeCheckError as TypeCheckError
 
-from . import _legacy, _public, linen as linen, nnx as nnx, ops as ops
+from . import _public, linen as linen, nnx as nnx, ops as ops
 from ._version import __version__ as __version__
 from .checking.direct_checks import check as check, is_instance as is_instance
 from .integrations.decorator import typechecked as typechecked
@@ -257,7 +257,6 @@ __all__ = [
 ]
 
 register_with_typeguard()
-_legacy.install()  # pickles made before the layer packages name the old modules
 
 # The errors and warnings users see in tracebacks and catch by name carry their public home
 # (shardtypes.ShapeSpecError, not shardtypes._shape.ShapeSpecError); pickle finds them there.

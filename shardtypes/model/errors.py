@@ -77,9 +77,6 @@ class ArrayError(TypeCheckError):
         return linked(public_names(super().__str__()), CHECK_FAILED)
 
 
-# Pickles made before ArrayError was public name it by its old, private name.
-_ArrayError = ArrayError
-
 
 def in_function(error: TypeCheckError, func_name: str) -> TypeCheckError:
     """typeguard's own failure (``the return value (jaxlib._jax.ArrayImpl) is not a tuple``) as a

@@ -25,7 +25,7 @@ PACKAGE = pathlib.Path(shardtypes.__file__).resolve().parent
 LAYERS = ("language", "context", "model", "checking", "layout", "integrations", "kernels", "tools", "testing")
 # Modules outside the layers: leaves every layer may import, and the public surface on top.
 LEAVES = ("_version", "_public")
-SURFACE = ("__init__", "__main__", "ops", "nnx", "linen", "_legacy", "_indirection")
+SURFACE = ("__init__", "__main__", "ops", "nnx", "linen", "_indirection")
 MAX_LINES = 800
 STRUCTURE_NAMES = ("get_origin", "get_args", "__origin__")
 
