@@ -10,7 +10,7 @@ See ``shardtypes.language.shape`` for the annotation language, and docs/architec
 the layers of the package (one subpackage each).
 """
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .context.settings import config as config
 from .context.tables import Scope as Scope, dims as dims, scope as scope
@@ -146,15 +146,41 @@ from .checking.direct_checks import check as check, is_instance as is_instance
 from .integrations.decorator import typechecked as typechecked
 from .integrations.typeguard_hook import register_with_typeguard as register_with_typeguard
 from .model.errors import ArrayError as ArrayError, FieldError as FieldError, ShardtypesWarning as ShardtypesWarning
-from .tools import (
-    ActivationEstimate as ActivationEstimate,
-    Collective as Collective,
-    Communication as Communication,
-    StepCost as StepCost,
-    StepTime as StepTime,
-)
-from .tools.memory_plan import PlanReport as PlanReport, plan as plan, plan_html as plan_html
-from .tools.verification import Problem as Problem, VerifyReport as VerifyReport, verify as verify
+
+if TYPE_CHECKING:  # (loaded on first use below: import shardtypes does not import the tools layer)
+    from .tools import (
+        ActivationEstimate as ActivationEstimate,
+        Collective as Collective,
+        Communication as Communication,
+        StepCost as StepCost,
+        StepTime as StepTime,
+    )
+    from .tools.memory_plan import PlanReport as PlanReport, plan as plan, plan_html as plan_html
+    from .tools.verification import Problem as Problem, VerifyReport as VerifyReport, verify as verify
+
+# The tools layer (verify, plan, their reports, the CLI and the HTML pages) is loaded when one of
+# its names is first read, so that `import shardtypes` costs what checking costs.
+_TOOLS = {
+    "ActivationEstimate": "activations", "Collective": "step_cost", "Communication": "step_cost",
+    "StepCost": "step_cost", "StepTime": "chips", "PlanReport": "memory_plan", "plan": "memory_plan",
+    "plan_html": "memory_plan", "Problem": "verification", "VerifyReport": "verification",
+    "verify": "verification",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _TOOLS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shardtypes' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"shardtypes.tools.{module}"), name)
+    globals()[name] = value  # (once: later reads find it here)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_TOOLS))
 
 __all__ = [
     "Array",

@@ -330,3 +330,18 @@ def _reach(start: str) -> set[str]:
         own = name + (".__init__" if path.name == "__init__.py" else "")
         todo.extend(t for _, t, _ in _imports(path, own, "shardtypes"))
     return seen
+
+
+def test_import_shardtypes_does_not_load_the_tools_layer():
+    """verify, plan, the CLI and the HTML pages load on first use of one of their names."""
+    import subprocess
+    import sys
+
+    code = ("import sys, shardtypes; print(sorted(m for m in sys.modules if m.startswith('shardtypes.tools')));"
+            "from shardtypes import verify, VerifyReport; print(verify.__name__, 'verify' in dir(shardtypes),"
+            " shardtypes.plan.__name__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[]", "verify True plan"]
+    with pytest.raises(AttributeError, match="module 'shardtypes' has no attribute 'verfy'"):
+        shardtypes.verfy  # noqa: B018
