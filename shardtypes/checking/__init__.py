@@ -59,9 +59,17 @@ from .typeguard_frames import (
     set_table as set_table,
     snapshot as snapshot,
 )
+from .typeguard_internals import (
+    CHECKED_AGAINST as TYPEGUARD_CHECKED_AGAINST,
+    container_checkers as container_checkers,
+    instrumenter as instrumenter,
+)
 from .value import check_value as check_value
 
 __all__ = [
+    "TYPEGUARD_CHECKED_AGAINST",
+    "container_checkers",
+    "instrumenter",
     "einsum_owed",
     "gathered",
     "mark_per_device",

@@ -14,19 +14,20 @@ import inspect
 import types
 from typing import Any, Callable
 
-from typeguard import TypeCheckMemo, _functions as _tg_functions
+from typeguard import TypeCheckMemo
 
 from ..context import FORCED, TABLE, Table, config
 from ..model import generator_types, resolve_hints
 from .call_tables import EMPTY, NO_TYPE_CHECK
 from .signature import typeguard_config
 from .typeguard_frames import check_argument_types_internal, check_return_type_internal
+from .typeguard_internals import check_send, check_yield
 
 __all__ = ["generator_from_signature"]
 
 # typeguard's checks of a yielded and a sent value (named ..._internal from some version on).
-_check_yield = getattr(_tg_functions, "check_yield_type_internal", _tg_functions.check_yield_type)
-_check_send = getattr(_tg_functions, "check_send_type_internal", _tg_functions.check_send_type)
+_check_yield = check_yield
+_check_send = check_send
 # (Their names, and so their signatures to a type checker, depend on typeguard's version.)
 _check_arguments: Callable[..., Any] = check_argument_types_internal
 _check_return: Callable[..., Any] = check_return_type_internal

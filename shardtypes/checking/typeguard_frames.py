@@ -12,44 +12,15 @@ import contextvars
 import sys
 import types
 
-from typeguard import TypeCheckMemo, _functions as _tg_functions
+from typeguard import TypeCheckMemo
 
 from ..context import TABLE, Table, commit_memo_table, memo_table, staged_read
 from ..model import field_path
+from .typeguard_internals import check_argument_types_internal, check_codes, check_return_type_internal
 
 __all__ = ["check_argument_types_internal", "check_return_type_internal", "failed_function"]
 
-# typeguard renamed these in 4.5 (the old names became frame-reading helpers); the instrumented
-# code and our decorator call whichever this typeguard has.
-check_argument_types_internal = getattr(
-    _tg_functions, "check_argument_types_internal", _tg_functions.check_argument_types
-)
-check_return_type_internal = getattr(
-    _tg_functions, "check_return_type_internal", _tg_functions.check_return_type
-)
-
-
-# ---------------------------------------------------------------------------------------------
-# Where typeguard is checking a value, read from its frames.
-
-_ROLE_NAMES = {
-    "check_argument_types_internal": "argument",
-    "check_return_type_internal": "return",
-    "check_variable_assignment": "variable",
-    "check_yield_type_internal": "yield",
-    "check_send_type_internal": "send",
-    "check_type": "check_type",
-}
-if check_argument_types_internal.__name__ == "check_argument_types":  # typeguard < 4.5
-    _ROLE_NAMES.update(check_argument_types="argument", check_return_type="return")
-if not hasattr(_tg_functions, "check_yield_type_internal"):  # the yield and send checks' names now
-    _ROLE_NAMES.update(check_yield_type="yield", check_send_type="send")
-
-_CODES = {
-    getattr(_tg_functions, name).__code__: role
-    for name, role in _ROLE_NAMES.items()
-    if hasattr(_tg_functions, name)
-}
+_CODES = check_codes()
 
 
 def _typeguard_frame() -> types.FrameType | None:

@@ -20,6 +20,8 @@ import textwrap
 import types
 from typing import Any, Callable
 
+from ..checking import instrumenter
+
 __all__ = ["has_str_shapes", "instrument_str_shapes", "with_closure"]
 
 
@@ -98,8 +100,7 @@ def has_str_shapes(f: Callable, scope_vars: dict[str, Any]) -> bool:
 def instrument_str_shapes(f: Callable, scope_vars: dict[str, Any]) -> tuple[Callable, str | None]:
     """typeguard's instrumentation of ``f``, its shape strings read as bytes; or (``f``, why not)."""
     try:
-        from typeguard._decorators import find_target_function
-        from typeguard._transformer import TypeguardTransformer
+        TypeguardTransformer, find_target_function = instrumenter()
     except ImportError as e:  # another typeguard: its internals moved
         return f, f"its annotations write shapes as str, and this typeguard cannot be given bytes ({e}); write b'...'"
     module = sys.modules.get(f.__module__)

@@ -15,9 +15,18 @@ import typing
 from typing import Any, Union
 
 import typeguard
-from typeguard import TypeCheckError, TypeCheckMemo, _checkers as _tg_checkers
+from typeguard import TypeCheckError, TypeCheckMemo
 
-from ..checking import FIELD_PATH, check_value, checked_role, fast_check, get_table, origin_phrase, set_table
+from ..checking import (
+    FIELD_PATH,
+    check_value,
+    checked_role,
+    container_checkers,
+    fast_check,
+    get_table,
+    origin_phrase,
+    set_table,
+)
 from ..context import FORCED, TABLE, Table, config, staged_read
 from ..model import (
     COLLECTED,
@@ -148,7 +157,7 @@ def _ours(origin: Any, args: tuple) -> Any:
 # typeguard's own checkers for containers (tuple, list, dict, Sequence, ...), which we wrap.
 _CONTAINER_CHECKERS = {
     origin: checker
-    for origin, checker in _tg_checkers.origin_type_checkers.items()
+    for origin, checker in container_checkers().items()
     if origin is not Union
 }
 _ALL_OR_NOTHING: dict = {}

@@ -345,3 +345,42 @@ def test_import_shardtypes_does_not_load_the_tools_layer():
     assert proc.stdout.splitlines() == ["[]", "verify True plan"]
     with pytest.raises(AttributeError, match="module 'shardtypes' has no attribute 'verfy'"):
         shardtypes.verfy  # noqa: B018
+
+
+def test_private_modules_of_other_packages_are_imported_in_one_adapter_each():
+    """typeguard's private API is reached only through checking/typeguard_internals.py (JAX's is
+    never: public APIs only); a private import anywhere else is a defect."""
+    allowed = {"checking/typeguard_internals.py"}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                parts = node.module.split(".")
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                parts, names = [], []
+                for alias in node.names:
+                    parts.extend(alias.name.split("."))
+            else:
+                continue
+            if parts and parts[0] == "shardtypes":
+                continue
+            private = [p for p in parts + names if p.startswith("_") and not p.startswith("__")]
+            if private:
+                found.append(f"{where}:{node.lineno}")
+    assert [f for f in found if f.split(":")[0] not in allowed] == []
+    assert found, "the adapter imports typeguard's private modules"
+
+
+def test_the_typeguard_adapter_names_the_lower_bound_ci_tests():
+    """CI's oldest environment installs the first release the adapter was checked against: it
+    must be pyproject.toml's lower bound."""
+    import tomllib
+
+    from shardtypes.checking import TYPEGUARD_CHECKED_AGAINST as CHECKED_AGAINST
+
+    with open(PACKAGE.parent / "pyproject.toml", "rb") as f:
+        dependencies = tomllib.load(f)["project"]["dependencies"]
+    bound = next(d for d in dependencies if d.startswith("typeguard"))
+    assert f">={CHECKED_AGAINST[0].rsplit('.', 1)[0]}" in bound, (bound, CHECKED_AGAINST)
