@@ -213,8 +213,10 @@ def mapping_of_sizes(value: Any, what: str, arg: str) -> None:
         raise TypeError(f"{what}: {arg} must be a mapping of axis or dim names to sizes, got {value!r}")
 
 
-def unused_dims_error(unused: list[str], used: set[str], what: str, arg: str = "dims") -> ValueError:
-    """The error for ``arg`` keys that no annotation uses, with the close names (typos)."""
+def unused_dims_error(unused: list[str], used: set[str], what: str, arg: str = "dims",
+                      users: str = "no annotation uses (the annotations use") -> ValueError:
+    """The error for ``arg`` keys that no annotation uses, with the close names (typos).
+    ``users`` says who would have used them, up to the list of names used."""
     import difflib
 
     parts = []
@@ -222,8 +224,7 @@ def unused_dims_error(unused: list[str], used: set[str], what: str, arg: str = "
         close = difflib.get_close_matches(name, sorted(used), n=1, cutoff=0.6)
         parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     return ValueError(
-        f"{what}: {arg} gives {', '.join(parts)}, which no annotation uses (the annotations use "
-        f"{sorted(used)})"
+        f"{what}: {arg} gives {', '.join(parts)}, which {users} {sorted(used)})"
     )
 
 

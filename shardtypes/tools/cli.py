@@ -215,15 +215,20 @@ def _inputs(parser: argparse.ArgumentParser, target: Any, given: list[str] | Non
             parser.error(f"--inputs {text}: {name!r} is given twice")
         value = _load(where)
         if callable(value) and not is_value_tree(value):
-            try:
-                value = value()
-            except Exception as e:  # the user's function: its error, named
-                parser.error(f"--inputs {text}: calling {where}() raised {type(e).__name__}: {e}")
+            value = _called(parser, f"--inputs {text}", where, value)
         if not is_value_tree(value):
             parser.error(f"--inputs {text}: expected a tree of arrays or jax.ShapeDtypeStructs (or a function of no "
                          f"arguments returning one), found {type(value).__qualname__}")
         out[name] = value
     return out
+
+
+def _called(parser: argparse.ArgumentParser, option: str, where: str, function: Any) -> Any:
+    """What the user's function of no arguments returns; its error is bad usage, named."""
+    try:
+        return function()
+    except Exception as e:  # the user's function: its error, named
+        parser.error(f"{option}: calling {where}() raised {type(e).__name__}: {e}")
 
 
 def _plan_target(parser: argparse.ArgumentParser, where: str, target: Any) -> Any:
@@ -238,10 +243,7 @@ def _plan_target(parser: argparse.ArgumentParser, where: str, target: Any) -> An
         return target
     if required:
         return target  # (plan says a function has no layout)
-    try:
-        value = target()
-    except Exception as e:  # the user's function: its error, named
-        parser.error(f"{where}: calling {where}() raised {type(e).__name__}: {e}")
+    value = _called(parser, where, where, target)
     if not is_value_tree(value):
         parser.error(f"{where}: {where}() returned {type(value).__qualname__}, not a tree of arrays or "
                      "jax.ShapeDtypeStructs to plan")

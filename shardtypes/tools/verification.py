@@ -33,6 +33,7 @@ from ..language import (
     linked,
     mapping_of_sizes,
     unlinked,
+    unused_dims_error,
 )
 from ..layout import check_dims_for, dim_multiples, structs
 from ..model import COLLECTED, holds_shardtypes, resolve_hints, type_text
@@ -447,19 +448,10 @@ def _refuse_unused_dims(dims: Mapping[str, Any], used: set[str], name: str) -> N
     never read through ``dims()``, is a typo (``'embd'`` for ``'embed'``): an error naming the
     nearest name used."""
     unused = [n for n in dims if n not in used]
-    if not unused:
-        return
-    import difflib
-
-    parts = []
-    for n in unused:
-        close = difflib.get_close_matches(n, sorted(used), n=1, cutoff=0.6)
-        parts.append(f"{n!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    raise ValueError(
-        f"verify: dims gives {', '.join(parts)}, which no annotation of {name}() or of the checked "
-        f"calls it makes uses, and which its body never reads through dims() (the names used: "
-        f"{sorted(used)})"
-    )
+    if unused:
+        raise unused_dims_error(unused, used, "verify", users=(
+            f"no annotation of {name}() or of the checked calls it makes uses, and which its body "
+            "never reads through dims() (the names used:"))
 
 
 def _user_frame(e: BaseException) -> str:
