@@ -23,6 +23,7 @@ from .dim_sizes import (
 )
 from .explanations import explain as explain
 from .least_sharding import convert_specs as convert_specs, partition_specs_for_budget as partition_specs_for_budget
+from .per_device import per_device_shape as per_device_shape, spec_entries as spec_entries, spec_parts as spec_parts
 from .placement import shard as shard, tree_guard as tree_guard
 from .specs import (
     PartitionSpecTree as PartitionSpecTree,
@@ -66,8 +67,11 @@ __all__ = [
     "partition_spec",
     "partition_specs",
     "partition_specs_for_budget",
+    "per_device_shape",
     "shard",
     "shardings",
+    "spec_entries",
+    "spec_parts",
     "structs",
     "structs_of_values",
     "tree_guard",
