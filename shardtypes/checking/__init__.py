@@ -44,6 +44,7 @@ from .kernel_pass import (  # the kernel pass's reader of JAX's equations, for t
     jaxpr as jaxprs,
     known_bug as known_bug,
     traced as traced,
+    walk as jaxpr_walk,
 )
 from .kernel_returns import returned as returned
 from .signature import (
@@ -78,6 +79,7 @@ __all__ = [
     "op_result",
     "still_owed",
     "jaxprs",
+    "jaxpr_walk",
     "primitives",
     "COMPILE_TIME_CHECKS",
     "FIELD_PATH",

@@ -39,14 +39,14 @@ from typing import Any, Callable
 
 import jax
 
-from ..checking import jaxprs, primitives
+from ..checking import jaxpr_walk, jaxprs, primitives
 from . import fields
 from .activation_rules import (
-    FUSING,
     auto_splits,
     backward_splits,
     dead,
     fused,
+    fusing,
     local_shape,
     loop_carries,
     ones,
@@ -56,21 +56,23 @@ from .activation_rules import (
 )
 from .memory_plan import fmt_bytes
 
+Data = primitives.Data
+Family = primitives.Family
+
 __all__ = ["ActivationEstimate", "LiveValue", "alike", "estimate", "trace_step", "SYMBOLIC"]
 
 SYMBOLIC = "values of symbolic size (dims verify was not given)"
 
 _LARGEST = 5
 
-# Primitives whose results take no memory of their own: shardtypes' compile-time check (an
-# identity whose result nothing uses; XLA drops it), JAX's changes of a value's varying type
-# inside shard_map, and identities under jit (``stop_gradient``, a ``device_put`` in a traced
-# step). Their results stand for their operands.
-# Primitives with a jaxpr of their operands' count that are not calls of it on them: a scan's
-# body runs on slices of its stacked operands, a kernel's on local blocks.
-_NOT_CALLS = frozenset({"scan", "shard_map"})
+# Primitives whose results take no memory of their own are the records' ``Data.ALIAS``:
+# shardtypes' compile-time check (an identity whose result nothing uses; XLA drops it), JAX's
+# changes of a value's varying type inside shard_map, and identities under jit (``stop_gradient``,
+# a ``device_put`` in a traced step). Their results stand for their operands.
 
-_FREE = frozenset({"shardtypes_check_sharding", "pbroadcast", "stop_gradient", "device_put", *primitives.CASTS})
+
+def _free(eqn: Any) -> bool:
+    return jaxpr_walk.primitive_of(eqn).data is Data.ALIAS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,12 +283,12 @@ class _Walk:
             for v in jaxprs.invars(eqn):
                 if not jaxprs.is_literal(v):
                     found.update(deps.get(v, (v,)))
-                    readers.setdefault(v, set()).add(jaxprs.name(eqn))
+                    readers.setdefault(v, set()).add(jaxpr_walk.primitive_of(eqn))
             for u in found:
                 last[u] = i
             passed = passed_through(eqn)
             for v in jaxprs.outvars(eqn):
-                if v in away or jaxprs.name(eqn) in _FREE:
+                if v in away or _free(eqn):
                     deps[v] = tuple(found)
                 elif v in passed:  # a call's result that is one of its operands: the same buffer
                     source = passed[v]
@@ -298,7 +300,7 @@ class _Walk:
         at_peak: list = []
         if sliced:  # the slices a matmul reads: copies, live from the trip's start
             for v in jaxprs.invars(jaxpr)[sliced[1]:]:
-                if v in last and readers.get(v, set()) - FUSING:
+                if v in last and not all(fusing(r) for r in readers.get(v, ())):
                     live[v] = self.entry(v, splits.get(v), sliced[0], "slice")
                     current += live[v][0]
         for i, eqn in enumerate(eqns):
@@ -307,7 +309,7 @@ class _Walk:
             if out_splits is None:
                 out_splits = self.rule(eqn, ins) if self.auto else [None] * len(jaxprs.outvars(eqn))
             made = []
-            free = jaxprs.name(eqn) in _FREE
+            free = _free(eqn)
             for v, s in zip(jaxprs.outvars(eqn), out_splits):
                 s = splits[v] = settled.get(v, s) if settled else s
                 if v in outs or free or v in away or v in aliases or v in into_outs \
@@ -346,47 +348,54 @@ class _Walk:
     def inner(self, eqn: Any, ins: list) -> tuple[int, list, list | None]:
         """What the jaxprs inside an equation add at it: (their peak, its largest values, the
         equation's output splits where they follow from them)."""
-        name = jaxprs.name(eqn)
-        if "callback" in name and name != "debug_callback":  # (jax.debug.print returns nothing)
+        prim = jaxpr_walk.primitive_of(eqn)
+        if prim.callback:
             where = user_frame(jaxprs.frames(eqn))
-            self.unknown.setdefault(f"the host callback {name}{' at ' + where if where else ''}, whose own "
+            self.unknown.setdefault(f"the host callback {prim.name}{' at ' + where if where else ''}, whose own "
                                     "memory is not known,", set())
         subs = jaxprs.sub_jaxprs(eqn)
-        if not subs or name in _FREE:
+        if not subs or prim.data is Data.ALIAS:
             return 0, [], None
         try:
-            call = jaxprs.call_jaxpr(eqn) if name not in _NOT_CALLS else None
-            if call is not None:
-                walked = self.jaxpr(call, ins)
-                for v, asked in zip(jaxprs.invars(eqn), self.asked):  # the body lays them out so
-                    if asked is not None and not jaxprs.is_literal(v):
-                        self.demands[v] = asked
-                return walked
-            if name == "scan":
-                consts, carries = jaxprs.scan_groups(eqn)
-                body = subs[0]
-                xs = [s[1:] if s is not None else None for s in ins[consts + carries:]]
-                peak, top, outs = self.jaxpr(body, ins[:consts + carries] + xs, sliced=(eqn, consts + carries))
-                ys = [(1, *s) if s is not None else None for s in outs[carries:]]
-                return peak, top, outs[:carries] + ys
-            if name == "while":
-                cond_n, body_n = jaxprs.while_groups(eqn)
-                carry = ins[cond_n + body_n:]
-                found = [self.jaxpr(j, ins[:cond_n] + carry) if j is subs[0] else
-                         self.jaxpr(j, ins[cond_n:cond_n + body_n] + carry) for j in subs[:2]]
-                peak, top, _ = max(found, key=lambda f: f[0])
-                return peak, top, carry
-            if name == "cond":
-                found = [self.jaxpr(j, ins[1:]) for j in subs]
-                peak, top, outs = max(found, key=lambda f: f[0])
-                return peak, top, outs
+            inside = jaxpr_walk.nesting(eqn, prim)
         except jaxprs.Unreadable:
-            pass
+            inside = None
+        handled = _INNER.get(inside.family) if inside is not None else None
+        if handled is not None:
+            return handled(self, eqn, inside, ins)
         # Anything else (shard_map, whose body holds local blocks; a primitive of another
         # library): each jaxpr inside on its own, its operands taken as not split over Auto axes.
         found = [self.jaxpr(j, [ones(jaxprs.aval(v)) if self.auto else None for v in jaxprs.invars(j)]) for j in subs]
         peak, top, _ = max(found, key=lambda f: f[0])
-        return peak, top, (self.shard_map_outs(eqn) if name == "shard_map" and self.auto else None)
+        return peak, top, (self.shard_map_outs(eqn) if prim.family is Family.SHARD_MAP and self.auto else None)
+
+    def call(self, eqn: Any, inside: jaxpr_walk.Nesting, ins: list) -> tuple[int, list, list | None]:
+        walked = self.jaxpr(inside.bodies[0], ins)
+        for v, asked in zip(jaxprs.invars(eqn), self.asked):  # the body lays them out so
+            if asked is not None and not jaxprs.is_literal(v):
+                self.demands[v] = asked
+        return walked
+
+    def scan(self, eqn: Any, inside: jaxpr_walk.Nesting, ins: list) -> tuple[int, list, list | None]:
+        consts, carries = inside.consts, inside.carries
+        xs = [s[1:] if s is not None else None for s in ins[consts + carries:]]
+        peak, top, outs = self.jaxpr(inside.bodies[0], ins[:consts + carries] + xs, sliced=(eqn, consts + carries))
+        ys = [(1, *s) if s is not None else None for s in outs[carries:]]
+        return peak, top, outs[:carries] + ys
+
+    def loop(self, eqn: Any, inside: jaxpr_walk.Nesting, ins: list) -> tuple[int, list, list | None]:
+        """A while loop: the larger of its condition's and its body's peaks."""
+        cond_n, body_n = inside.consts, inside.carries
+        carry = ins[cond_n + body_n:]
+        cond, body = inside.bodies
+        found = [self.jaxpr(cond, ins[:cond_n] + carry), self.jaxpr(body, ins[cond_n:cond_n + body_n] + carry)]
+        peak, top, _ = max(found, key=lambda f: f[0])
+        return peak, top, carry
+
+    def branches(self, eqn: Any, inside: jaxpr_walk.Nesting, ins: list) -> tuple[int, list, list | None]:
+        found = [self.jaxpr(j, ins[1:]) for j in inside.bodies]
+        peak, top, outs = max(found, key=lambda f: f[0])
+        return peak, top, outs
 
     def shard_map_outs(self, eqn: Any) -> list | None:
         specs = jaxprs.optional_param(eqn, "out_specs")
@@ -398,8 +407,11 @@ class _Walk:
         """The Auto-axes splits of an equation's results (see ``activation_rules.auto_splits``)."""
         try:
             return auto_splits(eqn, ins)
-        except Exception:  # a param of another shape: the results taken as not split
+        except jaxprs.Unreadable:  # a param of another shape: the results taken as not split
             return [ones(jaxprs.aval(v)) for v in jaxprs.outvars(eqn)]
+
+
+_INNER = {Family.CALL: _Walk.call, Family.SCAN: _Walk.scan, Family.WHILE: _Walk.loop, Family.COND: _Walk.branches}
 
 
 def _carried(eqns: list, last: dict, deps: dict, outs: set, inputs: set) -> tuple[dict, set]:

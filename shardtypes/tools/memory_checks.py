@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 import jax
 
+from ..checking import jaxprs
 from .activations import ActivationEstimate, alike, estimate
 from .html_parts import GROUPS, group_of
 from .memory_plan import PlanReport, fmt_bytes, plan, replicated_problem
@@ -50,15 +51,16 @@ def arguments_plan(inputs: Mapping[str, Any] | None, mesh: Mapping[str, int],
 
 
 def step_activations(closed: Any, leaves: list, mesh: Any) -> ActivationEstimate:
-    """The activation estimate of a traced step on ``mesh`` (an AbstractMesh). A failure of the
-    estimate's own is said in the estimate (a lower bound of nothing), never raised."""
+    """The activation estimate of a traced step on ``mesh`` (an AbstractMesh). Where the walk
+    cannot follow the step (params in no shape the release reader knows: ``jaxprs.Unreadable``),
+    that is said in the estimate (a lower bound of nothing); any other failure is a bug of
+    shardtypes' and is raised."""
     auto = {a: n for a, n, t in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types)
             if t == jax.sharding.AxisType.Auto}
     try:
         return estimate(closed, leaves, auto)
-    except Exception as e:  # the estimate's own machinery: say so, do not break verify
-        return ActivationEstimate(0, (), (f"the estimate could not follow this step ({type(e).__name__}: {e}); "
-                                          "nothing was counted",))
+    except jaxprs.Unreadable as e:
+        return ActivationEstimate(0, (), (f"the estimate could not follow this step ({e}); nothing was counted",))
 
 
 def memory_problems(args: dict, mesh: Mapping[str, int], name: str, tolerance: float | None,

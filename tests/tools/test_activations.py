@@ -97,11 +97,23 @@ def test_a_host_callback_and_symbolic_sizes_make_a_lower_bound():
                                     "counted (from dot_general, tanh)")
 
 
-def test_the_estimate_never_raises_from_its_own_machinery():
-    estimate = step_activations(object(), [], mesh(AxisType.Explicit))
+def test_the_estimate_says_what_it_cannot_follow():
+    estimate = step_activations(object(), [], mesh(AxisType.Explicit))  # (no jaxpr: nothing to read)
     assert estimate.bytes_per_device == 0
-    assert estimate.lower_bound[0].startswith("the estimate could not follow this step (")
+    assert estimate.lower_bound[0].startswith("the estimate could not follow this step (a object where a jaxpr")
     assert str(estimate).startswith("not known: the estimate could not follow this step")
+
+
+def test_a_bug_in_the_estimate_is_raised_not_turned_into_nothing_counted(monkeypatch):
+    import shardtypes.tools.activations as activations
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(activations, "local_shape", broken)
+    closed = jax.make_jaxpr(lambda x: jnp.tanh(x @ x.T).sum())(jnp.ones((8, 4)))  # (the product is live)
+    with pytest.raises(ZeroDivisionError, match="a bug"):
+        step_activations(closed, [jnp.ones((8, 4))], mesh(AxisType.Explicit))
 
 
 def test_a_step_that_does_not_fit_names_the_largest_parts():

@@ -12,6 +12,7 @@ sentence it says, refusals and the provenance of partial values (``messages``); 
 side table the checker writes (``interpreter.Pass.meet``; the table: ``checking/kernel_layouts.py``).
 """
 
+from . import catalogue as catalogue, jaxpr as jaxpr, walk as walk
 from .driver import in_facts, infer, traced
 from .jaxpr import KernelPassWarning, Unreadable, known_bug
 

@@ -1,19 +1,69 @@
-"""How facts combine, for the pass's rules (``structural``, ``collectives``,
-``loops``): the varying axes of several operands, the offsets of values relative to local
-maxima (``Fact.rel``) under products, quotients and sums, and a rule's result derived from its
-first operand.
+"""The algebra of partial values, in one module: how the kinds of what a value owes (``Owed``)
+relate (the blocks a collective folds, the kinds a monotone map flips, which primitives keep a
+partial maximum one, what a ring of ``ppermute`` calls adds up), how facts combine for the pass's
+rules (the varying axes of several operands, the offsets of values relative to local maxima
+(``Fact.rel``) under products, quotients and sums, a rule's result derived from its first
+operand), and what the registry's records say of monotone maps and zeros.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .facts import UNKNOWN, Dims, Fact
+from .catalogue import Arith, Family, Owed, Primitive, record
+from .facts import RING_KINDS, START, UNKNOWN, Dims, Fact
 from .jaxpr import invars, literal_number, name, optional_param, shape
 
-__all__ = ["ndim", "union", "rel_mul", "rel_neg", "rel_join", "drop_rel", "fact_of", "monotone", "over_ones",
-           "zero", "zeros", "ZERO"]
+__all__ = ["FOLD", "folded", "FLIP", "keeps", "linear_only", "RING_OPS", "ring_of", "ndim", "union", "rel_mul",
+           "rel_neg", "rel_join", "drop_rel", "fact_of", "monotone", "over_ones", "zero", "zeros", "ZERO"]
 
+
+# -- the kinds -------------------------------------------------------------------------------
+
+#: The blocks of a split dim combined by the collective that pays a kind.
+FOLD = {Owed.SUM: Owed.FOLDSUM, Owed.MAX: Owed.FOLDMAX, Owed.MIN: Owed.FOLDMIN}
+_FOLDS = frozenset(FOLD.values())
+
+#: What a decreasing map makes of a partial maximum (minimum).
+FLIP = {Owed.MAX: Owed.MIN, Owed.MIN: Owed.MAX, Owed.FOLDMAX: Owed.FOLDMIN, Owed.FOLDMIN: Owed.FOLDMAX}
+
+#: What combines two parts of a partial value into a larger part, by what it owes.
+RING_OPS = {Owed.SUM: Arith.ADD, Owed.MAX: Arith.MAX, Owed.MIN: Arith.MIN}
+assert frozenset(RING_OPS) == RING_KINDS
+
+
+def folded(kind: str) -> bool:
+    """Whether ``kind`` is blocks of a split dim that a collective combined (``FOLD``)."""
+    return kind in _FOLDS
+
+
+def keeps(prim: Primitive, kind: Owed) -> bool:
+    """Whether a partial value of ``kind`` (a maximum, a minimum, blocks maxed) stays one through
+    ``prim`` (``max``, ``reduce_max``, ``pmax``, ``cummax``: the record's ``keeps``)."""
+    return kind in prim.keeps
+
+
+def linear_only(kind: Owed) -> bool:
+    """Whether what is owed of ``kind`` may only go through linear primitives (and those that
+    keep it): sums, prefixes and folded blocks; a partial maximum becomes relative instead."""
+    return kind in (Owed.SUM, Owed.PREFIX) or folded(kind)
+
+
+def ring_of(fact: Fact, axis: str) -> tuple | None:
+    """``(axis, token, offsets)`` of a partial sum (max, min) owed over ``axis``, among others
+    (``Fact.ring``): its own (the value itself, offset 0) unless a ppermute along ``axis`` or a
+    sum of rotated parts made it; None for any other value. (A ring over one axis pays that
+    axis; a ring over the next starts afresh from the result.)"""
+    if fact.kind not in RING_KINDS or axis not in fact.owed:
+        return None
+    if fact.ring and fact.ring[0] == axis:
+        return fact.ring
+    if fact.ring and fact.ring[0] is None:  # (a cast of a value no ring has rotated yet)
+        return (axis, fact.ring[1], START)
+    return (axis, fact.serial, START)
+
+
+# -- facts combined --------------------------------------------------------------------------
 
 def ndim(v: Any) -> int:
     return len(shape(v))
@@ -72,37 +122,33 @@ def fact_of(p: Any, eqn: Any, ins: list[Fact], dims: Dims | None, owed: frozense
 
 def over_ones(eqn: Any) -> bool:
     """A reduction over dims of one element (``jnp.max(v, axis=1)`` of a column): the value."""
-    if not name(eqn).startswith("reduce_"):
+    prim = record(name(eqn))
+    if prim.family is not Family.REDUCE:
         return False
     axes, dims = optional_param(eqn, "axes"), shape(invars(eqn)[0])
     return isinstance(axes, tuple) and all(isinstance(i, int) and i < len(dims) and dims[i] == 1 for i in axes)
 
 
-_INCREASING = frozenset({"exp", "exp2", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "cbrt", "atan",
-                         "asinh", "sinh", "erf", "convert_element_type", "reduce_precision", "copy", "copy_p"})
-
-
 def monotone(eqn: Any, ins: list[Fact], i: int) -> int:
     """Whether ``eqn`` is increasing (1), decreasing (-1) or neither (0) in operand ``i``, the
-    others held: the same on every device (invariant), or a positive or negative literal."""
-    prim = name(eqn)
-    if prim in _INCREASING:
-        return 1
-    if prim == "neg":
-        return -1
+    others held: the same on every device (invariant), or a positive or negative literal. (A
+    function of one operand: its record's ``monotone``.)"""
+    prim = record(name(eqn))
+    if prim.monotone:
+        return prim.monotone
     if len(ins) != 2:
         return 0
     j = 1 - i
     other, var = ins[j], invars(eqn)[j]
     same_everywhere = other.vary is not None and not other.vary and not other.owed
-    if prim == "add" and same_everywhere:
+    if prim.arith is Arith.ADD and same_everywhere:
         return 1
-    if prim == "sub" and same_everywhere:
+    if prim.arith is Arith.SUB and same_everywhere:
         return 1 if i == 0 else -1
     sign = _sign(var)
-    if prim == "mul" and sign:
+    if prim.arith is Arith.MUL and sign:
         return sign
-    if prim == "div" and i == 0 and sign:
+    if prim.arith is Arith.DIV and i == 0 and sign:
         return sign
     return 0
 
@@ -118,7 +164,12 @@ ZERO = "the constant 0"
 def zeros(fact: Fact) -> bool:
     """A literal 0, or zeros made from it (Python's ``sum`` starts from 0, ``jnp.zeros``): adding
     it to a partial sum changes nothing."""
-    return fact.base == ZERO and all(step in ("broadcast_in_dim", "convert_element_type") for step in fact.chain)
+    return fact.base == ZERO and all(_keeps_zeros(record(step)) for step in fact.chain)
+
+
+def _keeps_zeros(prim: Primitive) -> bool:
+    """A primitive that makes zeros of zeros without computing (a broadcast, a conversion)."""
+    return prim.arith is Arith.CONVERT or prim.family is Family.BROADCAST
 
 
 def zero(v: Any) -> bool:

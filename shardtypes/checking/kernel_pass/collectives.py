@@ -8,13 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from . import messages as say
-from .algebra import drop_rel, fact_of
-from .catalogue import ASYNC_DONES, standing_for
-from .facts import FOLD, UNKNOWN, Fact, Owed, ring_of
+from .algebra import FOLD, drop_rel, fact_of, ring_of
+from .catalogue import Family, Owed, Part, implements
+from .facts import UNKNOWN, Fact
 from .jaxpr import axis_names, invars, is_literal, name as prim_name, outvars, param
-from .registry import rule
+from .walk import primitive_of
 
-__all__: list[str] = []  # (its rules register themselves: registry.RULES)
+__all__: list[str] = []  # (its rules register themselves: catalogue.implements)
 
 
 def combined(p: Any, f: Fact, axes: frozenset) -> None:
@@ -36,14 +36,15 @@ def gathered_lost(f: Fact, axes: frozenset) -> tuple:
     return tuple(e for e in f.lost if not e[0] <= axes)
 
 
-@rule("psum", "pmax", "pmin", *standing_for("psum", "pmax", "pmin"))
+@implements(Part.PASS, Family.PSUM)
 def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     paid = frozenset(manual_axes(p, eqn))
     name = prim_name(eqn)
-    pays = Owed.SUM if "psum" in name else Owed.MAX if "pmax" in name else Owed.MIN
+    pays = primitive_of(eqn).pays or Owed.SUM
+    sums = pays is Owed.SUM
     out = []
     for v, f in zip(invars(eqn), ins):
-        if "psum" in name and f.rel:
+        if sums and f.rel:
             p.fail(say.relative_psummed(p.head, f, name, paid))
         if not f.known and not is_literal(v):
             out.append(UNKNOWN)
@@ -53,7 +54,7 @@ def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         counted = f.counted
         split = [(i, frozenset(axes) & paid) for i, axes in enumerate(f.dims or ()) if axes and frozenset(axes) & paid]
         folded = frozenset(a for _, axes in split for a in axes)
-        if "psum" in name and f.vary is not None and not is_literal(v):
+        if sums and f.vary is not None and not is_literal(v):
             counted = counted | (paid - f.vary - f.owed - folded)
         vary = None if f.vary is None else f.vary - paid
         if split:  # the blocks of a split dim added together, elementwise
@@ -83,14 +84,14 @@ def _gathered(p: Any, eqn: Any, fact: Fact, dim: int) -> tuple | None:
     return tuple(axes[:len(axes) - len(names)])
 
 
-@rule("all_gather", *standing_for("all_gather"))
+@implements(Part.PASS, Family.ALL_GATHER)
 def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
     names = frozenset(manual_axes(p, eqn))
     dim = param(eqn, "all_gather_dimension")
     vary = None if f.vary is None else f.vary - names
     # A plain gather's result is typed varying by JAX: each device's copy (an invariant one's is not).
-    copies = f.copies if prim_name(eqn) == "all_gather_invariant" else f.copies | names
+    copies = f.copies if primitive_of(eqn).invariant else f.copies | names
     if not param(eqn, "tiled"):  # the parts of every device side by side: nothing owed over them
         # (a new dim of the devices' blocks: the dims are whole blocks, split over them no more)
         kept = None if f.dims is None else tuple(
@@ -112,7 +113,7 @@ def _all_gather(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return fact_of(p, eqn, ins, tuple(tiled), owed, vary=vary, rel=rel, lost=lost, copies=copies)
 
 
-@rule("all_to_all", *standing_for("all_to_all"))
+@implements(Part.PASS, Family.ALL_TO_ALL)
 def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
     names = manual_axes(p, eqn)
@@ -130,7 +131,7 @@ def _all_to_all(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return fact_of(p, eqn, ins, tuple(dims), vary=vary)
 
 
-@rule("reduce_scatter", *standing_for("reduce_scatter"))
+@implements(Part.PASS, Family.REDUCE_SCATTER)
 def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     f = ins[0]
     names = manual_axes(p, eqn)
@@ -157,7 +158,7 @@ def _reduce_scatter(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return fact_of(p, eqn, ins, tuple(dims), owed, vary=vary, counted=counted)
 
 
-@rule("ppermute", *standing_for("ppermute"))
+@implements(Part.PASS, Family.PPERMUTE)
 def _ppermute(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """Each device gets another's block: a dim split over the permuted axes holds another part
     of the dim from here on (unknown which); an invariant value stays invariant."""
@@ -187,7 +188,7 @@ def cyclic_shift(p: Any, eqn: Any, axis: str) -> int | None:
     return shifts.pop()
 
 
-@rule("pbroadcast", *standing_for("pbroadcast"))
+@implements(Part.PASS, Family.PBROADCAST)
 def _pbroadcast(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """Every device along the axes gets the source device's value (``pbroadcast``, and
     ``pbroadcast_dynamic`` with the source as an operand): a dim split over them holds the source's
@@ -200,13 +201,13 @@ def _pbroadcast(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return fact_of(p, eqn, ins[:1], dims)
 
 
-@rule(*ASYNC_DONES)
+@implements(Part.PASS, Family.ASYNC_DONE)
 def _done(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    """The end of an async collective: the value its start computed (``catalogue.ASYNC_DONES``)."""
+    """The end of an async collective: the value its start computed (``Family.ASYNC_DONE``)."""
     return list(ins[:len(outvars(eqn))])
 
 
-@rule("axis_index")
+@implements(Part.PASS, Family.AXIS_INDEX)
 def _axis_index(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     names = frozenset(manual_axes(p, eqn))
     return [Fact((), origin=f"jax.lax.axis_index({', '.join(repr(a) for a in sorted(names))})", vary=names)]

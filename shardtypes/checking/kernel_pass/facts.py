@@ -38,64 +38,65 @@ meta-pytorch's spmd_types:
 
 from __future__ import annotations
 
-import enum
 import itertools
+from typing import Any
 
-from .catalogue import is_cast
+from .catalogue import Owed, record
 
-__all__ = ["Owed", "FOLD", "folded", "Dims", "Fact", "Point", "UNKNOWN", "lost_axes", "joined_lost", "ring_of",
-           "RING_OPS"]
+__all__ = ["Owed", "Dims", "Fact", "Point", "UNKNOWN", "lost_axes", "joined_lost"]
 
 Dims = tuple  # per dim: a tuple of mesh axes, or None (unknown)
 
-class Owed(enum.StrEnum):
-    """What a partial value still owes (``Fact.kind``): see the module's docstring."""
-
-    SUM = "sum"
-    MAX = "max"
-    MIN = "min"
-    PREFIX = "prefix"
-    FOLDSUM = "foldsum"  # blocks of a split dim added together by a psum
-    FOLDMAX = "foldmax"
-    FOLDMIN = "foldmin"
-
-
-# The blocks of a split dim combined by the collective that pays a kind.
-FOLD = {Owed.SUM: Owed.FOLDSUM, Owed.MAX: Owed.FOLDMAX, Owed.MIN: Owed.FOLDMIN}
-FOLDS = frozenset(FOLD.values())
-
-
-def folded(kind: str) -> bool:
-    """Whether ``kind`` is blocks of a split dim that a collective combined (``FOLD``)."""
-    return kind in FOLDS
+_FIELDS = ("dims", "owed", "kind", "vary", "rel", "counted", "mark", "base", "chain", "owed_by", "lost", "copies",
+           "ring")
 
 
 class Fact:
     """What the pass knows of one value (see the module's docstring), and where it comes from
     (``origin``: the value it was computed from, and the last few primitives on the way, kept as
-    names and only spelled out for a message)."""
+    names and only spelled out for a message). A value: it never changes once made; rules make new
+    facts (``evolve``, ``derived``, ``same_origin``), each with a serial of its own (which names it
+    as the start of a ring: ``algebra.ring_of``)."""
 
-    __slots__ = ("dims", "owed", "kind", "vary", "rel", "counted", "mark", "base", "chain", "owed_by", "lost", "copies",
-                 "ring", "serial")
+    __slots__ = (*_FIELDS, "serial")
+
+    dims: Dims | None
+    owed: frozenset
+    kind: Owed
+    vary: frozenset | None
+    rel: tuple | None
+    counted: frozenset
+    mark: str
+    base: str
+    chain: tuple
+    owed_by: str
+    lost: tuple
+    copies: frozenset
+    ring: tuple
+    serial: int
 
     def __init__(self, dims: Dims | None, owed: frozenset = frozenset(), origin: str = "",
                  owed_by: str = "", chain: tuple = (), *, kind: Owed = Owed.SUM, vary: frozenset | None = None,
                  rel: tuple | None = (), counted: frozenset = frozenset(), mark: str = "", lost: tuple = (),
                  copies: frozenset = frozenset(), ring: tuple = ()):
-        self.dims = dims
-        self.copies = copies
-        self.ring = ring
-        self.serial = next(_SERIALS)  # (names this value as the start of a ring: ``ring_of``)
-        self.lost = lost
-        self.owed = owed
-        self.kind = Owed(kind) if owed else Owed.SUM
-        self.vary = vary
-        self.rel = rel
-        self.counted = counted
-        self.mark = mark
-        self.base = origin
-        self.chain = chain
-        self.owed_by = owed_by
+        _init(self, dims=dims, owed=owed, kind=Owed(kind) if owed else Owed.SUM, vary=vary, rel=rel, counted=counted,
+              mark=mark, base=origin, chain=chain, owed_by=owed_by, lost=lost, copies=copies, ring=ring)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError(f"a Fact is a value: make a new one (Fact.evolve(..., {key}=...)), not set .{key}")
+
+    def __repr__(self) -> str:
+        return "Fact(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in _FIELDS if getattr(self, k)) + ")"
+
+    def evolve(self, **changes: Any) -> Fact:
+        """This fact with ``changes`` (field -> value), a new value. Nothing owed: the kind is a sum."""
+        fields = {k: getattr(self, k) for k in _FIELDS}
+        fields.update(changes)
+        if not fields["owed"]:
+            fields["kind"] = Owed.SUM
+        fact = Fact.__new__(Fact)
+        _init(fact, **fields)
+        return fact
 
     @property
     def origin(self) -> str:
@@ -105,33 +106,30 @@ class Fact:
         return f"{self.base}, through {'..., ' if len(self.chain) >= _CHAIN else ''}{steps}"
 
     def derived(self, dims: Dims | None, prim: str, owed: frozenset | None = None, owed_by: str = "",
-                **changes) -> Fact:
+                **changes: Any) -> Fact:
+        """The fact of a value the primitive ``prim`` computes from this one: ``prim`` joins the
+        chain its origin names (a cast does not); the ring's parts stay only through a cast."""
+        cast = record(prim).cast
         chain = self.chain
-        if not is_cast(prim) and (not chain or chain[-1] != prim):
+        if not cast and (not chain or chain[-1] != prim):
             chain = chain[1 - _CHAIN:] + (prim,) if len(chain) >= _CHAIN - 1 else chain + (prim,)
         owed = self.owed if owed is None else owed
         # (A cast of a partial value keeps the ring's parts; any other primitive makes a value of
         # its own. Only partial values a ring can pay carry one: nothing is built for the rest.)
         ring: tuple = ()
-        if owed and owed == self.owed and self.kind in RING_OPS and is_cast(prim):
-            ring = self.ring or (None, self.serial, _START)
-        fact = Fact(dims, owed, self.base, owed_by or self.owed_by if owed else "", chain, kind=self.kind,
-                    vary=self.vary, rel=self.rel, counted=self.counted, mark=self.mark, lost=self.lost,
-                    copies=self.copies, ring=ring)
-        for key, value in changes.items():
-            setattr(fact, key, value)
-        if not fact.owed:
-            fact.kind = Owed.SUM
-        return fact
+        if owed and owed == self.owed and self.kind in RING_KINDS and cast:
+            ring = self.ring or (None, self.serial, START)
+        fields: dict = {"dims": dims, "owed": owed, "chain": chain, "owed_by": owed_by or self.owed_by if owed else "",
+                        "ring": ring}
+        fields.update(changes)
+        return self.evolve(**fields)
 
-    def same_origin(self, dims: Dims | None, owed: frozenset, owed_by: str, **changes) -> Fact:
+    def same_origin(self, dims: Dims | None, owed: frozenset, owed_by: str, **changes: Any) -> Fact:
         """This fact's origin with another layout and sum (and other ``changes``)."""
-        fact = Fact(dims, owed, self.base, owed_by, self.chain, kind=self.kind, vary=self.vary, rel=self.rel,
-                    counted=self.counted, mark=self.mark, lost=self.lost, copies=self.copies,
-                    ring=self.ring if owed == self.owed else ())
-        for key, value in changes.items():
-            setattr(fact, key, value)
-        return fact
+        fields: dict = {"dims": dims, "owed": owed, "owed_by": owed_by, "ring": self.ring if owed == self.owed else ()}
+        fields.update(changes)
+        fields.setdefault("kind", self.kind)
+        return self.evolve(**fields)
 
     @property
     def known(self) -> bool:
@@ -140,9 +138,18 @@ class Fact:
             or bool(self.counted) or bool(self.mark) or bool(self.lost)
 
 
+def _init(fact: Fact, **fields: Any) -> None:
+    put = object.__setattr__
+    for key, value in fields.items():
+        put(fact, key, value)
+    put(fact, "serial", next(_SERIALS))
+
+
 _CHAIN = 6  # primitives named in an origin at most (the last ones)
 _SERIALS = itertools.count()
-_START = frozenset({0})  # a partial value's own part: no shift
+START = frozenset({0})  # a partial value's own part: no shift
+# The kinds a ring of ppermutes can pay (see ``algebra.RING_OPS``).
+RING_KINDS = frozenset({Owed.SUM, Owed.MAX, Owed.MIN})
 
 
 class Point:
@@ -167,24 +174,6 @@ class Point:
 
 
 UNKNOWN = Fact(None, rel=None)
-
-
-# What combines two parts of a partial value into a larger part, by what it owes.
-RING_OPS = {Owed.SUM: "add", Owed.MAX: "max", Owed.MIN: "min"}
-
-
-def ring_of(fact: Fact, axis: str) -> tuple | None:
-    """``(axis, token, offsets)`` of a partial sum (max, min) owed over ``axis``, among others
-    (``Fact.ring``): its own (the value itself, offset 0) unless a ppermute along ``axis`` or a
-    sum of rotated parts made it; None for any other value. (A ring over one axis pays that
-    axis; a ring over the next starts afresh from the result.)"""
-    if fact.kind not in RING_OPS or axis not in fact.owed:
-        return None
-    if fact.ring and fact.ring[0] == axis:
-        return fact.ring
-    if fact.ring and fact.ring[0] is None:  # (a cast of a value no ring has rotated yet)
-        return (axis, fact.ring[1], _START)
-    return (axis, fact.serial, _START)
 
 
 def lost_axes(fact: Fact) -> frozenset:

@@ -43,50 +43,55 @@ from typeguard import TypeCheckError
 from ...language import entry_axes
 from ...model import in_kernel
 from ..kernel_specs import differences
-from . import collectives, loops, messages as say, structural  # noqa: F401 - the rule modules register themselves
+from . import messages as say
 from .algebra import (
+    FLIP as _FLIP,
+    FOLD,
+    RING_OPS,
     ZERO as _ZERO,
+    folded,
+    keeps,
+    linear_only,
     monotone as _monotone,
     over_ones as _over_ones,
     rel_join,
     rel_mul,
     rel_neg,
+    ring_of,
     zero as _zero,
     zeros as _zeros,
 )
-from .catalogue import CALLS, CASTS, COMPARISONS, ELEMENTWISE, LOOPS, NONLINEAR, STRUCTURAL, is_cast
-from .facts import FOLD, RING_OPS, UNKNOWN, Fact, Owed, Point, folded, joined_lost, ring_of
+from .catalogue import Arith, Family, Part, Primitive, implements
+from .facts import UNKNOWN, Fact, Owed, Point, joined_lost
 from .jaxpr import (
     KernelPassWarning,
     Unreadable,
-    call_jaxpr,
     constvars,
-    eqns,
     invars,
     is_literal,
     is_var,
     literal_number,
     name as prim_name,
-    nested_map,
     outvars,
     shape,
     unreadable,
 )
-from .registry import lookup, rule
+from .walk import Walk, nesting, primitive_of
 
 __all__ = ["Pass"]
 
-# What a partial maximum (minimum) may reach and stay one: the rest use it as a per-device value.
-_KEEPS = {Owed.MAX: frozenset({"max", "reduce_max", "pmax", "cummax"}),
-          Owed.MIN: frozenset({"min", "reduce_min", "pmin", "cummin"}),
-          Owed.FOLDMAX: frozenset({"max", "reduce_max"}), Owed.FOLDMIN: frozenset({"min", "reduce_min"})}
-_FLIP = {Owed.MAX: Owed.MIN, Owed.MIN: Owed.MAX, Owed.FOLDMAX: Owed.FOLDMIN, Owed.FOLDMIN: Owed.FOLDMAX}
-# What is owed that only linear primitives may carry (but those named: a max of blocks maxed).
-_LINEAR_ONLY = {Owed.SUM: frozenset(), Owed.PREFIX: frozenset(), Owed.FOLDSUM: frozenset(),
-                Owed.FOLDMAX: _KEEPS[Owed.FOLDMAX], Owed.FOLDMIN: _KEEPS[Owed.FOLDMIN]}
+# The families whose jaxprs run on the operands as given (a partial value goes in as it is).
+_FOLLOWED_INSIDE = frozenset({Family.CALL, Family.SCAN, Family.WHILE, Family.COND})
+# What a partial value of blocks a psum folded may be combined with, element by element, when the
+# other operand differs per device: a scaling, not a sum.
+_SCALINGS = frozenset({Arith.MUL, Arith.DIV, Arith.CONVERT, Arith.NEG})
 
 
-class Pass:
+class Pass(Walk):
+    """The kernel pass over one body (``run``): a ``walk.Walk`` of facts (``Fact``)."""
+
+    part = Part.PASS
+
     def __init__(self, kernel: str, manual: frozenset, points: dict, sizes: dict | None = None):
         self.sizes = sizes or {}  # mesh axis -> its size
         self.kernel = kernel
@@ -234,26 +239,23 @@ class Pass:
 
     # -- the jaxpr -------------------------------------------------------------------------
 
-    def run(self, jaxpr: Any, facts: Sequence[Fact]) -> list[Fact]:
-        env: dict = {}
+    def inputs(self, jaxpr: Any, env: dict, ins: Sequence[Fact]) -> None:
         for v in constvars(jaxpr):  # (the same on every device; a block of what, unknown: see _iota)
-            self.write(env, v, Fact(None if shape(v) else (), origin="a constant",
-                                    vary=frozenset()))
-        for v, fact in zip(invars(jaxpr), facts):
-            self.write(env, v, fact)
-        for eqn in eqns(jaxpr):
-            ins = [self.read(env, v) for v in invars(eqn)]
-            outs = self.safe_eqn(eqn, ins)
-            for v, fact in zip(outvars(eqn), outs):
-                self.write(env, v, fact)
-        return [self.read(env, v) for v in outvars(jaxpr)]
+            self.write(env, v, Fact(None if shape(v) else (), origin="a constant", vary=frozenset()))
+        super().inputs(jaxpr, env, ins)
 
-    def safe_eqn(self, eqn: Any, ins: list[Fact]) -> list[Fact]:
+    def default(self, eqn: Any, ins: list[Fact]) -> list[Fact]:
+        """A primitive no record knows (or of a family the pass has no rule for): its results are
+        unknown, said once with a ``KernelPassWarning``."""
+        unreadable(prim_name(eqn), "no rule for this primitive")
+        return [UNKNOWN] * len(outvars(eqn))
+
+    def apply(self, eqn: Any, ins: list[Fact]) -> list[Fact]:
         """``eqn``'s facts; where the pass cannot read the equation (params in a shape it does not
         know, or any failure of its own), unknown, with a warning: it never breaks the kernel."""
         n_out = len(outvars(eqn))
         try:
-            outs = self.eqn(eqn, ins)
+            outs = self.eqn(eqn, primitive_of(eqn), ins)
             if len(outs) != n_out:
                 raise Unreadable(f"{len(outs)} facts for {n_out} results")
             return outs
@@ -265,35 +267,32 @@ class Pass:
             unreadable(prim_name(eqn), f"{type(e).__name__}: {e}")
         return [UNKNOWN] * n_out
 
-    def eqn(self, eqn: Any, ins: list[Fact]) -> list[Fact]:
-        name = prim_name(eqn)
-        n_out = len(outvars(eqn))
-        called = name in CALLS or name in LOOPS
-        if not called:
-            ins = [self.used(name, eqn, ins, i) for i in range(len(ins))]
-        owing = [f for i, f in enumerate(ins) if f.owed and f.kind in _LINEAR_ONLY and name not in _LINEAR_ONLY[f.kind]
-                 and not (f.kind in _KEEPS and _monotone(eqn, ins, i))]  # (a monotone map of a max)
-        if owing and name in NONLINEAR and not _over_ones(eqn):
+    def eqn(self, eqn: Any, prim: Primitive, ins: list[Fact]) -> list[Fact]:
+        """The facts of ``eqn``'s results: each operand as the primitive uses it (a partial value
+        reaching a primitive that is not linear is each device's own from there on), then the
+        rule of its family."""
+        if prim.family is Family.UNKNOWN:
+            return self.default(eqn, ins)
+        if prim.family not in _FOLLOWED_INSIDE:
+            ins = [self.used(prim, eqn, ins, i) for i in range(len(ins))]
+        owing = [f for i, f in enumerate(ins) if f.owed and linear_only(f.kind) and not keeps(prim, f.kind)
+                 and not (f.kind in _FLIP and _monotone(eqn, ins, i))]  # (a monotone map of a max)
+        if owing and not prim.linear and not _over_ones(eqn):
             if any(folded(f.kind) for f in owing):
-                self.nonlinear(name, owing[0])
+                self.nonlinear(prim.name, owing[0])
             # Each device's own from here on: right where the values stay per device (put side by
             # side by the return, gathered), the finding where they are combined or checked.
-            finding = self.nonlinear_text(name, owing[0])
+            finding = self.nonlinear_text(prim.name, owing[0])
             ins = [self.own_part(f, finding) if any(f is g for g in owing) else f for f in ins]
-        found = lookup(name)
-        if found is None:
-            unreadable(name, "no rule for this primitive")
-            return [UNKNOWN] * n_out
-        return list(found(self, eqn, ins))
+        return super().apply(eqn, ins)
 
-    def used(self, name: str, eqn: Any, ins: list[Fact], i: int) -> Fact:
+    def used(self, prim: Primitive, eqn: Any, ins: list[Fact], i: int) -> Fact:
         """Operand ``i`` as ``eqn`` uses it. A partial maximum (minimum) through a monotone map
         (``m * 2 + 1``, ``exp(m - M)`` with ``M`` the same on every device) is still one (of the
         other kind if the map decreases); reaching anything else it is a per-device value
         relative to that local maximum from there on (see ``Fact.rel``)."""
         fact = ins[i]
-        if not fact.owed or fact.kind not in _KEEPS or name in _KEEPS[fact.kind] or name in STRUCTURAL \
-                or is_cast(name):
+        if not fact.owed or fact.kind not in _FLIP or keeps(prim, fact.kind) or prim.moves_only or prim.cast:
             return fact
         direction = _monotone(eqn, ins, i)
         if direction > 0:
@@ -302,7 +301,7 @@ class Pass:
             return fact.same_origin(fact.dims, fact.owed, fact.owed_by, kind=_FLIP[fact.kind])
         if folded(fact.kind):
             return fact  # (a nonlinear primitive is an error; a linear one carries it)
-        if name in COMPARISONS:  # (is this device's max the global one?): a per-device predicate
+        if prim.compares:  # (is this device's max the global one?): a per-device predicate
             vary = None if fact.vary is None else fact.vary | fact.owed
             return fact.same_origin(fact.dims, frozenset(), "", kind=Owed.SUM, vary=vary)
         entry = ((fact.owed_by, tuple(sorted(fact.owed)), 1),)
@@ -325,7 +324,8 @@ class Pass:
 
     def elementwise(self, eqn: Any, ins: list[Fact]) -> Fact:
         ndim = len(shape(outvars(eqn)[0]))
-        name = prim_name(eqn)
+        prim = primitive_of(eqn)
+        name = prim.name
         shaped = [(v, f) for v, f in zip(invars(eqn), ins) if len(shape(v)) == ndim]
         dims: list = [None] * ndim
         seen = [False] * ndim
@@ -356,20 +356,20 @@ class Pass:
         owed: frozenset = frozenset()
         by, kind = "", Owed.SUM
         if owing:
-            owed, by, kind = self.linear_owed(name, eqn, ins, owing)
+            owed, by, kind = self.linear_owed(prim, eqn, ins, owing)
         vary: frozenset | None = frozenset()
         for f in ins:
             vary = None if vary is None or f.vary is None else vary | f.vary
         ring: tuple = ()
-        if len(owing) == 2 == len(ins) and RING_OPS.get(owing[0].kind) == name:
+        if len(owing) == 2 == len(ins) and prim.arith is not None and RING_OPS.get(owing[0].kind) is prim.arith:
             ring = self.ring_sum(*owing)
             if ring and len(ring[2]) == self.sizes.get(ring[0]):  # every device's part: the sum
                 axis = ring[0]
                 owed, by, ring = owed - {axis}, "", ()
                 vary = None if vary is None else vary - {axis}
-        rel = self.combined_rel(name, ins)
+        rel = self.combined_rel(prim, ins)
         counted = frozenset().union(*(f.counted for f in ins))
-        if counted and self.averages(name, eqn, counted):
+        if counted and self.averages(prim, eqn, counted):
             counted = frozenset()  # pmean: the psum divided by the axes' size
         base = first or (owing[0] if owing else None) or next((f for f in ins if f.known), None)
         if base is None:
@@ -397,13 +397,13 @@ class Pass:
         axes = frozenset(x for x in (*a_axes, *b_axes) if x in self.manual)
         return (axes, say.apart(self.head, name, dim, a, b, a_axes, b_axes))
 
-    def averages(self, name: str, eqn: Any, counted: frozenset) -> bool:
+    def averages(self, prim: Primitive, eqn: Any, counted: frozenset) -> bool:
         """Whether ``eqn`` divides by a multiple of the counted axes' size (``pmean``: a psum
         divided by its axes' size, or multiplied by the inverse)."""
-        if len(invars(eqn)) != 2 or name not in ("div", "mul"):
+        if len(invars(eqn)) != 2 or prim.arith not in (Arith.DIV, Arith.MUL):
             return False
         value = literal_number(invars(eqn)[1]) or 0.0
-        by = value if name == "div" else (1 / value if value else 0.0)
+        by = value if prim.arith is Arith.DIV else (1 / value if value else 0.0)
         others = sorted(self.manual - counted)
         for mask in range(1 << len(others)):  # the psum's axes: the counted ones and any others
             n = 1
@@ -413,24 +413,29 @@ class Pass:
                 return True
         return False
 
-    def combined_rel(self, name: str, ins: list[Fact]) -> tuple | None:
+    def combined_rel(self, prim: Primitive, ins: list[Fact]) -> tuple | None:
         rels = [f.rel for f in ins]
         if not any(rels) and None not in rels:
             return ()
-        if name == "mul" and len(ins) == 2:
+        if prim.arith is Arith.MUL and len(ins) == 2:
             return rel_mul(rels[0], rels[1])
-        if name == "div" and len(ins) == 2:
+        if prim.arith is Arith.DIV and len(ins) == 2:
             return rel_mul(rels[0], rels[1], -1)
-        if name == "sub" and len(ins) == 2:
+        if prim.arith is Arith.SUB and len(ins) == 2:
             return rel_join(rels[0], rel_neg(rels[1]))
-        if name == "neg":
+        if prim.arith is Arith.NEG:
             return rel_neg(rels[0])
         out = rels[0]
         for r in rels[1:]:
             out = rel_join(out, r)
         return out
 
-    def linear_owed(self, name: str, eqn: Any, ins: list[Fact], owing: list[Fact]) -> tuple[frozenset, str, Owed]:
+    def linear_owed(self, prim: Primitive, eqn: Any, ins: list[Fact],
+                    owing: list[Fact]) -> tuple[frozenset, str, Owed]:
+        """What a linear primitive's result owes, from its operands that owe (``owing``); the
+        refusals of combinations that are not linear (a product of two partial sums, a division
+        by one, a partial sum added to a value the same on every device)."""
+        name = prim.name
         kinds = {f.kind for f in owing}
         kind = owing[0].kind
         if len(kinds) > 1:
@@ -438,26 +443,26 @@ class Pass:
         if folded(kind):  # blocks combined, with a value that differs from block to block
             owed = frozenset().union(*(f.owed for f in owing))
             mixed = [f for f in ins if not f.owed and not _zeros(f) and (f.vary is None or f.vary & owed)]
-            if mixed and name not in ("mul", "div", "convert_element_type", "neg"):
+            if mixed and not (prim.family is Family.ELEMENTWISE and prim.arith in _SCALINGS):
                 self.nonlinear(f"{name} (with a value that differs from device to device: {mixed[0].origin})",
                                owing[0])
-        if kind in _KEEPS:  # max(partial max, anything): still a partial max
+        if kind in _FLIP:  # max(partial max, anything): still a partial max
             owed = frozenset().union(*(f.owed for f in owing))
             return owed, owing[0].owed_by, kind
-        if name in ("mul", "dot_general") and len(owing) > 1:
+        if prim.arith is Arith.MUL and len(owing) > 1:
             self.fail(say.product_of_sums(self.head, name, owing[0], owing[1]))
-        if name == "div" and ins[1].owed:
-            self.nonlinear("div (by a partial sum)", ins[1])
-        if name == "select_n" and ins[0].owed:
-            self.nonlinear("select_n (choosing by a partial sum)", ins[0])
+        if prim.arith is Arith.DIV and ins[1].owed:
+            self.nonlinear(f"{name} (by a partial sum)", ins[1])
+        if prim.arith is Arith.SELECT and ins[0].owed:
+            self.nonlinear(f"{name} (choosing by a partial sum)", ins[0])
         owed = frozenset().union(*(f.owed for f in owing))
-        if kind == Owed.PREFIX and name in ("add", "sub"):
+        if kind == Owed.PREFIX and prim.arith in (Arith.ADD, Arith.SUB):
             if self.offset(ins, owed):
                 return frozenset(), "", Owed.SUM
             return owed, owing[0].owed_by, kind
         # (Not add_any, which only JAX's AD emits, to add up cotangents: each is one device's
         # contribution to a sum that the transpose of a pvary pays after, owed or not here.)
-        if name in ("add", "sub"):
+        if prim.arith in (Arith.ADD, Arith.SUB):
             other = [f for f in ins if not f.owed and f.vary is not None and not (f.vary & owed)
                      and not _zeros(f)]
             if other:
@@ -478,22 +483,23 @@ class Pass:
 
 
 
-@rule(*CALLS)
+@implements(Part.PASS, Family.CALL)
 def _call(p: Pass, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """A call: its jaxpr runs on the operands as they are."""
-    inner = call_jaxpr(eqn)
-    if inner is None:
-        raise Unreadable("no inner jaxpr of the operands' and results' count")
-    return p.run(inner, ins)
+    inside = nesting(eqn)
+    assert inside is not None
+    return p.run(inside.bodies[0], ins)
 
 
-@rule("shard_map")
+@implements(Part.PASS, Family.SHARD_MAP)
 def _nested_map(p: Pass, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """A shard_map inside the kernel, over more mesh axes (``new``): its body runs on each
     operand's block along them (the dims its in_specs split, split further), with those axes
     manual too; its results are the blocks put side by side along the dims its out_specs name."""
-    body, in_specs, out_specs, new = nested_map(eqn)
-    new = frozenset(a for a in new if p.sizes.get(a, 2) != 1)
+    inside = nesting(eqn)
+    assert inside is not None
+    body, in_specs, out_specs = inside.bodies[0], inside.in_specs, inside.out_specs
+    new = frozenset(a for a in inside.new_axes if p.sizes.get(a, 2) != 1)
     inner = [_blocks(f, spec, new, split=True) for f, spec in zip(ins, in_specs)]
     outer_manual = p.manual
     p.manual = outer_manual | new
@@ -544,7 +550,55 @@ def _blocks(fact: Fact, spec: Any, new: frozenset, split: bool) -> Fact:
     return fact.same_origin(dims, owed, fact.owed_by if owed else "", vary=vary, lost=lost)
 
 
-@rule(*ELEMENTWISE, *CASTS, general=True)
+@implements(Part.PASS, Family.ELEMENTWISE, Family.CAST)
 def _elementwise(p: Pass, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """Element by element (and check_vma's casts, which change no value)."""
     return [p.elementwise(eqn, ins)] * len(outvars(eqn))
+
+
+from . import collectives, loops, structural  # noqa: E402, F401 - the rule modules register themselves
+
+
+#: What the pass does with each family's results, in docs/shard-map.md's words; the page's table
+#: of what the pass knows is ``catalogue.markdown_table(LAYOUT_DOCS)`` (tests/kernel_pass/test_registry.py).
+LAYOUT_DOCS = {
+    Family.ELEMENTWISE: "the layout its operands agree on; a dim they disagree on becomes unknown",
+    Family.CAST: "unchanged (check_vma's casts of the varying type)",
+    Family.TRANSPOSE: "moved with its dims",
+    Family.SQUEEZE: "the kept dims keep theirs",
+    Family.BROADCAST: "moved with its dims; a broadcast dim is unknown",
+    Family.RESHAPE: "kept for dims it leaves alone; merged or split dims are unknown (unsplit if none was split)",
+    Family.SAME_SIZE: "kept for dims whose size is unchanged; indices that vary make it vary",
+    Family.CONCATENATE: "what the operands agree on, but along the joined dim",
+    Family.SPLIT: "each piece keeps the layout, but along the dim it is cut",
+    Family.IOTA: "the same on every device, its layout unknown",
+    Family.REDUCE: "the reduced dims leave; over a split dim each device holds a partial sum, maximum or minimum",
+    Family.CUMULATIVE: "kept; along a split dim each block's prefix still needs the blocks before it",
+    Family.CONTRACTION: "batch and free dims keep theirs (a ragged dot's group dim leaves); contracting a dim split "
+                        "over mesh axes leaves a sum owed over them; contracting dims split over different axes "
+                        "is each device's own product",
+    Family.CONVOLUTION: "unknown (what its operands owe is carried)",
+    Family.PSUM: "kept; pays what is owed over its axes (psum a sum, pmax a maximum, pmin a minimum)",
+    Family.ALL_GATHER: "tiled: the gathered axes leave the dim (all of them, or the last ones); untiled: a new "
+                       "leading dim, not split",
+    Family.ALL_TO_ALL: "the concatenated dim gathered, the split dim split over the axes",
+    Family.REDUCE_SCATTER: "pays the sum over its axes; the scattered dim split over them",
+    Family.PPERMUTE: "kept, but a dim split over the permuted axes is unknown (another device's block); a "
+                     "ring that adds every device's part pays the sum",
+    Family.PBROADCAST: "the source device's value on every device",
+    Family.ASYNC_DONE: "the value its start computed",
+    Family.AXIS_INDEX: "varies over its axes",
+    Family.RESHARD: "unchanged (a layout for the Auto or Explicit axes outside the kernel's)",
+    Family.CONSTRAINT: "unchanged",
+    Family.IDENTITY: "unchanged",
+    Family.EACH: "each operand's to its result",
+    Family.OPAQUE: "unknown, varying where the operands do (what they owe is carried)",
+    Family.EFFECT: "no value the pass follows",
+    Family.CALL: "followed inside",
+    Family.SCAN: "followed inside: a scanned slice has its operand's layout without the leading dim; a carry "
+                 "what holds in every iteration",
+    Family.WHILE: "followed inside: a carry has what holds in every iteration",
+    Family.COND: "what its branches agree on",
+    Family.SHARD_MAP: "followed inside, on each block, with its axes manual too; its results side by side along "
+                      "the dims its out_specs name",
+}

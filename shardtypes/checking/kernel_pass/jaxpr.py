@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.extend.core as jex
@@ -22,7 +22,8 @@ from . import messages as say
 __all__ = ["KNOWN_BUGS", "known_bug", "REFUSALS", "refused_op", "about_unreduced", "KernelPassWarning", "Unreadable",
            "name", "shape", "param", "optional_param", "axis_names", "scan_groups", "while_groups", "branches",
            "inner_jaxpr", "call_jaxpr", "is_literal", "literal_number", "unreadable", "aval", "sub_jaxprs", "frames",
-           "eqns", "invars", "outvars", "constvars", "is_var", "has_effects", "reset_warnings"]
+           "eqns", "invars", "outvars", "constvars", "is_var", "has_effects", "reset_warnings", "Contraction",
+           "contraction", "nested_map"]
 
 
 class KernelPassWarning(UserWarning):
@@ -132,6 +133,34 @@ def _count(group: Any) -> int:
     if vals is None:
         raise Unreadable("a flat tree without values")
     return len(list(vals))
+
+
+class Contraction(NamedTuple):
+    """A contraction's dims: ``dimension_numbers`` as ``dot_general`` gives them (``((lhs
+    contracting, rhs contracting), (lhs batch, rhs batch))``) and the rhs dims the result drops
+    besides (``ragged_dot_general``'s group dim: each row group multiplies its own matrix)."""
+
+    dimension_numbers: tuple
+    rhs_dropped: tuple = ()
+
+
+def contraction(eqn: Any) -> Contraction:
+    """The dims of a contraction, by what its params hold: ``dimension_numbers`` (``dot_general``)
+    or ``ragged_dot_dimension_numbers`` (``ragged_dot_general``, whose ragged lhs dim is a free
+    dim: the forward of a grouped matmul; a ragged dim contracted or batched is not read)."""
+    params = getattr(eqn, "params", None) or {}
+    if "dimension_numbers" in params:
+        return Contraction(tuple(params["dimension_numbers"]))
+    ragged = params.get("ragged_dot_dimension_numbers")
+    numbers = getattr(ragged, "dot_dimension_numbers", None)
+    if numbers is None:
+        raise Unreadable("no dimension_numbers or ragged_dot_dimension_numbers")
+    (lc, rc), (lb, rb) = numbers
+    lhs_ragged = tuple(getattr(ragged, "lhs_ragged_dimensions", ()))
+    groups = tuple(getattr(ragged, "rhs_group_dimensions", ()))
+    if any(d in lc or d in lb for d in lhs_ragged) or len(groups) != 1:
+        raise Unreadable("a ragged dim that is contracted or batched (the weights' gradient of a grouped matmul)")
+    return Contraction(tuple(numbers), groups)
 
 
 def scan_groups(eqn: Any) -> tuple[int, int]:

@@ -18,12 +18,13 @@ from __future__ import annotations
 from typing import Any
 
 from . import messages as say
-from .algebra import rel_join
-from .facts import RING_OPS, UNKNOWN, Fact, Owed, joined_lost
-from .jaxpr import branches, eqns, inner_jaxpr, name, optional_param, outvars, param, scan_groups, while_groups
-from .registry import rule
+from .algebra import RING_OPS, rel_join
+from .catalogue import Family, Part, implements
+from .facts import UNKNOWN, Fact, Owed, joined_lost
+from .jaxpr import eqns, outvars
+from .walk import nesting, primitive_of
 
-__all__: list[str] = []  # (its rules register themselves: registry.RULES)
+__all__: list[str] = []  # (its rules register themselves: catalogue.implements)
 
 _ROUNDS = 4  # carries settle in a round or two; past this they are taken as unknown
 
@@ -100,12 +101,12 @@ def _stack(fact: Fact) -> Fact:
 _UNROLL = 16  # a scan this short that rotates a partial sum round a ring is followed trip by trip
 
 
-@rule("scan")
+@implements(Part.PASS, Family.SCAN)
 def _scan(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    consts, carry = scan_groups(eqn)
-    body = inner_jaxpr(param(eqn, "jaxpr"))
+    inside = nesting(eqn)
+    assert inside is not None
+    consts, carry, body, length = inside.consts, inside.carries, inside.bodies[0], inside.trips
     xs = [_slice(f) for f in ins[consts + carry:]]
-    length = optional_param(eqn, "length")
     if isinstance(length, int) and 0 < length <= _UNROLL and _rotates(body) and \
             any(f.owed and f.kind in RING_OPS for f in ins[consts:consts + carry]):
         carries, ys = _trips(p, body, length, list(ins[:consts]), list(ins[consts:consts + carry]), xs)
@@ -115,7 +116,7 @@ def _scan(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
 
 
 def _rotates(body: Any) -> bool:
-    return any(name(e) == "ppermute" for e in eqns(body))
+    return any(primitive_of(e).family is Family.PPERMUTE for e in eqns(body))
 
 
 def _trips(p: Any, body: Any, length: int, fixed: list[Fact], carries: list[Fact],
@@ -132,23 +133,26 @@ def _trips(p: Any, body: Any, length: int, fixed: list[Fact], carries: list[Fact
     return carries, ys or []
 
 
-@rule("while")
+@implements(Part.PASS, Family.WHILE)
 def _while(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    cond_n, body_n = while_groups(eqn)
-    body = inner_jaxpr(param(eqn, "body_jaxpr"))
+    inside = nesting(eqn)
+    assert inside is not None
+    cond_n, body_n = inside.consts, inside.carries
+    cond, body = inside.bodies
     carries, _ = _settle(p, body, list(ins[cond_n:cond_n + body_n]), list(ins[cond_n + body_n:]), [])
-    cond = inner_jaxpr(param(eqn, "cond_jaxpr"))
     p.run(cond, list(ins[:cond_n]) + carries)  # a partial sum deciding the loop is an error there
     return carries
 
 
-@rule("cond")
+@implements(Part.PASS, Family.COND)
 def _cond(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     if ins[0].owed:
         p.nonlinear("cond (choosing a branch by a partial sum)", ins[0])
     results: list[Fact] | None = None
-    for k, branch in enumerate(branches(eqn)):
-        outs = p.run(inner_jaxpr(branch), list(ins[1:]))
+    inside = nesting(eqn)
+    assert inside is not None
+    for k, branch in enumerate(inside.bodies):
+        outs = p.run(branch, list(ins[1:]))
         if results is not None:
             for i, (a, b) in enumerate(zip(results, outs)):
                 if (a.owed, a.kind if a.owed else "") != (b.owed, b.kind if b.owed else ""):

@@ -210,9 +210,10 @@ def cumulative_by(prim: str, axis: int, split: frozenset, origin: str) -> str:
     return f"JAX's {prim!r} along dim {axis} of a value split over {axes_text(split)} ({origin})"
 
 
-def contraction_by(where: list, contracted: set, origin: str) -> str:
-    return (f"a dot_general (jnp.einsum, @, jnp.dot) contracting {', '.join(where)} split over "
-            f"{axes_text(contracted)} ({origin})")
+def contraction_by(where: list, contracted: set, origin: str, prim: Any) -> str:
+    """What made a partial sum: a contraction (``prim``: its record, which says what users write)."""
+    return (f"a {prim.name} ({prim.called_as}) contracting {', '.join(where)} split over {axes_text(contracted)} "
+            f"({origin})")
 
 
 def nested_side_by_side(kept: frozenset, owed_by: str) -> str:

@@ -7,32 +7,30 @@ from __future__ import annotations
 from typing import Any
 
 from . import messages as say
-from .algebra import fact_of, ndim, rel_mul, union
-from .catalogue import EFFECTS, IDENTITY, OPAQUE
-from .facts import FOLD, UNKNOWN, Fact, Owed, joined_lost
-from .jaxpr import invars, name as prim_name, optional_param, outvars, param, shape
-from .registry import rule
+from .algebra import FOLD, fact_of, ndim, rel_mul, union
+from .catalogue import Family, Part, implements
+from .facts import UNKNOWN, Fact, Owed, joined_lost
+from .jaxpr import contraction, invars, name as prim_name, optional_param, outvars, param, shape
+from .walk import primitive_of
 
-__all__: list[str] = []  # (its rules register themselves: registry.RULES)
+__all__: list[str] = []  # (its rules register themselves: catalogue.implements)
 
 
 def _rank_dropped(fact: Fact, out: list[Fact]) -> list[Fact]:
     """A prefix whose rank drops (its last row taken, summed over) is a partial sum: each block's
     total."""
     if fact.owed and fact.kind == Owed.PREFIX:
-        for f in out:
-            if f.owed:
-                f.kind = Owed.SUM
+        return [f.evolve(kind=Owed.SUM) if f.owed else f for f in out]
     return out
 
 
-@rule("transpose")
+@implements(Part.PASS, Family.TRANSPOSE)
 def _transpose(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     return fact_of(p, eqn, ins, None if d is None else tuple(d[i] for i in param(eqn, "permutation")))
 
 
-@rule("squeeze")
+@implements(Part.PASS, Family.SQUEEZE)
 def _squeeze(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     drop = {i % max(ndim(invars(eqn)[0]), 1) for i in param(eqn, "dimensions")}
@@ -40,7 +38,7 @@ def _squeeze(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return _rank_dropped(ins[0], out)
 
 
-@rule("broadcast_in_dim")
+@implements(Part.PASS, Family.BROADCAST)
 def _broadcast(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     to = param(eqn, "shape")
@@ -53,7 +51,7 @@ def _broadcast(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return fact_of(p, eqn, ins, tuple(out))
 
 
-@rule("reshape")
+@implements(Part.PASS, Family.RESHAPE)
 def _reshape(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     if d is None or optional_param(eqn, "dimensions") is not None:
@@ -84,13 +82,14 @@ def _reshape(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return fact_of(p, eqn, ins, tuple(out))
 
 
-@rule("slice", "pad", "rev", "dynamic_slice", "dynamic_update_slice", "gather")
+@implements(Part.PASS, Family.SAME_SIZE)
 def _same_size(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """slice, pad, rev, dynamic_slice, dynamic_update_slice, gather...: dims keeping their size
     keep their axes; indices may not owe a sum; indices that vary make the result vary."""
-    name = prim_name(eqn)
+    prim = primitive_of(eqn)
+    name = prim.name
     for f in ins[1:]:
-        if f.owed and name != "dynamic_update_slice":
+        if f.owed and not prim.writes_into:
             p.nonlinear(f"{name} (indexing with a partial sum)", f)
     d = ins[0].dims
     out_shape = shape(outvars(eqn)[0])
@@ -98,7 +97,7 @@ def _same_size(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     vary = union(*ins)
     if d is None or len(out_shape) != len(in_shape):
         return _rank_dropped(ins[0], fact_of(p, eqn, ins, None, vary=vary))
-    owed = frozenset().union(*(f.owed for f in ins[:2])) if name == "dynamic_update_slice" else None
+    owed = frozenset().union(*(f.owed for f in ins[:2])) if prim.writes_into else None
     out = fact_of(p, eqn, ins, tuple(a if o == s else None for a, o, s in zip(d, out_shape, in_shape)), owed,
                vary=vary)
     cut = {a for a, o, s in zip(d, out_shape, in_shape) if o != s for a in (a or ())}
@@ -107,12 +106,12 @@ def _same_size(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return out
 
 
-@rule("concatenate")
+@implements(Part.PASS, Family.CONCATENATE)
 def _concatenate(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     fact = p.elementwise(eqn, ins)
     if fact.dims is not None:
         k = param(eqn, "dimension")
-        fact.dims = tuple(None if i == k else a for i, a in enumerate(fact.dims))
+        fact = fact.evolve(dims=tuple(None if i == k else a for i, a in enumerate(fact.dims)))
     return [fact]
 
 
@@ -124,15 +123,12 @@ def _split_axes(p: Any, eqn: Any, fact: Fact, dims: Any, blocks_of_one: bool = T
                      for a in (have[i] or ()) if a in p.manual)
 
 
-_REDUCE_KIND = {"reduce_sum": Owed.SUM, "reduce_max": Owed.MAX, "reduce_min": Owed.MIN}
-
-
-@rule("reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "argmin", "reduce_and", "reduce_or")
+@implements(Part.PASS, Family.REDUCE)
 def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     d = ins[0].dims
     axes = set(param(eqn, "axes"))
     kept = None if d is None else tuple(a for i, a in enumerate(d) if i not in axes)
-    kind = _REDUCE_KIND.get(prim_name(eqn))
+    kind = primitive_of(eqn).pays  # (a sum, max or min over a split dim leaves one owed)
     if all(shape(invars(eqn)[0])[i] == 1 for i in axes):  # over dims of one element: the value
         return fact_of(p, eqn, ins, kept)
     if kind is None or d is None:
@@ -161,7 +157,7 @@ def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return fact_of(p, eqn, ins, kept, summed, by, kind=kind, vary=vary)
 
 
-@rule("cumsum", "cummax", "cummin", "cumprod", "cumlogsumexp")
+@implements(Part.PASS, Family.CUMULATIVE)
 def _cumulative(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """cumsum, cummax...: along a split dim, each block's prefix still needs the blocks before."""
     d = ins[0].dims
@@ -177,12 +173,21 @@ def _cumulative(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return fact_of(p, eqn, ins, d, split, by, kind=Owed.PREFIX)
 
 
-@rule("dot_general")
+@implements(Part.PASS, Family.CONTRACTION)
 def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
-    (lc, rc), (lb, rb) = param(eqn, "dimension_numbers")
+    """A contraction (``dot_general``; ``ragged_dot_general``, whose rhs's group dim selects a
+    matrix per row group and leaves the result): batch and free dims keep their layout; a
+    contracting dim split over mesh axes leaves a sum owed over them."""
+    spec = contraction(eqn)
+    (lc, rc), (lb, rb) = spec.dimension_numbers
     lhs, rhs = ins[0], ins[1]
+    if rhs.dims is not None and spec.rhs_dropped:  # (the group dim: not in the result)
+        rhs = rhs.evolve(dims=tuple(None if i in spec.rhs_dropped else a for i, a in enumerate(rhs.dims)))
     owing = [f for f in (lhs, rhs) if f.owed]
-    owed, by, _ = p.linear_owed("dot_general", eqn, ins, owing) if owing else (frozenset(), "", Owed.SUM)
+    for f in ins[2:]:  # (group sizes: which rows go to which group)
+        if f.owed:
+            p.nonlinear(f"{prim_name(eqn)} (group sizes that are a partial sum)", f)
+    owed, by, _ = p.linear_owed(primitive_of(eqn), eqn, ins[:2], owing) if owing else (frozenset(), "", Owed.SUM)
     contracted: set = set()
     where = []
     lost: list = []
@@ -200,7 +205,7 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
             where.append(f"dim {i}")
         contracted |= axes
     if contracted and not by:
-        by = say.contraction_by(where, contracted, lhs.origin)
+        by = say.contraction_by(where, contracted, lhs.origin, primitive_of(eqn))
     kind = Owed.SUM
     for f in owing:  # (a prefix, or blocks a psum added together, contracted: still wrong)
         if f.kind != Owed.SUM:
@@ -213,7 +218,7 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
         batch = tuple(ld[i] if ld[i] == rd[j] or rd[j] is None else (rd[j] if ld[i] is None else None)
                       for i, j in zip(lb, rb))
         free_l = tuple(a for i, a in enumerate(ld) if i not in lc and i not in lb)
-        free_r = tuple(a for i, a in enumerate(rd) if i not in rc and i not in rb)
+        free_r = tuple(a for i, a in enumerate(rd) if i not in rc and i not in rb and i not in spec.rhs_dropped)
         dims = batch + free_l + free_r
     vary = union(lhs, rhs)
     apart = frozenset(a for axes, _ in lost for a in axes)
@@ -223,12 +228,12 @@ def _dot_general(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     base = lhs if lhs.dims is not None or lhs.owed else rhs
     if dims is None and not owed and vary is None and not lost:
         return [UNKNOWN]
-    return [base.derived(dims, "dot_general", owed, by, kind=kind, vary=vary, rel=rel,
+    return [base.derived(dims, prim_name(eqn), owed, by, kind=kind, vary=vary, rel=rel,
                          counted=lhs.counted | rhs.counted, mark=lhs.mark or rhs.mark,
                          lost=joined_lost(lhs, rhs) + tuple(lost), copies=lhs.copies | rhs.copies)]
 
 
-@rule("iota")
+@implements(Part.PASS, Family.IOTA)
 def _iota(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """The same on every device; but which global array it is a block of depends on what it is
     combined with (compared with ``ids - axis_index('t') * n`` it indexes a split dim's block):
@@ -236,7 +241,7 @@ def _iota(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return [Fact(None, origin="jax.lax.iota", vary=frozenset())]
 
 
-@rule("split")
+@implements(Part.PASS, Family.SPLIT)
 def _cut(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """jnp.split: each piece keeps the layout, but along the dim it is cut."""
     d = ins[0].dims
@@ -247,21 +252,18 @@ def _cut(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return fact_of(p, eqn, ins, dims) * len(outvars(eqn))
 
 
-@rule("sharding_constraint", "mesh_cast", "reshard", "copy_p", "copy", *IDENTITY)
+@implements(Part.PASS, Family.RESHARD, Family.CONSTRAINT, Family.IDENTITY)
 def _keep(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return fact_of(p, eqn, ins, ins[0].dims)
 
 
-@rule("optimization_barrier", "device_put")
+@implements(Part.PASS, Family.EACH)
 def _each(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """optimization_barrier and the like: each operand's fact goes to its result."""
     return list(ins)
 
 
-@rule("sort", "scatter-add", "scatter_add", "scatter", "top_k", "select_and_scatter_add", "reduce_window_sum",
-      "reduce_window_max", "reduce_window", "conv_general_dilated", "random_bits", "random_seed", "random_wrap",
-      "random_unwrap", "random_fold_in", "random_split", "threefry2x32", "rng_bit_generator", "rng_uniform",
-      "argsort", *OPAQUE)
+@implements(Part.PASS, Family.OPAQUE, Family.CONVOLUTION)
 def _unknown_linear(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """Each result: layout unknown, varying where the operands do (what they owe carried); with
     no operands (``dim_as_value``, random seeds from constants), the same on every device."""
@@ -270,7 +272,7 @@ def _unknown_linear(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     return fact_of(p, eqn, ins, None, vary=union(*ins)) * len(outvars(eqn))
 
 
-@rule("debug_callback", *EFFECTS)
+@implements(Part.PASS, Family.EFFECT)
 def _no_value(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     """Effects (and a debug callback): no value the pass follows."""
     return [UNKNOWN] * len(outvars(eqn))
