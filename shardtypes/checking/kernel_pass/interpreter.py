@@ -558,7 +558,6 @@ def _elementwise(p: Pass, eqn: Any, ins: list[Fact]) -> list[Fact]:
 
 from . import collectives, loops, structural  # noqa: E402, F401 - the rule modules register themselves
 
-
 #: What the pass does with each family's results, in docs/shard-map.md's words; the page's table
 #: of what the pass knows is ``catalogue.markdown_table(LAYOUT_DOCS)`` (tests/kernel_pass/test_registry.py).
 LAYOUT_DOCS = {
