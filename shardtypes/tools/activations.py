@@ -200,10 +200,91 @@ def _alike_outputs(jaxpr: Any, top: list) -> int:
                if jaxprs.shape(v) and (jaxprs.shape(v), getattr(jaxprs.aval(v), "dtype", None)) in outputs)
 
 
-class _Walk:
-    """One walk of a jaxpr and the jaxprs inside it."""
+@dataclasses.dataclass
+class _Frame:
+    """One jaxpr's walk: what XLA does with its values (found before the walk: which equations
+    run, ``index``; which values are fused away, aliases, carried in place; each value's last
+    reader) and what is live as the walk goes (``live``, ``current``, the ``peak`` and what was
+    live at it)."""
+
+    index: dict  # id of an equation that runs -> its position among them
+    outs: set  # the jaxpr's outputs (not counted here)
+    away: set  # values fused away
+    deps: dict  # a fused value (or an alias) -> the materialized values it is computed from
+    aliases: set  # results that are their operands (no memory of their own)
+    last: dict  # a value -> the position of its last reader
+    readers: dict  # a value -> the records of the primitives that read it
+    in_place: dict  # the position of a loop -> the carries' buffers it updates
+    into_outs: set  # initial values made in an output's buffer
+    settled: dict | None
+    sliced: tuple | None
+    splits: dict = dataclasses.field(default_factory=dict)  # the walk's environment
+    live: dict = dataclasses.field(default_factory=dict)  # var -> (bytes, order, eqn, var, splits)
+    current: int = 0
+    peak: int = 0
+    at_peak: list = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def of(cls, jaxpr: Any, settled: dict | None, sliced: tuple | None) -> _Frame:
+        """What XLA does with ``jaxpr``'s values, found before walking it."""
+        eqns = jaxprs.eqns(jaxpr)
+        outs = {v for v in jaxprs.outvars(jaxpr) if not jaxprs.is_literal(v)}
+        gone = dead(eqns, outs)
+        eqns = [e for i, e in enumerate(eqns) if i not in gone]
+        away = fused(eqns, outs)
+        deps: dict = {}
+        aliases: set = set()
+        last: dict = {}
+        readers: dict = {}
+        for i, eqn in enumerate(eqns):
+            found: set = set()
+            for v in jaxprs.invars(eqn):
+                if not jaxprs.is_literal(v):
+                    found.update(deps.get(v, (v,)))
+                    readers.setdefault(v, set()).add(jaxpr_walk.primitive_of(eqn))
+            for u in found:
+                last[u] = i
+            passed = passed_through(eqn)
+            for v in jaxprs.outvars(eqn):
+                if v in away or _free(eqn):
+                    deps[v] = tuple(found)
+                elif v in passed:  # a call's result that is one of its operands: the same buffer
+                    source = passed[v]
+                    deps[v] = deps.get(source, (source,)) if not jaxprs.is_literal(source) else ()
+                    aliases.add(v)
+        in_place, into_outs = _carried(eqns, last, deps, outs, set(jaxprs.invars(jaxpr)))
+        return cls({id(e): i for i, e in enumerate(eqns)}, outs, away, deps, aliases, last, readers, in_place,
+                   into_outs, settled, sliced)
+
+    def counts(self, eqn: Any, v: Any) -> bool:
+        """Whether a result of ``eqn`` takes memory of its own here (not an output of the jaxpr,
+        an alias, fused away, made in an output's buffer, or an unused effect's)."""
+        return not (v in self.outs or _free(eqn) or v in self.away or v in self.aliases or v in self.into_outs
+                    or (v not in self.last and jaxprs.has_effects(eqn)))
+
+    def retire(self, i: int, eqn: Any, made: list) -> None:
+        """After the equation at ``i``: what it made and is read later is live; what it read for
+        the last time is not."""
+        for v, entry in made:
+            if self.last.get(v, -1) > i:
+                self.live[v] = entry
+                self.current += entry[0]
+        for v in jaxprs.invars(eqn):
+            if jaxprs.is_literal(v):
+                continue
+            for u in self.deps.get(v, (v,)):
+                if self.last.get(u) == i and u in self.live:
+                    self.current -= self.live.pop(u)[0]
+
+
+class _Walk(jaxpr_walk.Walk):
+    """One walk of a jaxpr and the jaxprs inside it (``jaxpr_walk.Walk``): each value is its
+    Auto-axes splits; ``frame`` the jaxpr being walked."""
+
+    part = primitives.Part.LIVE
 
     def __init__(self, auto_axes: dict[str, int]):
+        self.frame: Any = None  # (the _Frame of the jaxpr being walked)
         self.auto_axes = {a: n for a, n in auto_axes.items() if n > 1}
         self.auto = bool(self.auto_axes)
         self.unknown: dict[str, set] = {}  # why the figure is a lower bound -> primitives
@@ -268,82 +349,65 @@ class _Walk:
         if self.auto and settled is None:
             self.jaxpr(jaxpr, in_splits, {}, sliced)
             settled = backward_splits(jaxprs.eqns(jaxpr), {**self.splits, **self.demands})
-        eqns = jaxprs.eqns(jaxpr)
-        splits: dict = dict(zip(jaxprs.invars(jaxpr), in_splits))
-        outs = {v for v in jaxprs.outvars(jaxpr) if not jaxprs.is_literal(v)}
-        gone = dead(eqns, outs)
-        eqns = [e for i, e in enumerate(eqns) if i not in gone]
-        away = fused(eqns, outs)
-        deps: dict = {}  # a fused value -> the materialized values it is computed from
-        aliases: set = set()  # results that are their operands (no memory of their own)
-        last: dict = {}
-        readers: dict = {}  # a value -> the primitives that read it
-        for i, eqn in enumerate(eqns):
-            found: set = set()
-            for v in jaxprs.invars(eqn):
-                if not jaxprs.is_literal(v):
-                    found.update(deps.get(v, (v,)))
-                    readers.setdefault(v, set()).add(jaxpr_walk.primitive_of(eqn))
-            for u in found:
-                last[u] = i
-            passed = passed_through(eqn)
-            for v in jaxprs.outvars(eqn):
-                if v in away or _free(eqn):
-                    deps[v] = tuple(found)
-                elif v in passed:  # a call's result that is one of its operands: the same buffer
-                    source = passed[v]
-                    deps[v] = deps.get(source, (source,)) if not jaxprs.is_literal(source) else ()
-                    aliases.add(v)
-        in_place, into_outs = _carried(eqns, last, deps, outs, set(jaxprs.invars(jaxpr)))
-        live: dict = {}  # var -> (bytes, order, eqn, var, splits)
-        current = peak = 0
-        at_peak: list = []
-        if sliced:  # the slices a matmul reads: copies, live from the trip's start
-            for v in jaxprs.invars(jaxpr)[sliced[1]:]:
-                if v in last and not all(fusing(r) for r in readers.get(v, ())):
-                    live[v] = self.entry(v, splits.get(v), sliced[0], "slice")
-                    current += live[v][0]
-        for i, eqn in enumerate(eqns):
-            ins = [splits.get(v) if not jaxprs.is_literal(v) else None for v in jaxprs.invars(eqn)]
-            inner_peak, inner_top, out_splits = self.inner(eqn, ins)
-            if out_splits is None:
-                out_splits = self.rule(eqn, ins) if self.auto else [None] * len(jaxprs.outvars(eqn))
-            made = []
-            free = _free(eqn)
-            for v, s in zip(jaxprs.outvars(eqn), out_splits):
-                s = splits[v] = settled.get(v, s) if settled else s
-                if v in outs or free or v in away or v in aliases or v in into_outs \
-                        or (v not in last and jaxprs.has_effects(eqn)):
-                    continue  # an output of the step (or of the body it is in): not counted here
-                made.append((v, self.entry(v, s, eqn)))
-            moment = current + sum(entry[0] for _, entry in made) + inner_peak
-            passing = []  # the partial sum of a matmul over a split dim, before XLA's all-reduce
-            if partial_sum(eqn, ins):
-                v = jaxprs.outvars(eqn)[0]
-                passing = [self.entry(v, splits.get(v), eqn, "partial sum")]
-                moment += passing[0][0]
-            moment -= sum(live[u][0] for u in in_place.get(i, ()) if u in live)  # (a carry's buffer, updated)
-            if moment > peak:
-                peak = moment
-                at_peak = heapq.nlargest(_LARGEST, [*(e for u, e in live.items() if u not in in_place.get(i, ())),
-                                                    *(e for _, e in made), *passing, *inner_top])
-            for v, entry in made:
-                if last.get(v, -1) > i:
-                    live[v] = entry
-                    current += entry[0]
-            for v in jaxprs.invars(eqn):
-                if jaxprs.is_literal(v):
-                    continue
-                for u in deps.get(v, (v,)):
-                    if last.get(u) == i and u in live:
-                        current -= live.pop(u)[0]
+        held = self.frame
+        self.frame = frame = _Frame.of(jaxpr, settled, sliced)
+        try:
+            outputs = self.run(jaxpr, in_splits)
+        finally:
+            self.frame = held
         # Set last, after the walks of the jaxprs inside: what a caller reads once this returns.
-        self.splits = splits
+        self.splits = frame.splits
         self.asked = [settled.get(v) for v in jaxprs.invars(jaxpr)] if settled else []
-        result = (peak, at_peak, [splits.get(v) for v in jaxprs.outvars(jaxpr)])
+        result = (frame.peak, frame.at_peak, outputs)
         if settled is None or settled:  # (not the forward-only walk of the settling)
             self.walked[key] = (result, self.asked)
         return result
+
+    # -- the walk's steps (``jaxpr_walk.Walk``: one equation at a time, in program order) ----
+
+    def inputs(self, jaxpr: Any, env: dict, ins: Any) -> None:
+        """The jaxpr's inputs' splits; the slices of a scan's stacked operands a matmul reads:
+        copies, live from the trip's start."""
+        super().inputs(jaxpr, env, ins)
+        frame = self.frame
+        frame.splits = env
+        if frame.sliced:
+            for v in jaxprs.invars(jaxpr)[frame.sliced[1]:]:
+                if v in frame.last and not all(fusing(r) for r in frame.readers.get(v, ())):
+                    frame.live[v] = self.entry(v, env.get(v), frame.sliced[0], "slice")
+                    frame.current += frame.live[v][0]
+
+    def read(self, env: dict, v: Any) -> Any:
+        return None if jaxprs.is_literal(v) else env.get(v)
+
+    def apply(self, eqn: Any, ins: list) -> list:
+        """The splits of ``eqn``'s results, and what is live at it: the values it makes (not
+        fused away, not outputs, not aliases), the jaxprs it runs (their peak), a matmul's
+        partial sum before XLA's all-reduce, less a loop's carries updated in place."""
+        frame = self.frame
+        i = frame.index.get(id(eqn))
+        if i is None:  # (nothing needs it: XLA removes it)
+            return [None] * len(jaxprs.outvars(eqn))
+        inner_peak, inner_top, out_splits = self.inner(eqn, ins)
+        if out_splits is None:
+            out_splits = self.rule(eqn, ins) if self.auto else [None] * len(jaxprs.outvars(eqn))
+        if frame.settled:
+            out_splits = [frame.settled.get(v, s) for v, s in zip(jaxprs.outvars(eqn), out_splits)]
+        made = [(v, self.entry(v, s, eqn)) for v, s in zip(jaxprs.outvars(eqn), out_splits) if frame.counts(eqn, v)]
+        moment = frame.current + sum(entry[0] for _, entry in made) + inner_peak
+        passing = []  # the partial sum of a matmul over a split dim, before XLA's all-reduce
+        if partial_sum(eqn, ins):
+            v = jaxprs.outvars(eqn)[0]
+            passing = [self.entry(v, out_splits[0], eqn, "partial sum")]
+            moment += passing[0][0]
+        updated = frame.in_place.get(i, ())
+        moment -= sum(frame.live[u][0] for u in updated if u in frame.live)  # (a carry's buffer, updated)
+        if moment > frame.peak:
+            frame.peak = moment
+            frame.at_peak = heapq.nlargest(_LARGEST, [*(e for u, e in frame.live.items() if u not in updated),
+                                                      *(e for _, e in made), *passing, *inner_top])
+        frame.retire(i, eqn, made)
+        return out_splits
 
     def inner(self, eqn: Any, ins: list) -> tuple[int, list, list | None]:
         """What the jaxprs inside an equation add at it: (their peak, its largest values, the
