@@ -76,47 +76,62 @@ def with_table(target: Callable, checked: Callable,
     a plain function's call is recorded with ``sizer`` (the sizes its arguments give, for
     ``dims()``; see ``UncheckedCall``)."""
     if inspect.iscoroutinefunction(target):
+        return _coroutine_with_table(target, checked)
+    if inspect.isasyncgenfunction(target) or inspect.isgeneratorfunction(target):
+        return _generator_with_table(target, checked)
+    return _function_with_table(target, checked, sizer)
 
-        @functools.wraps(target)
-        async def async_wrapper(*args, **kwargs):
-            if not config._checks and not FORCED.get() or NO_TYPE_CHECK in async_wrapper.__dict__:
-                return await target(*args, **kwargs)
-            start = TABLE.get()
-            if start is not None:
-                try:
-                    return await checked(*args, **kwargs)
-                except TypeCheckError:
-                    TABLE.set(start)  # a failed call leaves the caller's table as it was
-                    raise
-            token = TABLE.set(EMPTY)
+
+def _coroutine_with_table(target: Callable, checked: Callable) -> Callable:
+    """``with_table`` for a coroutine function."""
+
+    @functools.wraps(target)
+    async def async_wrapper(*args, **kwargs):
+        if not config._checks and not FORCED.get() or NO_TYPE_CHECK in async_wrapper.__dict__:
+            return await target(*args, **kwargs)
+        start = TABLE.get()
+        if start is not None:
             try:
                 return await checked(*args, **kwargs)
-            finally:
-                TABLE.reset(token)
+            except TypeCheckError:
+                TABLE.set(start)  # a failed call leaves the caller's table as it was
+                raise
+        token = TABLE.set(EMPTY)
+        try:
+            return await checked(*args, **kwargs)
+        finally:
+            TABLE.reset(token)
 
-        return async_wrapper
+    return async_wrapper
 
-    if inspect.isasyncgenfunction(target) or inspect.isgeneratorfunction(target):
-        # A generator's body runs after the call returns, a step at each resumption: each step
-        # runs in the call's own table (a snapshot of the caller's when the call was made), so
-        # its arguments, yields, sends and return value share one table, seen by dims() inside.
-        if inspect.isasyncgenfunction(target):
 
-            @functools.wraps(target)
-            def async_generator_wrapper(*args, **kwargs):
-                if not config._checks and not FORCED.get() or NO_TYPE_CHECK in async_generator_wrapper.__dict__:
-                    return target(*args, **kwargs)
-                return _async_generator_in_table(checked(*args, **kwargs), TABLE.get() or EMPTY)
-
-            return async_generator_wrapper
+def _generator_with_table(target: Callable, checked: Callable) -> Callable:
+    """``with_table`` for a generator function or an async generator function."""
+    # A generator's body runs after the call returns, a step at each resumption: each step
+    # runs in the call's own table (a snapshot of the caller's when the call was made), so
+    # its arguments, yields, sends and return value share one table, seen by dims() inside.
+    if inspect.isasyncgenfunction(target):
 
         @functools.wraps(target)
-        def generator_wrapper(*args, **kwargs):
-            if not config._checks and not FORCED.get() or NO_TYPE_CHECK in generator_wrapper.__dict__:
+        def async_generator_wrapper(*args, **kwargs):
+            if not config._checks and not FORCED.get() or NO_TYPE_CHECK in async_generator_wrapper.__dict__:
                 return target(*args, **kwargs)
-            return _generator_in_table(checked(*args, **kwargs), TABLE.get() or EMPTY)
+            return _async_generator_in_table(checked(*args, **kwargs), TABLE.get() or EMPTY)
 
-        return generator_wrapper
+        return async_generator_wrapper
+
+    @functools.wraps(target)
+    def generator_wrapper(*args, **kwargs):
+        if not config._checks and not FORCED.get() or NO_TYPE_CHECK in generator_wrapper.__dict__:
+            return target(*args, **kwargs)
+        return _generator_in_table(checked(*args, **kwargs), TABLE.get() or EMPTY)
+
+    return generator_wrapper
+
+
+def _function_with_table(target: Callable, checked: Callable,
+                         sizer: Callable[[tuple, dict], dict] | None) -> Callable:
+    """``with_table`` for a plain function."""
 
     @functools.wraps(target)
     def wrapper(*args, **kwargs):

@@ -111,110 +111,125 @@ class SignatureChecker:
         self.scope_vars = None  # resolved: stop holding the defining scope's objects
 
     def wrap(self) -> Callable:
+        """``target`` checked: each call's arguments and return value, in the call's dimension
+        table."""
         # Resolve now if the annotations can be (and drop the defining scope); forward
         # references to names defined later are resolved at the first call instead.
         try:
             self._resolve()
         except NameError:
             pass
-        target = self.target
-        checker = self
+        if inspect.iscoroutinefunction(self.target):
+            return with_table(self.target, self._coroutine_wrapper())
+        return self._function_wrapper()
+
+    def _check_one(self, param: _Param, value: Any, table: Table, tried_fast: bool = False) -> Table:
+        """Checks one argument or return value; returns the table with its bindings.
+        ``tried_fast``: the inline fast path has just had no answer for this value."""
         func_name = self.func_name
+        plan = param.plan
+        if plan is not None:
+            new = None if tried_fast else fast_check(value, plan, table[0])
+            if new:
+                return table.bind(new, param.origin)
+            if new is not None:
+                return table
+            TABLE.set(table)  # the full check, which also explains a failure
+            check_with_plan(value, plan, param.role, func_name, param.origin, tried_fast=True)
+            return TABLE.get() or EMPTY
+        if param.annotation is None:
+            return table
+        node = param.node
+        if node is not None:
+            found = fast_tree(value, node, table[0])
+            if found is not None:
+                new, first_leaf, treedef = found
+                return _bind_leaves(param, treedef, value, table, new, first_leaf) if new else table
+        # Any other annotation: typeguard's own check, with typeguard's messages.
+        TABLE.set(table)
+        globals_ = self.target.__globals__
+        if param.kind is None:
+            memo = TypeCheckMemo(globals_, {}, config=typeguard_config())
+            _transactional(check_return_type_internal, func_name, value, param.annotation, memo)
+        else:
+            memo = TypeCheckMemo(globals_, {param.name: value}, config=typeguard_config())
+            _transactional(check_argument_types_internal, func_name,
+                           {param.name: (value, param.annotation)}, memo)
+        if param.inside:
+            check_inside(param.name if param.kind is not None else None, value, func_name, memo, _transactional)
+        if node is not None:
+            learn_layout(value, node)  # it passed: the next value of its structure is fast
+        return TABLE.get() or EMPTY
+
+    def _check_arguments(self, args: tuple, kwargs: dict, table: Table) -> Table:
+        """Checks a call's arguments bound to the signature, each by ``_check_one``."""
+        if self.params is None:
+            self._resolve()
+        bound = self.signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        by_name, check_one = self.by_name, self._check_one
+        for name, value in bound.arguments.items():
+            table = check_one(by_name[name], value, table)
+        return table
+
+    def _sizes_of(self, args: tuple, kwargs: dict) -> dict:
+        """The sizes a call's arguments bind, for ``dims()`` read in a call made with checks
+        off: each argument's own check, run now; one that fails binds nothing."""
+        if self.params is None:
+            self._resolve()
+        positional = self.positional
+        if positional is not None and not kwargs and len(args) == len(positional):
+            pairs: Any = zip(positional, args)
+        else:
+            bound = self.signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            pairs = [(self.by_name[name], value) for name, value in bound.arguments.items()]
+        table, slow = EMPTY, []
+        for param, value in pairs:  # concrete arrays first, through the fast path
+            new = fast_check(value, param.plan, table[0]) if param.plan is not None else None
+            if new:
+                table = table.bind(new, param.origin)
+            elif new is None:
+                slow.append((param, value))
+        if slow:
+            with sizing():
+                for param, value in slow:
+                    try:
+                        table = self._check_one(param, value, table)
+                    except Exception:  # checks are off: a value that does not match is let
+                        table = _lenient(param, value, table)  # be; its plain sizes still bind
+        return table[0]
+
+    def _coroutine_wrapper(self) -> Callable:
+        """The checks of a coroutine function's call, for ``with_table`` to wrap."""
+        target, checker = self.target, self
+        get_table, set_table, cfg, forced = TABLE.get, TABLE.set, config, FORCED.get
+        check_one, check_arguments = self._check_one, self._check_arguments
+
+        async def async_checked(*args, **kwargs):
+            if not cfg._checks and not forced():  # (no_type_check: on with_table's wrapper)
+                return await target(*args, **kwargs)
+            set_table(check_arguments(args, kwargs, (get_table() or EMPTY)))
+            result = await target(*args, **kwargs)
+            if checker.returns is not None:
+                set_table(check_one(checker.returns, result, (get_table() or EMPTY)))
+            return result
+
+        return async_checked
+
+    def _function_wrapper(self) -> Callable:
+        """The wrapper of a plain function: it starts the call's table (see ``call_tables``) and
+        checks the call."""
+        target, checker = self.target, self
+        check_one, check_arguments, sizes_of = self._check_one, self._check_arguments, self._sizes_of
         get_table, set_table, reset_table = TABLE.get, TABLE.set, TABLE.reset
         cfg, forced = config, FORCED.get
         get_in_trace, set_in_trace, reset_in_trace = IN_TRACE.get, IN_TRACE.set, IN_TRACE.reset
         get_base, array_types = BASE.get, ARRAY_TYPES
 
-        def check_one(param: _Param, value: Any, table: Table, tried_fast: bool = False) -> Table:
-            """Checks one argument or return value; returns the table with its bindings.
-            ``tried_fast``: the inline fast path has just had no answer for this value."""
-            plan = param.plan
-            if plan is not None:
-                new = None if tried_fast else fast_check(value, plan, table[0])
-                if new:
-                    return table.bind(new, param.origin)
-                if new is not None:
-                    return table
-                set_table(table)  # the full check, which also explains a failure
-                check_with_plan(value, plan, param.role, func_name, param.origin, tried_fast=True)
-                return get_table() or EMPTY
-            if param.annotation is None:
-                return table
-            node = param.node
-            if node is not None:
-                found = fast_tree(value, node, table[0])
-                if found is not None:
-                    new, first_leaf, treedef = found
-                    return _bind_leaves(param, treedef, value, table, new, first_leaf) if new else table
-            # Any other annotation: typeguard's own check, with typeguard's messages.
-            set_table(table)
-            if param.kind is None:
-                memo = TypeCheckMemo(target.__globals__, {}, config=typeguard_config())
-                _transactional(check_return_type_internal, func_name, value, param.annotation, memo)
-            else:
-                memo = TypeCheckMemo(target.__globals__, {param.name: value}, config=typeguard_config())
-                _transactional(check_argument_types_internal, func_name,
-                               {param.name: (value, param.annotation)}, memo)
-            if param.inside:
-                check_inside(param.name if param.kind is not None else None, value, func_name, memo, _transactional)
-            if node is not None:
-                learn_layout(value, node)  # it passed: the next value of its structure is fast
-            return get_table() or EMPTY
-
-        def check_arguments(args, kwargs, table: Table) -> Table:
-            if checker.params is None:
-                checker._resolve()
-            bound = checker.signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            by_name = checker.by_name
-            for name, value in bound.arguments.items():
-                table = check_one(by_name[name], value, table)
-            return table
-
-        def sizes_of(args: tuple, kwargs: dict) -> dict:
-            """The sizes a call's arguments bind, for ``dims()`` read in a call made with checks
-            off: each argument's own check, run now; one that fails binds nothing."""
-            if checker.params is None:
-                checker._resolve()
-            positional = checker.positional
-            if positional is not None and not kwargs and len(args) == len(positional):
-                pairs: Any = zip(positional, args)
-            else:
-                bound = checker.signature.bind(*args, **kwargs)
-                bound.apply_defaults()
-                pairs = [(checker.by_name[name], value) for name, value in bound.arguments.items()]
-            table, slow = EMPTY, []
-            for param, value in pairs:  # concrete arrays first, through the fast path
-                new = fast_check(value, param.plan, table[0]) if param.plan is not None else None
-                if new:
-                    table = table.bind(new, param.origin)
-                elif new is None:
-                    slow.append((param, value))
-            if slow:
-                with sizing():
-                    for param, value in slow:
-                        try:
-                            table = check_one(param, value, table)
-                        except Exception:  # checks are off: a value that does not match is let
-                            table = _lenient(param, value, table)  # be; its plain sizes still bind
-            return table[0]
-
-        if inspect.iscoroutinefunction(target):
-
-            async def async_checked(*args, **kwargs):
-                if not cfg._checks and not forced():  # (no_type_check: on with_table's wrapper)
-                    return await target(*args, **kwargs)
-                set_table(check_arguments(args, kwargs, (get_table() or EMPTY)))
-                result = await target(*args, **kwargs)
-                if checker.returns is not None:
-                    set_table(check_one(checker.returns, result, (get_table() or EMPTY)))
-                return result
-
-            return with_table(target, async_checked)
-
-        # The wrapper of every call, so its common case is inline: all arguments positional,
-        # each checked by the fast path, in order (messages name the argument that bound a dim
-        # first). Anything else goes through check_one / check_arguments.
+        # The wrapper of every call, so its common case is short: all arguments positional,
+        # each checked by the fast path, in order (_check_positional; messages name the argument
+        # that bound a dim first). Anything else goes through check_one / check_arguments.
         @functools.wraps(target)
         def checked(*args, **kwargs):
             if not cfg._checks and not forced():  # checks off: dims() works sizes out if read
@@ -239,24 +254,11 @@ class SignatureChecker:
                 trace_token = set_in_trace(True)
             if trace_token is not None:
                 key = trace_key()  # jitted checked calls inside are traced for this call (context.tables)
-                key.__enter__()
+                key.__enter__()  # (here: the wrapper's own frame is where staged_read stops)
             try:
                 positional = checker.positional
                 if positional is not None and not kwargs and len(args) == len(positional):
-                    for param, value in zip(positional, args):
-                        plan = param.plan
-                        new = fast_check(value, plan, table[0]) if plan is not None else None
-                        if new:
-                            if table[0]:
-                                table = table.bind(new, param.origin)
-                            else:
-                                first_new, first_table = param.first
-                                if new is not first_new:
-                                    first_table = table.bind(new, param.origin)
-                                    param.first = (new, first_table)
-                                table = first_table
-                        elif new is None:
-                            table = check_one(param, value, table, tried_fast=plan is not None)
+                    table = _check_positional(positional, args, table, check_one)
                 else:
                     table = check_arguments(args, kwargs, table)
                 if table is not start:
@@ -264,13 +266,7 @@ class SignatureChecker:
                 result = target(*args, **kwargs)
                 ret = checker.returns
                 if ret is not None:
-                    table = get_table() or EMPTY  # (set above: a Table, never None)
-                    plan = ret.plan
-                    new = fast_check(result, plan, table[0]) if plan is not None else None
-                    if new:
-                        set_table(table.bind(new, ret.origin))
-                    elif new is None:
-                        set_table(check_one(ret, result, table, tried_fast=plan is not None))
+                    _check_result(ret, result, check_one)
                 return result
             except TypeCheckError as e:
                 if token is None:  # nested: a failed call leaves the caller's table as it was
@@ -288,6 +284,38 @@ class SignatureChecker:
         own = checked.__dict__
         setattr(checked, "sizes_of", sizes_of)  # (for with_table's sizer, see signature_sizer)
         return checked
+
+
+def _check_positional(positional: list[_Param], args: tuple, table: Table, check_one: Callable) -> Table:
+    """Checks a call whose arguments are all positional, each by the fast path in order
+    (``check_one`` where it has no answer); returns the table with their bindings."""
+    for param, value in zip(positional, args):
+        plan = param.plan
+        new = fast_check(value, plan, table[0]) if plan is not None else None
+        if new:
+            if table[0]:
+                table = table.bind(new, param.origin)
+            else:  # the first to bind into an empty table: reuse the table its last such call made
+                first_new, first_table = param.first
+                if new is not first_new:
+                    first_table = table.bind(new, param.origin)
+                    param.first = (new, first_table)
+                table = first_table
+        elif new is None:
+            table = check_one(param, value, table, tried_fast=plan is not None)
+    return table
+
+
+def _check_result(ret: _Param, result: Any, check_one: Callable) -> None:
+    """Checks a call's return value in the call's table, by the fast path first; sets the table
+    with its bindings."""
+    table = TABLE.get() or EMPTY  # (set by the wrapper: a Table, never None)
+    plan = ret.plan
+    new = fast_check(result, plan, table[0]) if plan is not None else None
+    if new:
+        TABLE.set(table.bind(new, ret.origin))
+    elif new is None:
+        TABLE.set(check_one(ret, result, table, tried_fast=plan is not None))
 
 
 def _lenient(param: _Param, value: Any, table: Table) -> Table:

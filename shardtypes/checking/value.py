@@ -75,26 +75,7 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
     """Checks ``shape`` (global sizes) against ``spec`` with ``table``; returns new bindings."""
     dims = spec.dims
     var = spec.variadic_index
-    ndim = len(shape)
-    var_sizes: tuple = ()
-    if var is None:
-        if ndim != len(dims):
-            raise Mismatch(f"has {n_dims(ndim)} {fmt_shape(shape)} but the annotation has {len(dims)}")
-        pairs = [(d, s, i) for i, (d, s) in enumerate(zip(dims, shape))]
-    else:
-        fixed = len(dims) - 1
-        if ndim < fixed:
-            raise Mismatch(
-                f"has {ndim} dims {fmt_shape(shape)} but the annotation needs at least {fixed}"
-            )
-        tail = len(dims) - var - 1
-        pairs = [(d, s, i) for i, (d, s) in enumerate(zip(dims[:var], shape[:var]))]
-        pairs += [
-            (d, s, ndim - tail + i)
-            for i, (d, s) in enumerate(zip(dims[var + 1 :], shape[ndim - tail :] if tail else ()))
-        ]
-        var_sizes = tuple(shape[var : ndim - tail])
-
+    pairs, var_sizes = _paired_dims(shape, spec)
     sizes = table.sizes
     new: dict = {}
 
@@ -134,6 +115,41 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
             if not size_equal(dim.expr, size):
                 raise Mismatch(f"dim {str(dim)!r} is {fmt_size(size)}, but the annotation fixes it to {dim.expr}")
 
+    _match_broadcast_dims(pairs, lookup, new, table)
+    _match_expression_dims(pairs, lookup)
+    return new
+
+
+def _paired_dims(shape: tuple, spec: ShapeSpec) -> tuple[list, tuple]:
+    """(each dim of ``spec`` but the variadic one, with its size in ``shape`` and its index;
+    the sizes the variadic dim stands for), once the rank is right for ``spec``."""
+    dims = spec.dims
+    var = spec.variadic_index
+    ndim = len(shape)
+    var_sizes: tuple = ()
+    if var is None:
+        if ndim != len(dims):
+            raise Mismatch(f"has {n_dims(ndim)} {fmt_shape(shape)} but the annotation has {len(dims)}")
+        pairs = [(d, s, i) for i, (d, s) in enumerate(zip(dims, shape))]
+    else:
+        fixed = len(dims) - 1
+        if ndim < fixed:
+            raise Mismatch(
+                f"has {ndim} dims {fmt_shape(shape)} but the annotation needs at least {fixed}"
+            )
+        tail = len(dims) - var - 1
+        pairs = [(d, s, i) for i, (d, s) in enumerate(zip(dims[:var], shape[:var]))]
+        pairs += [
+            (d, s, ndim - tail + i)
+            for i, (d, s) in enumerate(zip(dims[var + 1 :], shape[ndim - tail :] if tail else ()))
+        ]
+        var_sizes = tuple(shape[var : ndim - tail])
+    return pairs, var_sizes
+
+
+def _match_broadcast_dims(pairs: list, lookup: Callable[[str], Any], new: dict, table: Table) -> None:
+    """Checks the broadcast dims (``#name``: 1 or the name's size), binding into ``new`` a name
+    one of them gives first."""
     for dim, size, _ in pairs:
         if dim.kind == BROADCAST:
             name = dim.name
@@ -150,6 +166,10 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
                     f" (bound by {table.origins.get(name, 'this value')})"
                 )
 
+
+def _match_expression_dims(pairs: list, lookup: Callable[[str], Any]) -> None:
+    """Checks the dims given by a size expression (``seq+1``) against the sizes their names are
+    bound to, here or before."""
     for dim, size, _ in pairs:
         if dim.kind == EXPR and isinstance(dim.expr, tuple):
             unbound = sorted(n for n in dim.names if lookup(n) is MISSING)
@@ -168,7 +188,6 @@ def _match_sizes(shape: tuple, spec: ShapeSpec, table: Table) -> dict:
             if not size_equal(want, size):
                 values = ", ".join(f"{n}={fmt_size(lookup(n))}" for n in sorted(dim.names))
                 raise Mismatch(f"dim {str(dim)!r} is {fmt_size(size)}, but {dim.shape} = {fmt_size(want)} ({values})")
-    return new
 
 
 def _sizes_equal(a: tuple, b: tuple) -> bool:
@@ -213,14 +232,7 @@ def check_value(
         shape, dtype = value.shape, value.dtype
         kind = "numpy"
     elif isinstance(value, (bool, int, float, complex)):
-        # A Python scalar: host data of rank 0. JAX gives it a dtype when it meets it (a typed
-        # literal, as custom_vjp's forward pass sees outside jit, carries it); an untyped one is
-        # weakly typed and takes any dtype of its kind, as in JAX's type promotion.
-        shape = ()
-        dtype = getattr(value, "dtype", None)
-        if not isinstance(dtype, np.dtype):
-            kinds = _WEAK[next(t for t in (bool, int, float, complex) if isinstance(value, t))]
-            dtype = next((d for d in kinds if dtype_cls.accepts(d)), kinds[0])
+        shape, dtype = (), _scalar_dtype(value, dtype_cls)  # host data of rank 0
         kind = "numpy"
     elif isinstance(value, jax.ShapeDtypeStruct):
         shape, dtype, sharding = value.shape, value.dtype, value.sharding
@@ -234,36 +246,54 @@ def check_value(
 
     _check_dtype(dtype, dtype_cls)
     new = _match_sizes(tuple(shape), spec, table)
+    problem = _layout_problem(kind, sharding, spec, tuple(shape), array_type)
+    if problem is not None:
+        raise Mismatch(problem)
+    return new
+
+
+def _scalar_dtype(value: bool | int | float | complex, dtype_cls: type[number]) -> Any:
+    """The dtype a Python scalar is checked with: its own where it carries one, else the first
+    dtype of its kind that ``dtype_cls`` accepts (its kind's default if none)."""
+    # JAX gives a scalar a dtype when it meets it (a typed literal, as custom_vjp's forward pass
+    # sees outside jit, carries it); an untyped one is weakly typed and takes any dtype of its
+    # kind, as in JAX's type promotion.
+    dtype = getattr(value, "dtype", None)
+    if not isinstance(dtype, np.dtype):
+        kinds = _WEAK[next(t for t in (bool, int, float, complex) if isinstance(value, t))]
+        dtype = next((d for d in kinds if dtype_cls.accepts(d)), kinds[0])
+    return dtype
+
+
+def _layout_problem(kind: str, sharding: Any, spec: ShapeSpec, shape: tuple,
+                    array_type: type | types.UnionType | None) -> str | None:
+    """What is wrong with the layout of a concrete value (a ``kind`` of ``check_value``: an
+    ``"array"``, ``"numpy"`` host data, a ``"struct"``) that has ``sharding``; None if nothing."""
     ndim = len(shape)
     active = _ACTIVE_RULES.get()
-    shape = tuple(shape)
     if kind == "array":
-        problem = (
+        return (
             named_sharding_problem(sharding, spec, ndim, active, shape)
             if isinstance(sharding, NamedSharding)
             else unnamed_sharding_problem(sharding, spec, ndim, active, shape)
         )
-    elif kind == "numpy":
-        problem = None
+    if kind == "numpy":
         # Host-or-device (f32[jax.Array | np.ndarray, ...]): host data is checked for dtype and
         # shape; its layout is where shard will put it, so it is not a sharding it has now.
         expected = () if accepts_host(array_type) else expected_layout(spec, ndim, None, shape, active)
         if any(expected):
             layout = fmt_layout(expected)
-            problem = (
+            return (
                 f"is a numpy array (host data, never sharded) but the annotation shards it as "
                 f"{layout}; put it on the mesh with jax.device_put(x, NamedSharding(mesh, {layout}))"
             )
-    else:  # ShapeDtypeStruct: a sharding of None means "unspecified" and is not checked.
-        if sharding is None:
-            problem = None
-        elif isinstance(sharding, NamedSharding):
-            problem = named_sharding_problem(sharding, spec, ndim, active, shape)
-        else:
-            problem = unnamed_sharding_problem(sharding, spec, ndim, active, shape)
-    if problem is not None:
-        raise Mismatch(problem)
-    return new
+        return None
+    # ShapeDtypeStruct: a sharding of None means "unspecified" and is not checked.
+    if sharding is None:
+        return None
+    if isinstance(sharding, NamedSharding):
+        return named_sharding_problem(sharding, spec, ndim, active, shape)
+    return unnamed_sharding_problem(sharding, spec, ndim, active, shape)
 
 
 def _check_dtype(dtype: Any, dtype_cls: type[number]) -> None:

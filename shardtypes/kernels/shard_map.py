@@ -318,40 +318,10 @@ class _TypedShardMap:
                 restore.append(treedef)
                 return result
 
-            def mapped(*arrays):
-                with tracking(state.name, state.check_vma is not False, staged):  # layouts follow values
-                    if not flows():
-                        return run(*arrays)
-                    manual = jax.sharding.get_abstract_mesh().manual_axes
-                    facts = in_facts(in_specs, arrays, array_names)
-                    try:
-                        return traced(state.name, run, arrays, facts, frozenset(manual), state.f)
-                    except _CONCRETE as e:
-                        if staged:
-                            raise  # (under jit JAX cannot run it either: its own error says why)
-                        branching = e
-                # An eager call whose body reads values in Python (`if x.sum() > 0:`): JAX runs an
-                # eager shard_map's body op by op, so it runs here too, checked at its boundary and
-                # by the side table, not by the pass (which needs the body staged).
-                stepped_aside(state.name, state.f, branching)
-                with tracking(state.name, state.check_vma is not False, staged):
-                    return run(*arrays)
-
-            # JAX's own errors name the function it maps ("shard_map applied to the function ..."):
-            # the user's kernel, not this wrapper.
-            mapped.__name__ = getattr(state.f, "__name__", state.name)
-            mapped.__qualname__ = getattr(state.f, "__qualname__", state.name)
             in_specs, out_specs = state.specs()
             in_specs = conform_specs(in_specs, [values[n] for n in array_names], array_names, state.name)
-            options: dict = {"in_specs": in_specs, "out_specs": out_specs}
-            if state.mesh is not None:
-                options["mesh"] = state.mesh
-            elif jax.sharding.get_abstract_mesh().empty:
-                raise no_mesh_error(f"typed_shard_map: calling {state.name}")
-            if state.axis_names is not None:
-                options["axis_names"] = set(state.axis_names)
-            if state.check_vma is not None:
-                options["check_vma"] = state.check_vma
+            mapped = _mapped_body(state, run, in_specs, array_names, staged)
+            options = _shard_map_options(state, in_specs, out_specs)
             token = COMPILE_TIME_CHECKS.set(True)  # the body's checks are the ordinary kind
             try:
                 out = jax.shard_map(mapped, **options)(*(values[n] for n in array_names))
@@ -374,6 +344,52 @@ class _TypedShardMap:
 
         setattr(wrapper, "__shardtypes_shard_map__", state)
         return wrapper
+
+
+def _mapped_body(state: _TypedShardMap, run: Callable, in_specs: Any, array_names: list[str],
+                 staged: bool) -> Callable:
+    """The function ``jax.shard_map`` maps: ``run`` (the kernel's body on the local blocks),
+    followed by the kernel pass where the body can be staged."""
+
+    def mapped(*arrays):
+        with tracking(state.name, state.check_vma is not False, staged):  # layouts follow values
+            if not flows():
+                return run(*arrays)
+            manual = jax.sharding.get_abstract_mesh().manual_axes
+            facts = in_facts(in_specs, arrays, array_names)
+            try:
+                return traced(state.name, run, arrays, facts, frozenset(manual), state.f)
+            except _CONCRETE as e:
+                if staged:
+                    raise  # (under jit JAX cannot run it either: its own error says why)
+                branching = e
+        # An eager call whose body reads values in Python (`if x.sum() > 0:`): JAX runs an
+        # eager shard_map's body op by op, so it runs here too, checked at its boundary and
+        # by the side table, not by the pass (which needs the body staged).
+        stepped_aside(state.name, state.f, branching)
+        with tracking(state.name, state.check_vma is not False, staged):
+            return run(*arrays)
+
+    # JAX's own errors name the function it maps ("shard_map applied to the function ..."):
+    # the user's kernel, not this wrapper.
+    mapped.__name__ = getattr(state.f, "__name__", state.name)
+    mapped.__qualname__ = getattr(state.f, "__qualname__", state.name)
+    return mapped
+
+
+def _shard_map_options(state: _TypedShardMap, in_specs: Any, out_specs: Any) -> dict:
+    """The keyword arguments of the kernel's ``jax.shard_map``: its specs, and its mesh, axis
+    names and ``check_vma`` where the decorator was given them (no mesh at all is an error)."""
+    options: dict = {"in_specs": in_specs, "out_specs": out_specs}
+    if state.mesh is not None:
+        options["mesh"] = state.mesh
+    elif jax.sharding.get_abstract_mesh().empty:
+        raise no_mesh_error(f"typed_shard_map: calling {state.name}")
+    if state.axis_names is not None:
+        options["axis_names"] = set(state.axis_names)
+    if state.check_vma is not None:
+        options["check_vma"] = state.check_vma
+    return options
 
 
 _CONCRETE = (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,

@@ -84,18 +84,7 @@ def walk_leaves(
     array = annotation_class(annotation)
     if array is not None:
         return leaf(_leaf_of(array, path, _optional))
-    if pytree_leaf(annotation) is not None:
-        raise TypeError(
-            f"{brief(where)} is {annotation!r}, whose structure is the value's, not the annotation's: "
-            f"pass a value tree with it as like=, as in make_partition_specs(params, like={annotation!r})"
-        )
-    if any(a is annotation for a in _stack):
-        raise ValueError(
-            f"{brief(where)} contains itself (a {type(annotation).__name__} that holds itself): an "
-            "annotation tree must be finite"
-        )
-    if len(_stack) >= _MAX_DEPTH:
-        raise ValueError(f"{brief(where)}: the annotation tree is nested more than {_MAX_DEPTH} levels deep")
+    _check_walkable(annotation, where, _stack)
     stack = (*_stack, annotation)
 
     def walk(a: Any, at: str, optional: bool = _optional) -> Any:
@@ -108,24 +97,34 @@ def walk_leaves(
             return built
     if is_value_tree(annotation):
         return walk_value(annotation, path, lambda a, at: walk(a, at, False), like)
+    return _walk_tree_annotation(annotation, walk, path, where)
 
+
+def _check_walkable(annotation: Any, where: str, stack: tuple) -> None:
+    """Refuses a tree annotation that cannot be walked: ``PyTree[X]`` (the value's structure, not
+    the annotation's; it goes with like=), one that contains itself, or one nested too deep."""
+    if pytree_leaf(annotation) is not None:
+        raise TypeError(
+            f"{brief(where)} is {annotation!r}, whose structure is the value's, not the annotation's: "
+            f"pass a value tree with it as like=, as in make_partition_specs(params, like={annotation!r})"
+        )
+    if any(a is annotation for a in stack):
+        raise ValueError(
+            f"{brief(where)} contains itself (a {type(annotation).__name__} that holds itself): an "
+            "annotation tree must be finite"
+        )
+    if len(stack) >= _MAX_DEPTH:
+        raise ValueError(f"{brief(where)}: the annotation tree is nested more than {_MAX_DEPTH} levels deep")
+
+
+def _walk_tree_annotation(annotation: Any, walk: Callable[..., Any], path: str, where: str) -> Any:
+    """The result of ``walk_leaves`` for an annotation that is neither an array annotation nor a
+    tree of values: a pytree dataclass, ``Optional[X]``, ``tuple[...]``, a model library's class,
+    a NamedTuple, or a tuple, list or dict of annotations, each part walked with ``walk``."""
     origin = typing.get_origin(annotation)
     info = tree_info(annotation)
     if info is not None:
-        field_types = info.field_types
-        static = info.static_fields
-        values = {}
-        for f in annotation.__dataclass_fields__.values():
-            if f.name in static:
-                if f.default is not dataclasses.MISSING:
-                    values[f.name] = f.default
-                elif f.default_factory is not dataclasses.MISSING:
-                    values[f.name] = f.default_factory()
-                else:
-                    values[f.name] = None
-            else:
-                values[f.name] = walk(field_types[f.name], f"{path}.{f.name}")
-        return annotation(**values)
+        return _build_pytree_dataclass(annotation, info, walk, path)
     if origin is Union:
         members = [a for a in typing.get_args(annotation) if a is not type(None)]
         if len(members) == 1:
@@ -153,6 +152,26 @@ def walk_leaves(
         "pytree dataclasses, tuple[...], Optional[...], NamedTuples, or tuples, lists and dicts "
         "of them"
     )
+
+
+def _build_pytree_dataclass(annotation: Any, info: Any, walk: Callable[..., Any], path: str) -> Any:
+    """An instance of the pytree dataclass ``annotation`` (whose ``tree_info`` is ``info``): each
+    field that is not static holds what ``walk`` makes of its annotation, each static field its
+    default (None where it has none)."""
+    field_types = info.field_types
+    static = info.static_fields
+    values = {}
+    for f in annotation.__dataclass_fields__.values():
+        if f.name in static:
+            if f.default is not dataclasses.MISSING:
+                values[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                values[f.name] = f.default_factory()
+            else:
+                values[f.name] = None
+        else:
+            values[f.name] = walk(field_types[f.name], f"{path}.{f.name}")
+    return annotation(**values)
 
 
 _NOT_A_MODEL = object()
