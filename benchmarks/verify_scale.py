@@ -27,7 +27,7 @@ jax.config.update("jax_num_cpu_devices", 8)
 
 from shardtypes import Scope, axis_rules, make_shape_dtype_structs, verify  # noqa: E402
 from shardtypes.tools.activations import trace_step  # noqa: E402
-from shardtypes.tools.step_cost import step_cost  # noqa: E402
+from shardtypes.tools.cost_model import step_cost  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)

@@ -335,11 +335,12 @@ class _TypedShardMap:
             if restore and restore[-1] is not None:
                 out = jax.tree.unflatten(restore[-1], jax.tree.leaves(out))
             # The global result is checked next, by ``checked``, still inside ``entry`` (whose
-            # reset undoes this; the wrapper is only ever called there): at trace time only
-            # (dtype, sizes, Explicit axes). shard_map lays it out as out_specs say, and
-            # out_specs are this annotation; axes left automatic (axis_names) were checked on
-            # the body's return value. An inspection here could only pass.
-            COMPILE_TIME_CHECKS.set(False)
+            # reset undoes this; the wrapper is only ever called there). shard_map lays it out
+            # over the manual axes as out_specs say, and out_specs are this annotation: at trace
+            # time only (dtype, sizes, Explicit axes), unless the kernel leaves Auto axes to XLA
+            # (axis_names), whose layout of the result over them is XLA's choice: checked at
+            # compile time like an argument's (inside the region JAX's inspection misreads it).
+            COMPILE_TIME_CHECKS.set(_leaves_auto(state))
             return out
 
         setattr(wrapper, "__shardtypes_shard_map__", state)
@@ -415,6 +416,15 @@ def stepped_aside(kernel: str, f: Any, error: BaseException) -> None:
         "kernel pass, which needs the body staged, does not follow it (layouts and partial sums inside are "
         f"not checked; JAX {jax.__version__}). Under jax.jit, write the branch with jax.lax.cond or jnp.where.",
         KernelPassWarning, stacklevel=4)
+
+
+def _leaves_auto(state: _TypedShardMap) -> bool:
+    """Whether a partial-manual kernel leaves Auto mesh axes (of more than one device) to XLA."""
+    if state.axis_names is None:
+        return False
+    mesh = state.mesh if state.mesh is not None else jax.sharding.get_abstract_mesh()
+    return any(t == jax.sharding.AxisType.Auto and n > 1 and a not in state.axis_names
+               for a, t, n in zip(mesh.axis_names, mesh.axis_types, mesh.axis_sizes))
 
 
 def _has_arrays(annotation: Any) -> bool:

@@ -106,7 +106,7 @@ def local_shape(aval: Any, splits: tuple | None) -> tuple | None:
     shape = tuple(getattr(aval, "shape", ()))
     sharding = getattr(aval, "sharding", None)
     mesh = getattr(sharding, "mesh", None)
-    sizes = dict(zip(getattr(mesh, "axis_names", ()), getattr(mesh, "axis_sizes", ())))
+    sizes: dict[str, int] = dict(zip(getattr(mesh, "axis_names", ()), getattr(mesh, "axis_sizes", ())))
     return per_device_shape(shape, spec_parts(getattr(sharding, "spec", None), len(shape), sizes), splits)
 
 

@@ -424,9 +424,8 @@ class _Walk(jaxpr_walk.Walk):
             inside = jaxpr_walk.nesting(eqn, prim)
         except jaxprs.Unreadable:
             inside = None
-        handled = _INNER.get(inside.family) if inside is not None else None
-        if handled is not None:
-            return handled(self, eqn, inside, ins)
+        if inside is not None and inside.family in _INNER:
+            return _INNER[inside.family](self, eqn, inside, ins)
         # Anything else (shard_map, whose body holds local blocks; a primitive of another
         # library): each jaxpr inside on its own, its operands taken as not split over Auto axes.
         found = [self.jaxpr(j, [ones(jaxprs.aval(v)) if self.auto else None for v in jaxprs.invars(j)]) for j in subs]

@@ -31,14 +31,9 @@ Primitive = primitives.Primitive
 implements = primitives.implements
 rule_of = primitives.rule_of
 
-__all__ = ["cost_of", "step_cost", "Unfollowable", "WHILE_ONCE"]
+__all__ = ["cost_of", "step_cost", "WHILE_ONCE"]
 
 WHILE_ONCE = "a while loop's body (its trip count is not known from the jaxpr) is counted once"
-
-
-class Unfollowable(Exception):
-    """The walk cannot follow the step: an equation's params are in no shape the release reader
-    knows (said in the cost as such; never a bug turned into "nothing was counted")."""
 
 
 class _Tally:
@@ -172,7 +167,7 @@ class _Cost(jaxpr_walk.Walk):
             try:
                 inside = jaxpr_walk.nesting(eqn, prim)
             except jaxprs.Unreadable as e:
-                raise Unfollowable(f"{prim.name}'s params ({e})") from None
+                raise jaxprs.Unreadable(f"{prim.name}'s params ({e})") from None
             if inside is not None:
                 return _NESTED[prim.family](self, eqn, inside, ins)
         elif prim.family is Family.UNKNOWN and jaxprs.call_jaxpr(eqn) is not None:
@@ -524,13 +519,13 @@ def cost_of(closed: Any, leaves: list, sizes: Mapping[str, int], auto: Mapping[s
 def step_cost(closed: Any, leaves: list, mesh: Any) -> StepCost:
     """``cost_of`` on ``mesh`` (an AbstractMesh or Mesh). Where the walk cannot follow the step
     (params of a control-flow primitive in a shape this JAX release reader does not know:
-    ``Unfollowable``), that is said in the cost (a lower bound of nothing); any other failure is a
+    ``jaxprs.Unreadable``), that is said in the cost (a lower bound of nothing); any other failure is a
     bug of shardtypes' and is raised."""
     sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
     auto = {a: n for a, n, t in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types)
             if t == jax.sharding.AxisType.Auto}
     try:
         return cost_of(closed, leaves, sizes, auto)
-    except Unfollowable as e:
+    except jaxprs.Unreadable as e:
         why = (f"the cost walk could not follow this step ({e}); nothing was counted",)
         return StepCost(Communication((), why), 0, {}, 0, why)

@@ -50,7 +50,7 @@ from typing import Mapping
 from . import fields
 from .memory_plan import fmt_bytes
 
-__all__ = ["Collective", "Communication", "StepCost", "KINDS", "SOURCES", "step_cost", "cost_of"]
+__all__ = ["Collective", "Communication", "StepCost", "KINDS", "SOURCES"]
 
 KINDS = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "permute")
 SOURCES = ("kernel", "explicit", "auto")
@@ -196,7 +196,3 @@ def _flops(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} FLOP"
-
-
-# The model that makes these figures, apart from them (re-exported: ``step_cost(closed, leaves, mesh)``).
-from .cost_model import cost_of as cost_of, step_cost as step_cost  # noqa: E402

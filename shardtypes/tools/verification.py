@@ -39,10 +39,11 @@ from ..layout import check_dims_for, dim_multiples, structs
 from ..model import COLLECTED, holds_shardtypes, resolve_hints, type_text
 from .activations import SYMBOLIC, ActivationEstimate, trace_step
 from .chips import StepTime, axis_links, chip_named, step_time
+from .cost_model import step_cost
 from .html_parts import parse_capacity
 from .memory_checks import arguments_plan, memory_problems, step_activations
 from .memory_plan import fmt_bytes, parse_fraction
-from .step_cost import Communication, StepCost, step_cost
+from .step_cost import Communication, StepCost
 from .verify_inputs import check_inputs_arg, lay_out_input, sizes_of_input
 
 __all__ = ["verify", "VerifyReport", "Problem", "VerificationError"]

@@ -101,7 +101,7 @@ def test_the_scan_finds_a_name_branch():  # (the check above can fail)
 
 def test_a_record_twice_and_a_rule_twice_are_refused():
     with pytest.raises(ValueError, match="two records for the primitive 'psum'"):
-        catalogue._define(catalogue.Family.PSUM, "psum")
+        catalogue.define(catalogue.Family.PSUM, "psum")
 
     def other(*args):
         return []

@@ -22,7 +22,8 @@ from xla_costs import xla_cost
 import shardtypes
 from shardtypes import axis_rules, f32, make_shape_dtype_structs, pytree_dataclass, typechecked, verify
 from shardtypes.tools.activations import trace_step
-from shardtypes.tools.step_cost import Collective, Communication, StepCost, step_cost
+from shardtypes.tools.cost_model import step_cost
+from shardtypes.tools.step_cost import Collective, Communication, StepCost
 
 from conftest import make_mesh
 

@@ -50,17 +50,19 @@ def linear_only(kind: Owed) -> bool:
 
 
 def ring_of(fact: Fact, axis: str) -> tuple | None:
-    """``(axis, token, offsets)`` of a partial sum (max, min) owed over ``axis``, among others
-    (``Fact.ring``): its own (the value itself, offset 0) unless a ppermute along ``axis`` or a
-    sum of rotated parts made it; None for any other value. (A ring over one axis pays that
+    """``(axis, token, offsets, how)`` of a partial sum (max, min) owed over ``axis``, among
+    others (``Fact.ring``): its own (the value itself, offset 0) unless a ppermute along ``axis``
+    or a sum of rotated parts made it; None for any other value. ``how``: 'ring' (cyclic shifts,
+    offsets modulo the axis size), 'chain' (shifts that do not wrap round: each device's part
+    passed on down the axis) or None (not shifted yet); the two do not mix. (A ring over one axis pays that
     axis; a ring over the next starts afresh from the result.)"""
     if fact.kind not in RING_KINDS or axis not in fact.owed:
         return None
     if fact.ring and fact.ring[0] == axis:
         return fact.ring
     if fact.ring and fact.ring[0] is None:  # (a cast of a value no ring has rotated yet)
-        return (axis, fact.ring[1], START)
-    return (axis, fact.serial, START)
+        return (axis, fact.ring[1], START, None)
+    return (axis, fact.serial, START, None)
 
 
 # -- facts combined --------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import enum
 from typing import Any, Callable, Iterable
 
 __all__ = ["Family", "Arith", "Data", "Owed", "Part", "Primitive", "record", "unknown", "names", "implements",
-           "rule_of", "RECORDS", "markdown_table", "COLLECTIVE_KINDS", "SHARDTYPES_CHECK"]
+           "rule_of", "define", "RECORDS", "markdown_table", "COLLECTIVE_KINDS", "SHARDTYPES_CHECK"]
 
 
 class Owed(enum.StrEnum):
@@ -96,6 +96,7 @@ class Arith(enum.Enum):
     SELECT = "select"
     CONVERT = "convert"
     ADD_ANY = "add_any"
+    LOG = "log"  # of a partial sum: relative to that part (log-sum-exp)
     LESS = "less than"  # strictly: a counting loop's condition
     GREATER = "greater than"
 
@@ -168,11 +169,11 @@ _NESTED = frozenset({Family.CALL, Family.SCAN, Family.WHILE, Family.COND, Family
 RECORDS: dict[str, Primitive] = {}
 
 
-def _define(family: Family, names: Iterable[str] | str | dict[str, str], **facts: Any) -> None:
+def define(family: Family, names: Iterable[str] | str | dict[str, str], **facts: Any) -> None:
     """Records ``names`` (a string of names, or name -> the releases it was seen in)."""
     if isinstance(names, dict):
         for name, seen in names.items():
-            _define(family, [name], **{**facts, "seen": seen})
+            define(family, [name], **{**facts, "seen": seen})
         return
     for name in names.split() if isinstance(names, str) else names:
         if name in RECORDS:
@@ -183,38 +184,39 @@ def _define(family: Family, names: Iterable[str] | str | dict[str, str], **facts
 def _variants(family: Family, base: str, table: dict[str, str], **facts: Any) -> None:
     """Primitives that do what ``base`` does under other names (variants, async starts): name ->
     the releases seen in."""
-    _define(family, table, stands_for=base, **facts)
+    define(family, table, stands_for=base, **facts)
 
 
 E = Family.ELEMENTWISE
 # -- element by element ------------------------------------------------------------------------
-_define(E, "exp exp2 log log1p expm1 tanh logistic sqrt cbrt atan asinh sinh erf", linear=False, monotone=1,
+define(E, "exp exp2 log1p expm1 tanh logistic sqrt cbrt atan asinh sinh erf", linear=False, monotone=1,
         fuses=True)
-_define(E, "sin cos tan asin acos acosh atanh cosh rsqrt pow integer_pow square abs sign floor ceil round erfc "
+define(E, "log", linear=False, monotone=1, arith=Arith.LOG, fuses=True)
+define(E, "sin cos tan asin acos acosh atanh cosh rsqrt pow integer_pow square abs sign floor ceil round erfc "
         "erf_inv lgamma digamma atan2 rem is_finite clamp nextafter and or not xor population_count shift_left "
         "shift_right_logical shift_right_arithmetic polygamma igamma igammac bessel_i0e bessel_i1e "
         "regularized_incomplete_beta random_gamma_grad zeta clz mulhi igamma_grad_a", linear=False, fuses=True)
-_define(E, "lt", linear=False, compares=True, arith=Arith.LESS, fuses=True)
-_define(E, "gt", linear=False, compares=True, arith=Arith.GREATER, fuses=True)
-_define(E, "le ge eq ne", linear=False, compares=True, fuses=True)
-_define(E, "eq_to le_to lt_to", linear=False, compares=True, fuses=True, seen="JAX 0.10 on")
-_define(E, "polynomial", linear=False, fuses=True, seen="JAX 0.12.0 on (erf's derivative, through exp_neg_sq)")
-_define(E, "log2", linear=False, monotone=1, fuses=True, seen="JAX 0.12.0 on")
-_define(E, "one_minus_square", linear=False, fuses=True, seen="JAX 0.12.0 on")
-_define(E, "max", linear=False, arith=Arith.MAX, keeps=frozenset({Owed.MAX, Owed.FOLDMAX}), fuses=True)
-_define(E, "min", linear=False, arith=Arith.MIN, keeps=frozenset({Owed.MIN, Owed.FOLDMIN}), fuses=True)
-_define(E, "add", arith=Arith.ADD, fuses=True)
-_define(E, "add_any", arith=Arith.ADD_ANY, fuses=True)
-_define(E, "sub", arith=Arith.SUB, fuses=True)
-_define(E, "mul", arith=Arith.MUL, fuses=True)
-_define(E, "div", arith=Arith.DIV, fuses=True)
-_define(E, "neg", arith=Arith.NEG, monotone=-1, fuses=True)
-_define(E, "select_n", arith=Arith.SELECT, moves_only=True, fuses=True)
-_define(E, "convert_element_type", arith=Arith.CONVERT, monotone=1, moves_only=True, fuses=True)
-_define(E, "reduce_precision copy copy_p", monotone=1, moves_only=True, fuses=True)
-_define(E, "real imag conj complex", fuses=True)
-_define(E, "bitcast_convert_type", data=Data.VIEW)
-_define(Family.CAST, {"pvary": "JAX 0.9.2 to 0.12", "vary_unreduced_cast_p": "JAX 0.9.2 to 0.11.2",
+define(E, "lt", linear=False, compares=True, arith=Arith.LESS, fuses=True)
+define(E, "gt", linear=False, compares=True, arith=Arith.GREATER, fuses=True)
+define(E, "le ge eq ne", linear=False, compares=True, fuses=True)
+define(E, "eq_to le_to lt_to", linear=False, compares=True, fuses=True, seen="JAX 0.10 on")
+define(E, "polynomial", linear=False, fuses=True, seen="JAX 0.12.0 on (erf's derivative, through exp_neg_sq)")
+define(E, "log2", linear=False, monotone=1, fuses=True, seen="JAX 0.12.0 on")
+define(E, "one_minus_square", linear=False, fuses=True, seen="JAX 0.12.0 on")
+define(E, "max", linear=False, arith=Arith.MAX, keeps=frozenset({Owed.MAX, Owed.FOLDMAX}), fuses=True)
+define(E, "min", linear=False, arith=Arith.MIN, keeps=frozenset({Owed.MIN, Owed.FOLDMIN}), fuses=True)
+define(E, "add", arith=Arith.ADD, fuses=True)
+define(E, "add_any", arith=Arith.ADD_ANY, fuses=True)
+define(E, "sub", arith=Arith.SUB, fuses=True)
+define(E, "mul", arith=Arith.MUL, fuses=True)
+define(E, "div", arith=Arith.DIV, fuses=True)
+define(E, "neg", arith=Arith.NEG, monotone=-1, fuses=True)
+define(E, "select_n", arith=Arith.SELECT, moves_only=True, fuses=True)
+define(E, "convert_element_type", arith=Arith.CONVERT, monotone=1, moves_only=True, fuses=True)
+define(E, "reduce_precision copy copy_p", monotone=1, moves_only=True, fuses=True)
+define(E, "real imag conj complex", fuses=True)
+define(E, "bitcast_convert_type", data=Data.VIEW)
+define(Family.CAST, {"pvary": "JAX 0.9.2 to 0.12", "vary_unreduced_cast_p": "JAX 0.9.2 to 0.11.2",
                       "vary_unreduced_cast": "JAX 0.12.0 on (renamed from vary_unreduced_cast_p)",
                       "reduced_vary_cast_p": "JAX 0.10.2 to 0.11.2",
                       "reduced_vary_cast": "JAX 0.12.0 on (renamed from reduced_vary_cast_p)",
@@ -222,35 +224,35 @@ _define(Family.CAST, {"pvary": "JAX 0.9.2 to 0.12", "vary_unreduced_cast_p": "JA
         data=Data.ALIAS)
 
 # -- moving values -----------------------------------------------------------------------------
-_define(Family.TRANSPOSE, "transpose", moves_only=True)
-_define(Family.SQUEEZE, "squeeze", moves_only=True, data=Data.VIEW)
-_define(Family.BROADCAST, "broadcast_in_dim", moves_only=True, fuses=True)
-_define(Family.RESHAPE, "reshape", moves_only=True, data=Data.VIEW)
-_define(Family.SAME_SIZE, "slice pad rev gather", moves_only=True)
-_define(Family.SAME_SIZE, "dynamic_slice", moves_only=True, fuses=True)
-_define(Family.SAME_SIZE, "dynamic_update_slice", writes_into=True, fuses=True)
-_define(Family.CONCATENATE, "concatenate", moves_only=True)
-_define(Family.SPLIT, "split")
-_define(Family.IOTA, "iota")
+define(Family.TRANSPOSE, "transpose", moves_only=True)
+define(Family.SQUEEZE, "squeeze", moves_only=True, data=Data.VIEW)
+define(Family.BROADCAST, "broadcast_in_dim", moves_only=True, fuses=True)
+define(Family.RESHAPE, "reshape", moves_only=True, data=Data.VIEW)
+define(Family.SAME_SIZE, "slice pad rev gather", moves_only=True)
+define(Family.SAME_SIZE, "dynamic_slice", moves_only=True, fuses=True)
+define(Family.SAME_SIZE, "dynamic_update_slice", writes_into=True, fuses=True)
+define(Family.CONCATENATE, "concatenate", moves_only=True)
+define(Family.SPLIT, "split")
+define(Family.IOTA, "iota")
 
 # -- reductions and contractions ---------------------------------------------------------------
-_define(Family.REDUCE, "reduce_sum", pays=Owed.SUM)
-_define(Family.REDUCE, "reduce_max", pays=Owed.MAX, linear=False, keeps=frozenset({Owed.MAX, Owed.FOLDMAX}))
-_define(Family.REDUCE, "reduce_min", pays=Owed.MIN, linear=False, keeps=frozenset({Owed.MIN, Owed.FOLDMIN}))
-_define(Family.REDUCE, "reduce_prod argmax argmin reduce_and reduce_or reduce_xor", linear=False)
-_define(Family.CUMULATIVE, "cumsum")
-_define(Family.CUMULATIVE, "cummax", linear=False, keeps=frozenset({Owed.MAX}))
-_define(Family.CUMULATIVE, "cummin", linear=False, keeps=frozenset({Owed.MIN}))
-_define(Family.CUMULATIVE, "cumprod cumlogsumexp", linear=False)
-_define(Family.CONTRACTION, "dot_general", arith=Arith.MUL, called_as="jnp.einsum, @, jnp.dot")
-_define(Family.CONTRACTION, "ragged_dot_general", arith=Arith.MUL, called_as="jax.lax.ragged_dot",
+define(Family.REDUCE, "reduce_sum", pays=Owed.SUM)
+define(Family.REDUCE, "reduce_max", pays=Owed.MAX, linear=False, keeps=frozenset({Owed.MAX, Owed.FOLDMAX}))
+define(Family.REDUCE, "reduce_min", pays=Owed.MIN, linear=False, keeps=frozenset({Owed.MIN, Owed.FOLDMIN}))
+define(Family.REDUCE, "reduce_prod argmax argmin reduce_and reduce_or reduce_xor", linear=False)
+define(Family.CUMULATIVE, "cumsum")
+define(Family.CUMULATIVE, "cummax", linear=False, keeps=frozenset({Owed.MAX}))
+define(Family.CUMULATIVE, "cummin", linear=False, keeps=frozenset({Owed.MIN}))
+define(Family.CUMULATIVE, "cumprod cumlogsumexp", linear=False)
+define(Family.CONTRACTION, "dot_general", arith=Arith.MUL, called_as="jnp.einsum, @, jnp.dot")
+define(Family.CONTRACTION, "ragged_dot_general", arith=Arith.MUL, called_as="jax.lax.ragged_dot",
         seen="JAX 0.9.2 on (jax.lax.ragged_dot binds it; ragged_dot_dimension_numbers)")
-_define(Family.CONVOLUTION, "conv_general_dilated")
+define(Family.CONVOLUTION, "conv_general_dilated")
 
 # -- collectives -------------------------------------------------------------------------------
-_define(Family.PSUM, "psum", pays=Owed.SUM)
-_define(Family.PSUM, "pmax", pays=Owed.MAX, linear=False, keeps=frozenset({Owed.MAX}))
-_define(Family.PSUM, "pmin", pays=Owed.MIN, linear=False, keeps=frozenset({Owed.MIN}))
+define(Family.PSUM, "psum", pays=Owed.SUM)
+define(Family.PSUM, "pmax", pays=Owed.MAX, linear=False, keeps=frozenset({Owed.MAX}))
+define(Family.PSUM, "pmin", pays=Owed.MIN, linear=False, keeps=frozenset({Owed.MIN}))
 _variants(Family.PSUM, "psum", {"psum_invariant": "JAX 0.10.2 on", "psum2": "JAX 0.9.2",
                                 "unreduced_psum": "JAX 0.9.2 on", "psum_start": "JAX 0.10.2 to 0.11.2",
                                 "unreduced_psum_start": "JAX 0.10.2 to 0.11.2",
@@ -259,42 +261,42 @@ _variants(Family.PSUM, "pmax", {"unreduced_pmax": "JAX 0.12.0 on"}, pays=Owed.MA
           keeps=frozenset({Owed.MAX}))
 _variants(Family.PSUM, "pmin", {"unreduced_pmin": "JAX 0.12.0 on"}, pays=Owed.MIN, linear=False,
           keeps=frozenset({Owed.MIN}))
-_define(Family.ALL_GATHER, "all_gather", moves_only=True)
+define(Family.ALL_GATHER, "all_gather", moves_only=True)
 _variants(Family.ALL_GATHER, "all_gather", {"all_gather_invariant": "JAX 0.10.2 on"}, moves_only=True,
           invariant=True)
 _variants(Family.ALL_GATHER, "all_gather", {"all_gather_reduced": "JAX 0.10.2 on", "all_gather_start": "JAX 0.10.2 on",
                                             "all_gather_reduced_start": "JAX 0.10.2 on"}, moves_only=True)
-_define(Family.ALL_TO_ALL, "all_to_all")
+define(Family.ALL_TO_ALL, "all_to_all")
 _variants(Family.ALL_TO_ALL, "all_to_all", {"all_to_all_start": "JAX 0.10.2 on"})
-_define(Family.REDUCE_SCATTER, "reduce_scatter")
+define(Family.REDUCE_SCATTER, "reduce_scatter")
 _variants(Family.REDUCE_SCATTER, "reduce_scatter", {
     "unreduced_reduce_scatter": "JAX 0.9.2 on",
     "reduce_scatter_start": "JAX 0.10.2 on; jax.lax.psum_scatter_start from 0.12.0",
     "unreduced_reduce_scatter_start": "JAX 0.10.2 to 0.11.2"})
-_define(Family.PPERMUTE, "ppermute", moves_only=True)
+define(Family.PPERMUTE, "ppermute", moves_only=True)
 _variants(Family.PPERMUTE, "ppermute", {"ppermute_start": "JAX 0.10.2 on"}, moves_only=True)
-_define(Family.PBROADCAST, "pbroadcast", data=Data.ALIAS)
+define(Family.PBROADCAST, "pbroadcast", data=Data.ALIAS)
 _variants(Family.PBROADCAST, "pbroadcast", {"pbroadcast_dynamic": "JAX 0.12.0 on (the source given as an array)",
                                             "pbroadcast_start": "JAX 0.10.2 to 0.11.2"}, data=Data.ALIAS)
-_define(Family.ASYNC_DONE, {"reduce_scatter_done": "JAX 0.10.2 on", "all_gather_done": "JAX 0.10.2 on",
+define(Family.ASYNC_DONE, {"reduce_scatter_done": "JAX 0.10.2 on", "all_gather_done": "JAX 0.10.2 on",
                             "all_to_all_done": "JAX 0.10.2 on", "ppermute_done": "JAX 0.10.2 on",
                             "psum_done": "JAX 0.10.2 on", "pbroadcast_done": "JAX 0.10.2 to 0.11.2"}, data=Data.VIEW)
-_define(Family.AXIS_INDEX, "axis_index")
+define(Family.AXIS_INDEX, "axis_index")
 
 #: shardtypes' own compile-time check (``checking/sharding_primitive.py`` defines it).
 SHARDTYPES_CHECK = "shardtypes_check_sharding"
 
 # -- layouts, names, effects -------------------------------------------------------------------
-_define(Family.RESHARD, "reshard mesh_cast sharding_cast", moves_only=True)
-_define(Family.CONSTRAINT, "sharding_constraint", moves_only=True)
-_define(Family.IDENTITY, [SHARDTYPES_CHECK, *"layout_constraint relayout with_memory_space_constraint name pin "
+define(Family.RESHARD, "reshard mesh_cast sharding_cast", moves_only=True)
+define(Family.CONSTRAINT, "sharding_constraint", moves_only=True)
+define(Family.IDENTITY, [SHARDTYPES_CHECK, *"layout_constraint relayout with_memory_space_constraint name pin "
                           "unpin program_order stop_gradient".split()], data=Data.ALIAS)
-_define(Family.EACH, "optimization_barrier", moves_only=True)
-_define(Family.EACH, "device_put", data=Data.ALIAS)
-_define(Family.EFFECT, "debug_print check shape_assertion dce_sink after_all create_token debug_callback")
-_define(Family.OPAQUE, "sort top_k", linear=False)
-_define(Family.OPAQUE, "pure_callback io_callback ffi_call", callback=True)
-_define(Family.OPAQUE, """
+define(Family.EACH, "optimization_barrier", moves_only=True)
+define(Family.EACH, "device_put", data=Data.ALIAS)
+define(Family.EFFECT, "debug_print check shape_assertion dce_sink after_all create_token debug_callback")
+define(Family.OPAQUE, "sort top_k", linear=False)
+define(Family.OPAQUE, "pure_callback io_callback ffi_call", callback=True)
+define(Family.OPAQUE, """
     approx_top_k broadcast_to cholesky cholesky_update eig eigh fft lu lu_pivots_to_permutation qr svd
     triangular_solve tridiagonal tridiagonal_solve householder_product hessenberg schur geqrf geqp3 ormqr
     symmetric_product reduce reduce_window_min scatter-max scatter-min scatter-mul scatter-sub
@@ -307,13 +309,13 @@ _define(Family.OPAQUE, """
     rng_uniform argsort""")
 
 # -- jaxprs inside -----------------------------------------------------------------------------
-_define(Family.CALL, "jit pjit closed_call core_call remat remat2 checkpoint custom_jvp_call custom_vjp_call "
+define(Family.CALL, "jit pjit closed_call core_call remat remat2 checkpoint custom_jvp_call custom_vjp_call "
         "custom_vjp_call_jaxpr named_call custom_jvp_call_jaxpr composite")
-_define(Family.CALL, "xla_metadata_call", seen="JAX 0.12.0 on")
-_define(Family.SCAN, "scan")
-_define(Family.WHILE, "while")
-_define(Family.COND, "cond")
-_define(Family.SHARD_MAP, "shard_map")
+define(Family.CALL, "xla_metadata_call", seen="JAX 0.12.0 on")
+define(Family.SCAN, "scan")
+define(Family.WHILE, "while")
+define(Family.COND, "cond")
+define(Family.SHARD_MAP, "shard_map")
 del E
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from . import messages as say
 from .algebra import FOLD, drop_rel, fact_of, ring_of
 from .catalogue import Family, Owed, Part, implements
-from .facts import UNKNOWN, Fact
+from .facts import UNKNOWN, Fact, SumToken
 from .jaxpr import axis_names, invars, is_literal, name as prim_name, outvars, param
 from .walk import primitive_of
 
@@ -44,7 +44,9 @@ def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     sums = pays is Owed.SUM
     out = []
     for v, f in zip(invars(eqn), ins):
-        if sums and f.rel:
+        if sums and f.rel and _rescaled_part(f, paid):
+            f = f.same_origin(f.dims, f.owed, f.owed_by, rel=())  # exp(log(l_local) - M): l_local e^-M
+        elif sums and f.rel:
             p.fail(say.relative_psummed(p.head, f, name, paid))
         if not f.known and not is_literal(v):
             out.append(UNKNOWN)
@@ -61,8 +63,17 @@ def _psum(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
             by = say.fold_by(name, folded, [i for i, _ in split], f.origin)
             out.append(f.derived(f.dims, name, owed | folded, by, kind=FOLD[pays], vary=vary, counted=counted))
             continue
-        out.append(f.derived(f.dims, name, owed, vary=vary, counted=counted))
+        rel = f.rel if sums else drop_rel(f.rel, paid)  # (a max over the devices: the same on all)
+        out.append(f.derived(f.dims, name, owed, vary=vary, counted=counted, rel=rel))
     return out
+
+
+def _rescaled_part(f: Fact, paid: frozenset) -> bool:
+    """A value relative to one partial sum over ``paid`` with power +1 alone (``exp(lse_local -
+    M)``, FlashDecoding's weight): that part of the sum times a factor the same on every device,
+    a partial sum again."""
+    return not (f.owed & paid) and len(f.rel) == 1 and isinstance(f.rel[0][0], SumToken) and f.rel[0][2] == 1 \
+        and set(f.rel[0][1]) <= paid
 
 
 def _gathered(p: Any, eqn: Any, fact: Fact, dim: int) -> tuple | None:
@@ -167,11 +178,31 @@ def _ppermute(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     dims = None if d is None else tuple(None if a is not None and names & set(a) else a for a in d)
     along = manual_axes(p, eqn)
     ring = ring_of(ins[0], along[0]) if len(along) == 1 else None
-    shift = cyclic_shift(p, eqn, ring[0]) if ring is not None else None
-    if ring is None or shift is None:
+    if ring is None:
+        return fact_of(p, eqn, ins, dims)
+    shift, how = cyclic_shift(p, eqn, ring[0]), "ring"
+    if shift is None:
+        shift, how = chain_shift(p, eqn, ring[0]), "chain"
+    if shift is None or ring[3] not in (None, how):
         return fact_of(p, eqn, ins, dims)
     n = p.sizes[ring[0]]
-    return fact_of(p, eqn, ins, dims, ring=(ring[0], ring[1], frozenset((o + shift) % n for o in ring[2])))
+    offsets = frozenset((o + shift) % n if how == "ring" else o + shift for o in ring[2])
+    return fact_of(p, eqn, ins, dims, ring=(ring[0], ring[1], offsets, how))
+
+
+def chain_shift(p: Any, eqn: Any, axis: str) -> int | None:
+    """The shift ``s`` of a ppermute over ``axis`` alone that sends every device's value ``s``
+    devices on where there is one, without wrapping round (``perm`` pairs ``(i, i + s)`` for
+    every ``i`` with ``0 <= i + s < n``: the first ``|s|`` devices get zeros); None for any other."""
+    if tuple(axis_names(eqn)) != (axis,) or axis not in p.sizes:
+        return None
+    n = p.sizes[axis]
+    pairs = frozenset(tuple(pair) for pair in param(eqn, "perm"))
+    shifts = {dst - src for src, dst in pairs}
+    if len(shifts) != 1:
+        return None
+    s = shifts.pop()
+    return s if s and pairs == frozenset((i, i + s) for i in range(n) if 0 <= i + s < n) else None
 
 
 def cyclic_shift(p: Any, eqn: Any, axis: str) -> int | None:

@@ -41,14 +41,22 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from .catalogue import Owed, record
+from .catalogue import Arith, Family, Owed, Primitive, record
 
-__all__ = ["Owed", "Dims", "Fact", "Point", "UNKNOWN", "lost_axes", "joined_lost"]
+__all__ = ["Owed", "Dims", "Fact", "Point", "UNKNOWN", "lost_axes", "joined_lost", "SumToken", "keeps_parts",
+           "keeps_number"]
+
+
+class SumToken(str):
+    """A ``Fact.rel`` token that is a partial sum (its ``owed_by``), not a partial maximum: a value
+    divided by this device's part of a sum, or its log, is relative to that part (log-sum-exp)."""
 
 Dims = tuple  # per dim: a tuple of mesh axes, or None (unknown)
 
 _FIELDS = ("dims", "owed", "kind", "vary", "rel", "counted", "mark", "base", "chain", "owed_by", "lost", "copies",
-           "ring")
+           "ring", "count", "mean", "number")
+# Facts of one value only: a value computed from it starts without them (``derived``, ``same_origin``).
+_OWN = {"count": 0, "mean": 0, "number": None}
 
 
 class Fact:
@@ -73,14 +81,18 @@ class Fact:
     lost: tuple
     copies: frozenset
     ring: tuple
+    count: int  # a partial sum over split dims: how many local elements each device added
+    mean: int  # such a sum divided by that count: this device's group's mean (the count)
+    number: float | None  # a literal's value, through check_vma's casts and broadcasts
     serial: int
 
     def __init__(self, dims: Dims | None, owed: frozenset = frozenset(), origin: str = "",
                  owed_by: str = "", chain: tuple = (), *, kind: Owed = Owed.SUM, vary: frozenset | None = None,
                  rel: tuple | None = (), counted: frozenset = frozenset(), mark: str = "", lost: tuple = (),
-                 copies: frozenset = frozenset(), ring: tuple = ()):
+                 copies: frozenset = frozenset(), ring: tuple = (), number: float | None = None):
         _init(self, dims=dims, owed=owed, kind=Owed(kind) if owed else Owed.SUM, vary=vary, rel=rel, counted=counted,
-              mark=mark, base=origin, chain=chain, owed_by=owed_by, lost=lost, copies=copies, ring=ring)
+              mark=mark, base=origin, chain=chain, owed_by=owed_by, lost=lost, copies=copies, ring=ring, count=0,
+              mean=0, number=number)
 
     def __setattr__(self, key: str, value: Any) -> None:
         raise AttributeError(f"a Fact is a value: make a new one (Fact.evolve(..., {key}=...)), not set .{key}")
@@ -109,24 +121,29 @@ class Fact:
                 **changes: Any) -> Fact:
         """The fact of a value the primitive ``prim`` computes from this one: ``prim`` joins the
         chain its origin names (a cast does not); the ring's parts stay only through a cast."""
-        cast = record(prim).cast
+        found = record(prim)
+        cast = found.cast
         chain = self.chain
         if not cast and (not chain or chain[-1] != prim):
             chain = chain[1 - _CHAIN:] + (prim,) if len(chain) >= _CHAIN - 1 else chain + (prim,)
         owed = self.owed if owed is None else owed
-        # (A cast of a partial value keeps the ring's parts; any other primitive makes a value of
-        # its own. Only partial values a ring can pay carry one: nothing is built for the rest.)
+        # (A cast of a partial value keeps the ring's parts, a move keeps the parts it has; any
+        # other primitive makes a value of its own. Only partial values a ring can pay carry one.)
         ring: tuple = ()
         if owed and owed == self.owed and self.kind in RING_KINDS and cast:
-            ring = self.ring or (None, self.serial, START)
-        fields: dict = {"dims": dims, "owed": owed, "chain": chain, "owed_by": owed_by or self.owed_by if owed else "",
-                        "ring": ring}
+            ring = self.ring or (None, self.serial, START, None)
+        elif owed and owed == self.owed and keeps_parts(found):  # (the same parts, moved: x[None], x.T)
+            ring = self.ring
+        fields: dict = {**_OWN, "dims": dims, "owed": owed, "chain": chain,
+                        "owed_by": owed_by or self.owed_by if owed else "", "ring": ring,
+                        "number": self.number if keeps_number(found) else None}
         fields.update(changes)
         return self.evolve(**fields)
 
     def same_origin(self, dims: Dims | None, owed: frozenset, owed_by: str, **changes: Any) -> Fact:
         """This fact's origin with another layout and sum (and other ``changes``)."""
-        fields: dict = {"dims": dims, "owed": owed, "owed_by": owed_by, "ring": self.ring if owed == self.owed else ()}
+        fields: dict = {**_OWN, "dims": dims, "owed": owed, "owed_by": owed_by,
+                        "ring": self.ring if owed == self.owed else ()}
         fields.update(changes)
         fields.setdefault("kind", self.kind)
         return self.evolve(**fields)
@@ -145,6 +162,19 @@ def _init(fact: Fact, **fields: Any) -> None:
     put(fact, "serial", next(_SERIALS))
 
 
+def keeps_parts(prim: Primitive) -> bool:
+    """A primitive that moves a value's elements without computing (a broadcast, reshape,
+    transpose, squeeze, conversion or copy): a partial value's parts (``Fact.ring``) stay."""
+    return prim.family in _MOVES or (prim.family is Family.ELEMENTWISE and prim.moves_only
+                                     and prim.arith in (None, Arith.CONVERT))
+
+
+def keeps_number(prim: Primitive) -> bool:
+    """A primitive that keeps a literal's value (a cast, a broadcast, a conversion)."""
+    return prim.cast or prim.family is Family.BROADCAST or prim.arith is Arith.CONVERT
+
+
+_MOVES = frozenset({Family.BROADCAST, Family.RESHAPE, Family.TRANSPOSE, Family.SQUEEZE})
 _CHAIN = 6  # primitives named in an origin at most (the last ones)
 _SERIALS = itertools.count()
 START = frozenset({0})  # a partial value's own part: no shift

@@ -62,7 +62,7 @@ from .algebra import (
     zeros as _zeros,
 )
 from .catalogue import Arith, Family, Part, Primitive, implements
-from .facts import UNKNOWN, Fact, Owed, Point, joined_lost
+from .facts import UNKNOWN, Fact, Owed, Point, SumToken, joined_lost
 from .jaxpr import (
     KernelPassWarning,
     Unreadable,
@@ -108,22 +108,20 @@ class Pass(Walk):
 
     # -- values ----------------------------------------------------------------------------
 
-    def read(self, env: dict, v: Any) -> Fact:
+    def read(self, env: dict, v: Any) -> Any:
         if is_literal(v):
             return Fact(None if shape(v) else (), origin=_ZERO if _zero(v) else "a constant",
-                        vary=frozenset())
+                        vary=frozenset(), number=literal_number(v))
         fact = env.get(v, UNKNOWN)
         if fact.dims is not None and len(fact.dims) != len(shape(v)):
             return fact.same_origin(None, fact.owed, fact.owed_by)  # (a rule's slip: never compare it)
         return fact
 
-    def write(self, env: dict, v: Any, fact: Fact) -> None:
+    def write(self, env: dict, v: Any, value: Any) -> None:
         if not is_var(v):
             return
         points = self.points.get(v)
-        if points:
-            fact = self.meet(fact, points)
-        env[v] = fact
+        env[v] = self.meet(value, points) if points else value
 
     # -- where the side table meets the pass: a value the library declared (an op's result, laid
     # out as its spec string says), checked (an annotation, an op's operand: compared with what
@@ -292,6 +290,12 @@ class Pass(Walk):
         other kind if the map decreases); reaching anything else it is a per-device value
         relative to that local maximum from there on (see ``Fact.rel``)."""
         fact = ins[i]
+        if fact.owed and fact.kind == Owed.SUM and fact.rel is not None and \
+                ((prim.arith is Arith.DIV and i == 1) or prim.arith is Arith.LOG):
+            # This device's part of a sum as a scale (o / l_local) or through log (lse_local):
+            # relative to that part, right once rescaled by it (exp(lse_local - M) * o: FlashDecoding).
+            entry = ((SumToken(fact.owed_by), tuple(sorted(fact.owed)), 1),)
+            return fact.same_origin(fact.dims, frozenset(), "", kind=Owed.SUM, rel=rel_mul(fact.rel, entry))
         if not fact.owed or fact.kind not in _FLIP or keeps(prim, fact.kind) or prim.moves_only or prim.cast:
             return fact
         direction = _monotone(eqn, ins, i)
@@ -363,10 +367,13 @@ class Pass(Walk):
         ring: tuple = ()
         if len(owing) == 2 == len(ins) and prim.arith is not None and RING_OPS.get(owing[0].kind) is prim.arith:
             ring = self.ring_sum(*owing)
-            if ring and len(ring[2]) == self.sizes.get(ring[0]):  # every device's part: the sum
+            if ring and ring[3] == "ring" and len(ring[2]) == self.sizes.get(ring[0]):  # every device's part: the sum
                 axis = ring[0]
                 owed, by, ring = owed - {axis}, "", ()
                 vary = None if vary is None else vary - {axis}
+        elif len(owing) == 1 == len(ins) - 1 and prim.arith is Arith.ADD and owing[0].kind in RING_OPS and \
+                all(_zeros(f) for f in ins if f is not owing[0]):  # 0 + x is x (a carry started at zeros)
+            ring = owing[0].ring or (None, owing[0].serial, frozenset({0}), None)
         rel = self.combined_rel(prim, ins)
         counted = frozenset().union(*(f.counted for f in ins))
         if counted and self.averages(prim, eqn, counted):
@@ -374,10 +381,13 @@ class Pass(Walk):
         base = first or (owing[0] if owing else None) or next((f for f in ins if f.known), None)
         if base is None:
             return UNKNOWN
+        # (A local sum divided by how many elements it added: this device's group's mean.)
+        mean = ins[0].count if prim.arith is Arith.DIV and len(ins) == 2 and ins[0].owed and ins[0].count and \
+            ins[1].number == ins[0].count else 0
         return base.derived(tuple(dims) if first is not None else None, name, owed, by, kind=kind, vary=vary,
                             rel=rel, counted=counted, mark=next((f.mark for f in ins if f.mark), ""),
                             lost=joined_lost(*ins) + tuple(lost),
-                            copies=frozenset().union(*(f.copies for f in ins)), ring=ring)
+                            copies=frozenset().union(*(f.copies for f in ins)), ring=ring, mean=mean)
 
     @staticmethod
     def ring_sum(a: Fact, b: Fact) -> tuple:
@@ -389,7 +399,10 @@ class Pass(Walk):
         ra, rb = ring_of(a, axis), ring_of(b, axis)
         if ra is None or rb is None or ra[:2] != rb[:2] or ra[2] & rb[2]:
             return ()
-        return (ra[0], ra[1], ra[2] | rb[2])
+        kinds = {ra[3], rb[3]} - {None}  # (a ring's shifts and a chain's do not mix)
+        if len(kinds) > 1:
+            return ()
+        return (ra[0], ra[1], ra[2] | rb[2], kinds.pop() if kinds else None)
 
     def apart(self, name: str, dim: int, a: Fact, b: Fact, a_axes: tuple, b_axes: tuple) -> tuple:
         """The ``Fact.lost`` entry of an elementwise ``name`` whose operands split ``dim`` over
@@ -421,6 +434,9 @@ class Pass(Walk):
             return rel_mul(rels[0], rels[1])
         if prim.arith is Arith.DIV and len(ins) == 2:
             return rel_mul(rels[0], rels[1], -1)
+        if prim.arith in (Arith.ADD, Arith.SUB) and len(ins) == 2 and rels[0] and rels[1] and \
+                any(isinstance(t, SumToken) for r in rels for t, _, _ in r):  # (logs: offsets add)
+            return rel_mul(rels[0], rels[1], 1 if prim.arith is Arith.ADD else -1)
         if prim.arith is Arith.SUB and len(ins) == 2:
             return rel_join(rels[0], rel_neg(rels[1]))
         if prim.arith is Arith.NEG:
@@ -438,8 +454,12 @@ class Pass(Walk):
         name = prim.name
         kinds = {f.kind for f in owing}
         kind = owing[0].kind
+        if kinds == {Owed.PREFIX, Owed.SUM} and prim.arith is Arith.ADD and len(owing) == 2:
+            prefix, carried = sorted(owing, key=lambda f: f.kind != Owed.PREFIX)
+            if self.earlier_blocks(prefix, carried):
+                return frozenset(), "", Owed.SUM  # the totals of the blocks before, carried: the prefix
         if len(kinds) > 1:
-            self.nonlinear(name, owing[1])
+            self.nonlinear(name, next((f for f in owing if f.kind == Owed.PREFIX), owing[1]))
         if folded(kind):  # blocks combined, with a value that differs from block to block
             owed = frozenset().union(*(f.owed for f in owing))
             mixed = [f for f in ins if not f.owed and not _zeros(f) and (f.vary is None or f.vary & owed)]
@@ -450,6 +470,9 @@ class Pass(Walk):
             owed = frozenset().union(*(f.owed for f in owing))
             return owed, owing[0].owed_by, kind
         if prim.arith is Arith.MUL and len(owing) > 1:
+            if all(f.kind == Owed.SUM and f.mean and f.mean == owing[0].mean and f.owed == owing[0].owed
+                   for f in owing):
+                return frozenset(), "", Owed.SUM  # means of this device's group multiplied: per group
             self.fail(say.product_of_sums(self.head, name, owing[0], owing[1]))
         if prim.arith is Arith.DIV and ins[1].owed:
             self.nonlinear(f"{name} (by a partial sum)", ins[1])
@@ -468,6 +491,18 @@ class Pass(Walk):
             if other:
                 self.fail(say.adds_invariant(self.head, name, owing[0], other[0]))
         return owed, owing[0].owed_by, kind
+
+    def earlier_blocks(self, prefix: Fact, carried: Fact) -> bool:
+        """Whether ``carried`` holds, on each device along the prefix's one axis, the totals of
+        the blocks of every device before it: the block totals of that prefix (one origin),
+        passed one device on down a chain of ppermutes (no wrap round) and added up, each
+        earlier device's once (``Fact.ring``: a chain's shifts 1 .. n - 1)."""
+        if len(prefix.owed) != 1 or carried.owed != prefix.owed or carried.owed_by != prefix.owed_by:
+            return False
+        axis = next(iter(prefix.owed))
+        ring = carried.ring
+        return bool(ring) and ring[0] == axis and ring[3] == "chain" and \
+            ring[2] == frozenset(range(1, self.sizes.get(axis, 0)))
 
     def offset(self, ins: list[Fact], owed: frozenset) -> bool:
         """Whether a prefix is added an offset that differs per device along its axes and is not

@@ -108,7 +108,7 @@ def _scan(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     consts, carry, body, length = inside.consts, inside.carries, inside.bodies[0], inside.trips
     xs = [_slice(f) for f in ins[consts + carry:]]
     if isinstance(length, int) and 0 < length <= _UNROLL and _rotates(body) and \
-            any(f.owed and f.kind in RING_OPS for f in ins[consts:consts + carry]):
+            any(f.owed and f.kind in RING_OPS for f in ins[:consts + carry]):
         carries, ys = _trips(p, body, length, list(ins[:consts]), list(ins[consts:consts + carry]), xs)
     else:
         carries, ys = _settle(p, body, list(ins[:consts]), list(ins[consts:consts + carry]), xs)

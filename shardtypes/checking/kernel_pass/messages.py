@@ -110,9 +110,11 @@ def contracted_apart(head: str, i: int, j: int, lhs: Any, rhs: Any, a: tuple, b:
 # -- values relative to a local maximum (``Fact.rel``) ----------------------------------------
 
 def relative(head: str, fact: Any, where: str) -> str:
-    made = "; ".join(dict.fromkeys(t for t, _, _ in fact.rel or ()))
-    return (f"{head}, {where}, but it is computed from a partial maximum or minimum (each device's "
-            f"own, not the global one: {made}) ({fact.origin})")
+    sums = "; ".join(dict.fromkeys(t for t, _, _ in fact.rel or () if type(t) is not str))
+    maxima = "; ".join(dict.fromkeys(t for t, _, _ in fact.rel or () if type(t) is str))
+    parts = ([f"a partial maximum or minimum (each device's own, not the global one: {maxima})"] if maxima else []) + \
+        ([f"a partial sum divided by or taken the log of (each device's part, not the whole: {sums})"] if sums else [])
+    return f"{head}, {where}, but it is computed from {' and '.join(parts)} ({fact.origin})"
 
 
 def relative_psummed(head: str, fact: Any, name: str, paid: frozenset) -> str:

@@ -154,7 +154,10 @@ def _reduce(p: Any, eqn: Any, ins: list[Fact]) -> list[Fact]:
     if ins[0].owed and ins[0].kind == kind:
         return fact_of(p, eqn, ins, kept, ins[0].owed | summed, ins[0].owed_by, vary=vary)
     by = say.sum_by(call, dims, summed, ins[0].origin)
-    return fact_of(p, eqn, ins, kept, summed, by, kind=kind, vary=vary)
+    count = 1  # (how many local elements each device added: a mean divides by it)
+    for i in axes:
+        count *= shape(invars(eqn)[0])[i]
+    return fact_of(p, eqn, ins, kept, summed, by, kind=kind, vary=vary, count=count if kind == Owed.SUM else 0)
 
 
 @implements(Part.PASS, Family.CUMULATIVE)

@@ -40,6 +40,9 @@ _EAGER_BRANCH = ("stepped aside", "Python control flow on a value in an eager ke
                  "JAX runs it, with one KernelPassWarning (the pass follows staged bodies)")
 _STAGED_EAGER = ("accepted", "JAX refuses jax.device_put(x, device) only in an eager shard_map body; typed_shard_map "
                  "stages the body, as under jax.jit")
+_AUTO_RESULT = ("refused", "a partial-manual kernel whose body lays its result out over an Auto axis the annotation "
+                "made from out_specs does not name (with_sharding_constraint(x, P('j'))): the compile-time check "
+                "of the result's layout over the axes left to XLA says so")
 _CALL_HI = ("stepped aside", "JAX 0.12's 'call_hi_primitive' (jnp.histogram, jnp.insert, jax.random.choice): no "
             "rule (KernelPassWarning)")
 
@@ -58,6 +61,7 @@ KNOWN: dict[str, tuple[str, str]] = {
     "axis_index_eager": _EAGER_BRANCH,
     "eager_control_flow": _EAGER_BRANCH,
     "device_put/to_device/eager": _STAGED_EAGER,
+    "partial_auto_ppermute[auto]": _AUTO_RESULT,
 }
 
 KNOWN_BY_JAX: dict[str, dict[str, tuple[str, str] | None]] = {
