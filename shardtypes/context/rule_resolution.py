@@ -111,6 +111,7 @@ def _resolve(rules: AxisRules, mode: str | None, spec: ShapeSpec, ndim: int,
 def _auto_mode(rules: AxisRules, spec: ShapeSpec, ndim: int, shape: tuple | None) -> tuple:
     """(the mode ``rules.auto_mode`` chooses for an array of ``shape``, the note ``explain`` shows
     of it, the words every error adds), or (None, None, "") where it chooses none."""
+    assert rules.auto_mode is not None  # (the caller asks only where there is one)
     dim_name, size, auto = rules.auto_mode
     for dim, n in zip(_expanded_dims(spec, ndim), shape or ()):
         if not dim.is_variadic and (dim.name == dim_name or dim_name in dim.sharding) and size_equal(n, size):

@@ -72,8 +72,9 @@ def _rescaled_part(f: Fact, paid: frozenset) -> bool:
     """A value relative to one partial sum over ``paid`` with power +1 alone (``exp(lse_local -
     M)``, FlashDecoding's weight): that part of the sum times a factor the same on every device,
     a partial sum again."""
-    return not (f.owed & paid) and len(f.rel) == 1 and isinstance(f.rel[0][0], SumToken) and f.rel[0][2] == 1 \
-        and set(f.rel[0][1]) <= paid
+    rel = f.rel or ()
+    return not (f.owed & paid) and len(rel) == 1 and isinstance(rel[0][0], SumToken) and rel[0][2] == 1 \
+        and set(rel[0][1]) <= paid
 
 
 def _gathered(p: Any, eqn: Any, fact: Fact, dim: int) -> tuple | None:

@@ -294,7 +294,7 @@ class Pass(Walk):
                 ((prim.arith is Arith.DIV and i == 1) or prim.arith is Arith.LOG):
             # This device's part of a sum as a scale (o / l_local) or through log (lse_local):
             # relative to that part, right once rescaled by it (exp(lse_local - M) * o: FlashDecoding).
-            entry = ((SumToken(fact.owed_by), tuple(sorted(fact.owed)), 1),)
+            entry: tuple = ((SumToken(fact.owed_by), tuple(sorted(fact.owed)), 1),)
             return fact.same_origin(fact.dims, frozenset(), "", kind=Owed.SUM, rel=rel_mul(fact.rel, entry))
         if not fact.owed or fact.kind not in _FLIP or keeps(prim, fact.kind) or prim.moves_only or prim.cast:
             return fact
@@ -308,7 +308,7 @@ class Pass(Walk):
         if prim.compares:  # (is this device's max the global one?): a per-device predicate
             vary = None if fact.vary is None else fact.vary | fact.owed
             return fact.same_origin(fact.dims, frozenset(), "", kind=Owed.SUM, vary=vary)
-        entry = ((fact.owed_by, tuple(sorted(fact.owed)), 1),)
+        entry = ((fact.owed_by, tuple(sorted(fact.owed)), 1),)  # (a partial maximum's token: a plain str)
         return fact.same_origin(fact.dims, frozenset(), "", kind=Owed.SUM, rel=rel_mul(fact.rel, entry))
 
     def nonlinear(self, name: str, fact: Fact) -> None:
@@ -435,7 +435,7 @@ class Pass(Walk):
         if prim.arith is Arith.DIV and len(ins) == 2:
             return rel_mul(rels[0], rels[1], -1)
         if prim.arith in (Arith.ADD, Arith.SUB) and len(ins) == 2 and rels[0] and rels[1] and \
-                any(isinstance(t, SumToken) for r in rels for t, _, _ in r):  # (logs: offsets add)
+                any(isinstance(t, SumToken) for r in rels for t, _, _ in r or ()):  # (logs: offsets add)
             return rel_mul(rels[0], rels[1], 1 if prim.arith is Arith.ADD else -1)
         if prim.arith is Arith.SUB and len(ins) == 2:
             return rel_join(rels[0], rel_neg(rels[1]))
