@@ -2,7 +2,8 @@
 
 Parsing and printing shape strings (``ShapeSpec``, ``DimSpec``, ``ShapeSpecError``), the
 PartitionSpec a spec names, size expressions (``seq+1``, ``heads//kv``) and the sizes users give
-(``dims={'batch': 8}``), and the names static checkers see for the annotation classes.
+(``dims={'batch': 8}``), the names static checkers see for the annotation classes, and byte and
+FLOP counts as every layer writes them (``fmt_bytes``, ``fmt_flops``).
 
 May import: nothing of shardtypes; no JAX at import (pure Python).
 """
@@ -54,6 +55,12 @@ from .sizes import (
     size_equal as size_equal,
     unused_dims_error as unused_dims_error,
 )
+from .units import (
+    BYTE_STYLES as BYTE_STYLES,
+    FLOP_STYLES as FLOP_STYLES,
+    fmt_bytes as fmt_bytes,
+    fmt_flops as fmt_flops,
+)
 
 __all__ = [
     "AXIS_RULES",
@@ -97,6 +104,10 @@ __all__ = [
     "mapping_of_sizes",
     "size_equal",
     "unused_dims_error",
+    "BYTE_STYLES",
+    "FLOP_STYLES",
+    "fmt_bytes",
+    "fmt_flops",
 ]
 
 # What the layer offers the layers above, in its docstring, made from __all__ so that it cannot go stale.

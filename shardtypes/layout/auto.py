@@ -243,13 +243,6 @@ def auto_partition_specs(
 #### Bytes and spec trees (for the budget, validation and conversion too)
 
 
-def fmt_bytes(n: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit} ({int(n)} bytes)"
-    return f"{int(n)} bytes"
-
-
 def is_spec_leaf(s: Any) -> bool:
     return s is None or isinstance(s, (PartitionSpec, NamedSharding))
 

@@ -17,13 +17,12 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
-from ..language import entry_axes
+from ..language import entry_axes, fmt_bytes
 from ..model import public_names
 from .auto import (
     Unit,
     candidate_units,
     concrete_sizes,
-    fmt_bytes,
     is_spec_leaf,
     itemsize_of,
     mesh_axis_sizes,
@@ -144,7 +143,7 @@ def partition_specs_for_budget(
         if not reached:
             failures.append(
                 f"  {path_or_array(path)}: shape {shape}, dtype {np.dtype(x.dtype).name}, "
-                f"{fmt_bytes(total)} in all; at best {fmt_bytes(total // parallelism)} per device "
+                f"{fmt_bytes(total, 'exact')} in all; at best {fmt_bytes(total // parallelism, 'exact')} per device "
                 f"with {spec} over {parallelism} device{'' if parallelism == 1 else 's'}"
             )
         return spec
@@ -155,7 +154,7 @@ def partition_specs_for_budget(
         axes = {u.axes[0] if len(u.axes) == 1 else u.axes: u.size for u in units}
         raise ValueError(
             f"{what}: {len(failures)} {'leaf' if len(failures) == 1 else 'leaves'} "
-            f"cannot fit in {fmt_bytes(budget)} per device "
+            f"cannot fit in {fmt_bytes(budget, 'exact')} per device "
             f"on this mesh (usable axes and sizes: {axes}):\n" + "\n".join(failures) + "\n"
             "Raise the budget, use a larger mesh, or pad the dims so that more axes divide them."
         )

@@ -14,9 +14,10 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
-from ..language import entry_axes
+from ..language import entry_axes, fmt_bytes
 from ..model import public_names
-from .auto import concrete_sizes, fmt_bytes, is_spec_leaf, mesh_axis_sizes, path_or_array, shape_of
+from .auto import concrete_sizes, is_spec_leaf, mesh_axis_sizes, path_or_array, shape_of
+from .per_device import per_device_shape, spec_entries, spec_parts
 from .placement import tree_guard
 from .specs import mesh_arg
 
@@ -144,11 +145,12 @@ def _leaf_problems(path: str, x: Any, spec: PartitionSpec, mesh: Mesh | Abstract
     def add(kind: str, message: str) -> None:
         found.append(ShardingProblem(path, kind, message))
 
-    if len(spec) > len(shape):
-        add("rank", f"{where}: the spec has {len(spec)} entries but the array has only {len(shape)} dims.")
+    entries = spec_entries(spec)
+    if len(entries) > len(shape):
+        add("rank", f"{where}: the spec has {len(entries)} entries but the array has only {len(shape)} dims.")
     seen: dict[str, int] = {}
-    parts = [1] * len(shape)
-    for i, entry in enumerate(spec):
+    parts = spec_parts(spec, len(shape), axis_sizes)  # (an axis the mesh lacks splits nothing)
+    for i, entry in enumerate(entries):
         axes = entry_axes(entry)
         for a in axes:
             if a not in axis_sizes:
@@ -168,20 +170,18 @@ def _leaf_problems(path: str, x: Any, spec: PartitionSpec, mesh: Mesh | Abstract
         if i >= len(shape):
             continue
         known = tuple(a for a in axes if a in axis_sizes)
-        total = math.prod(axis_sizes[a] for a in known)
-        parts[i] = total
         size = sizes[i]
-        if known and size is not None and size % total != 0:
+        if known and size is not None and size % parts[i] != 0:
             add(
                 "indivisible",
                 f"{where}: dim {i} has size {size}, which mesh axes {known} of total size "
-                f"{total} do not divide.",
+                f"{parts[i]} do not divide.",
             )
     dtype = getattr(x, "dtype", None)
-    concrete = [s for s in sizes if s is not None]
-    if dtype is not None and len(concrete) == len(sizes):
-        local = math.prod(-(-s // p) for s, p in zip(concrete, parts))
-        per_device = local * np.dtype(dtype).itemsize
+    block = per_device_shape(sizes, parts)  # (None where a size is symbolic)
+    if dtype is not None and block is not None:
+        concrete = [int(s) for s in sizes if s is not None]
+        per_device = math.prod(block) * np.dtype(dtype).itemsize
         if per_device > threshold:
             free = [a for a, n in axis_sizes.items() if n > 1 and a not in seen]
             hint = next(
@@ -194,8 +194,8 @@ def _leaf_problems(path: str, x: Any, spec: PartitionSpec, mesh: Mesh | Abstract
                 a, i = hint
                 add(
                     "large_replicated",
-                    f"{where}: holds {fmt_bytes(per_device)} per device, over the "
-                    f"{fmt_bytes(threshold)} threshold, while mesh axes {tuple(free)} are "
+                    f"{where}: holds {fmt_bytes(per_device, 'exact')} per device, over the "
+                    f"{fmt_bytes(threshold, 'exact')} threshold, while mesh axes {tuple(free)} are "
                     f"unused; e.g. dim {i} (size {concrete[i]}) could also be sharded over {a!r}.",
                 )
     return found

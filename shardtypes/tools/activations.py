@@ -40,6 +40,7 @@ from typing import Any, Callable
 import jax
 
 from ..checking import jaxpr_walk, jaxprs, primitives
+from ..language import fmt_bytes
 from . import fields
 from .activation_rules import (
     auto_splits,
@@ -54,7 +55,6 @@ from .activation_rules import (
     passed_through,
     spec_parts,
 )
-from .memory_plan import fmt_bytes
 
 Data = primitives.Data
 Family = primitives.Family

@@ -6,25 +6,29 @@ bandwidth, and the bandwidth of the links a device sends over), each figure with
 ``step_time(cost, mesh_sizes, 'h100')`` turns what a step costs per device (``verify``'s
 ``report.cost``: FLOPs by dtype, bytes read and written from memory, bytes sent per group of mesh
 axes) into seconds on that chip: a lower bound, at peak rates, with no latency, either without
-overlap (the sum) or with perfect overlap (the largest part), and a sentence naming what bounds
-it. Which mesh axes run over which link is ``links=`` (``{'t': 'nvlink', 'd': 'network'}``, or
-bandwidths such as ``{'d': '50GB/s'}``); by default the mesh's trailing axes run over the fast
-link while their devices fit in one of its domains (8 GPUs of an NVLink node, one TPU slice) and
-the rest over the slow one. docs/chips.md lists the figures with their sources.
+overlap (the sum) or with perfect overlap (the largest part), and what bounds it: a
+``StepBound``, the ``Bound`` (compute, memory or communication) with its figures, whose
+``str()`` is the sentence the reports show. Which mesh axes run over which link is ``links=``
+(``{'t': 'nvlink', 'd': 'network'}``, or bandwidths such as ``{'d': '50GB/s'}``); by default the
+mesh's trailing axes run over the fast link while their devices fit in one of its domains (8 GPUs
+of an NVLink node, one TPU slice) and the rest over the slow one. docs/chips.md lists the figures with their sources.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import math
 import re
 from typing import Any, Mapping
 
+from ..language import fmt_bytes, fmt_flops
 from . import fields
+from .step_cost import StepCost
 
-__all__ = ["Chip", "Link", "StepTime", "CHIPS", "ALIASES", "DEVICE_KINDS", "chip_named", "known_chips",
-           "parse_bandwidth", "axis_links", "step_time", "fmt_seconds", "fmt_rate"]
+__all__ = ["Chip", "Link", "Bound", "StepBound", "StepTime", "CHIPS", "ALIASES", "DEVICE_KINDS", "chip_named",
+           "known_chips", "parse_bandwidth", "axis_links", "step_time", "fmt_seconds", "fmt_rate"]
 
 # Sources (vendor data sheets and the Cloud TPU docs), cited by each chip below.
 _H100 = "https://www.nvidia.com/en-us/data-center/h100/"
@@ -297,13 +301,88 @@ def _example(sizes: Mapping[str, int], chip: Chip, bandwidths: bool, option: str
 # A step's time on a chip.
 
 
+class Bound(enum.Enum):
+    """What bounds a step's time: the part of it that takes longest (``StepBound.kind``)."""
+
+    COMPUTE = "compute"
+    MEMORY = "memory"
+    COMMUNICATION = "communication"
+    NOTHING = "nothing"  # every part takes 0 s: the step is free
+
+
+@dataclasses.dataclass(frozen=True)
+class StepBound:
+    """What bounds a step on a chip, as figures; ``str()`` is the sentence the reports show.
+
+    ``kind`` (a ``Bound``) names the part that takes longest: its ``seconds`` of the parts'
+    ``total`` (their sum, no overlap). ``amount`` is what that part does per device and ``rate``
+    how fast it goes: for compute, FLOPs at ``chip``'s peak FLOP/s for the class of dtype
+    ``rate_class`` ('bf16') of the ``dtype`` that takes most of the time; for memory, bytes read
+    and written at the memory bandwidth; for communication, bytes sent over the mesh ``axes`` at
+    the bytes per second of ``link``, the slowest link they run over, ``collective`` the kind that
+    sends most ('all-gather'; '' where none is known) and ``where`` the line of the user's code
+    it sends most from. ``share`` is the largest dtype's share of the FLOPs, or the largest
+    collective's of the bytes; None where there is only one."""
+
+    kind: Bound
+    seconds: float = 0.0
+    total: float = 0.0
+    amount: float = 0.0
+    rate: float = 0.0
+    chip: str = ""
+    rate_class: str = ""
+    dtype: str = ""
+    axes: tuple[str, ...] = ()
+    link: Link | None = None
+    collective: str = ""
+    where: str = ""
+    share: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, Bound):
+            raise TypeError(f"StepBound: kind must be a Bound ({', '.join(b.name for b in Bound)}), got "
+                            f"{type(self.kind).__name__} {self.kind!r:.60}")
+        fields.seconds("StepBound", "seconds", self.seconds)
+        fields.seconds("StepBound", "total", self.total)
+        fields.amount("StepBound", "amount", self.amount)
+        fields.amount("StepBound", "rate", self.rate)
+        for name in ("chip", "rate_class", "dtype", "collective", "where"):
+            fields.text("StepBound", name, getattr(self, name))
+        fields.texts("StepBound", "axes", self.axes)
+        if self.link is not None and not isinstance(self.link, Link):
+            raise TypeError(f"StepBound: link must be a Link or None, got {type(self.link).__name__}")
+        if self.share is not None:
+            fields.fraction("StepBound", "share", self.share)
+
+    def __str__(self) -> str:
+        if self.kind is Bound.NOTHING:
+            return "nothing: the step is free"
+        if self.kind is Bound.COMPUTE:
+            share = "" if self.share is None else f" ({self.share:.0%} of them {self.dtype})"
+            what = (f"compute: {fmt_flops(self.amount, 'short')} per device{share} at {self.chip}'s "
+                    f"{self.rate_class} peak of {fmt_rate(self.rate, 'FLOP/s')}")
+        elif self.kind is Bound.MEMORY:
+            what = (f"memory: {fmt_bytes(self.amount, 'short')} read and written per device at "
+                    f"{fmt_rate(self.rate, 'B/s')}")
+        else:
+            link = self.link if self.link is not None else fmt_rate(self.rate, "B/s")
+            sent = f"{fmt_bytes(self.amount, 'short')} sent per device"
+            if self.collective:
+                share = "" if self.share is None else f"{self.share:.0%} of "
+                most = f", most from {self.where}" if self.where else ""
+                sent = f"the {_plural(self.collective)}, {share}{sent}{most}"
+            what = f"communication over {_axes_text(self.axes)} ({link}): {sent}"
+        return f"{what}, {fmt_seconds(self.seconds)} of {fmt_seconds(self.total)}"
+
+
 @dataclasses.dataclass(frozen=True)
 class StepTime:
     """A step's time per device on ``chip``, in seconds, at peak rates with no latency: a lower
     bound. ``compute`` (FLOPs by dtype at their peak rates), ``memory`` (bytes read and written at
     the memory bandwidth), ``communication`` per group of mesh axes (bytes sent at the bandwidth of
     the slowest link those axes run over, ``links``); ``no_overlap`` is their sum,
-    ``perfect_overlap`` the largest, and ``bound`` says which it is and what makes it up.
+    ``perfect_overlap`` the largest, and ``bound`` (a ``StepBound``) says which it is and what
+    makes it up: ``bound.kind`` is a ``Bound``, ``str(bound)`` a sentence.
     ``assumptions`` say where a figure stood in for another or bytes were not known."""
 
     chip: str
@@ -311,7 +390,7 @@ class StepTime:
     memory: float
     communication: Mapping[tuple[str, ...], float]
     links: Mapping[str, Link]
-    bound: str
+    bound: StepBound
     assumptions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -325,7 +404,9 @@ class StepTime:
                 raise TypeError(f"{owner}: {field} must be a Link, got {type(value).__name__}")
 
         fields.mapping("StepTime", "links", self.links, "str", link)
-        fields.text("StepTime", "bound", self.bound)
+        if not isinstance(self.bound, StepBound):
+            raise TypeError(f"StepTime: bound must be a StepBound, got {type(self.bound).__name__} "
+                            f"{self.bound!r:.60}")
         fields.texts("StepTime", "assumptions", self.assumptions)
 
     @property
@@ -356,63 +437,49 @@ class StepTime:
                 "communication": [{"axes": list(axes), "seconds": s} for axes, s in self.communication.items()],
                 "links": {a: {"link": link.name, "bytes_per_second": link.bytes_per_second}
                           for a, link in self.links.items()},
-                "no_overlap": self.no_overlap, "perfect_overlap": self.perfect_overlap, "bound": self.bound,
+                "no_overlap": self.no_overlap, "perfect_overlap": self.perfect_overlap,
+                "bound": str(self.bound), "bound_kind": self.bound.kind.value,
                 "assumptions": list(self.assumptions)}
 
 
-def step_time(cost: Any, mesh_sizes: Mapping[str, int], chip: Any, links: Mapping[str, Any] | None = None, *,
+def step_time(cost: StepCost, mesh_sizes: Mapping[str, int], chip: Any, links: Mapping[str, Any] | None = None, *,
               chip_option: str = "chip", links_option: str = "links") -> StepTime:
-    """``cost`` (a ``StepCost``: ``flops_by_dtype``, ``memory_bytes_per_device`` and
-    ``communication.by_axes``, bytes one device sends per group of mesh axes) in seconds on
-    ``chip`` over ``mesh_sizes``, with each axis on the link ``links`` gives it (see
-    ``axis_links``)."""
+    """``cost`` (a ``StepCost``, verify's ``report.cost``: ``flops_by_dtype``,
+    ``memory_bytes_per_device`` and ``communication.by_axes``, bytes one device sends per group of
+    mesh axes) in seconds on ``chip`` over ``mesh_sizes``, with each axis on the link ``links``
+    gives it (see ``axis_links``). Anything but a StepCost is a TypeError naming ``cost``."""
+    _check_step_cost(cost)
     chip = chip_named(chip, chip_option)
     mesh = dict(mesh_sizes)
     wired = axis_links(mesh, chip, links, chip_option=chip_option, links_option=links_option)
     assumptions: list[str] = []
-
-    compute = 0.0
-    by_dtype: dict[str, tuple[float, float, str]] = {}
-    for dtype, flops in dict(getattr(cost, "flops_by_dtype", None) or {}).items():
-        n = _number(flops, f"{dtype} FLOPs", assumptions)
-        if not n:
-            continue
-        rate, cls, note = chip.rate(dtype)
-        if note:
-            assumptions.append(note)
-        compute += n / rate
-        by_dtype[_dtype_name(dtype)] = (n, rate, cls)
-    memory_bytes = _number(getattr(cost, "memory_bytes_per_device", 0), "memory bytes", assumptions)
+    compute, by_dtype = _compute_seconds(cost.flops_by_dtype, chip, assumptions)
+    memory_bytes = _number(cost.memory_bytes_per_device, "memory bytes", assumptions)
     memory = memory_bytes / chip.hbm_bandwidth
-
-    communication = getattr(cost, "communication", None)
-    by_axes = dict(getattr(communication, "by_axes", None) or {})
-    comm: dict[tuple[str, ...], float] = {}
-    sent: dict[tuple[str, ...], float] = {}
-    for axes, nbytes in by_axes.items():
-        axes = (axes,) if isinstance(axes, str) else tuple(axes)
-        n = _number(nbytes, f"bytes over {_axes_text(axes)}", assumptions)
-        outside = [a for a in axes if a not in wired]
-        if outside:
-            raise ValueError(f"step_time: the step sends bytes over mesh axis {outside[0]!r}, which the mesh "
-                             f"{mesh} does not have")
-        if not axes or not n:
-            continue
-        rate = min(wired[a].bytes_per_second for a in axes)
-        comm[axes] = comm.get(axes, 0.0) + n / rate
-        sent[axes] = sent.get(axes, 0.0) + n
-    lower = (*(getattr(cost, "lower_bound", ()) or ()), *(getattr(communication, "lower_bound", ()) or ()))
+    comm, sent = _communication_seconds(cost.communication.by_axes, mesh, wired, assumptions)
+    lower = (*cost.lower_bound, *cost.communication.lower_bound)
     assumptions += [f"a lower bound: {why}" for why in lower]
 
-    parts: list[tuple[float, str]] = [(compute, _compute_text(by_dtype, compute, chip)),
-                                      (memory, f"memory: {_bytes(memory_bytes)} read and written per device at "
-                                               f"{fmt_rate(chip.hbm_bandwidth, 'B/s')}")]
-    for axes, seconds in comm.items():
-        parts.append((seconds, _communication_text(axes, sent[axes], wired, communication)))
-    total = sum(s for s, _ in parts)
-    seconds, text = max(parts, key=lambda p: p[0])
-    bound = f"{text}, {fmt_seconds(seconds)} of {fmt_seconds(total)}" if total > 0 else "nothing: the step is free"
+    parts = [(compute, Bound.COMPUTE, ()), (memory, Bound.MEMORY, ()),
+             *((seconds, Bound.COMMUNICATION, axes) for axes, seconds in comm.items())]
+    total = sum(seconds for seconds, _, _ in parts)
+    seconds, kind, axes = max(parts, key=lambda p: p[0])
+    if not total > 0:
+        bound = StepBound(Bound.NOTHING)
+    elif kind is Bound.COMPUTE:
+        bound = _compute_bound(by_dtype, chip, seconds, total)
+    elif kind is Bound.MEMORY:
+        bound = StepBound(Bound.MEMORY, seconds, total, memory_bytes, chip.hbm_bandwidth)
+    else:
+        bound = _communication_bound(axes, sent[axes], wired, cost.communication, seconds, total)
     return StepTime(chip.name, compute, memory, comm, wired, bound, tuple(dict.fromkeys(assumptions)))
+
+
+def _check_step_cost(cost: Any) -> None:
+    """``cost`` is a StepCost (verify's ``report.cost``)."""
+    if not isinstance(cost, StepCost):
+        raise TypeError(f"step_time: cost must be a StepCost (verify's report.cost), got "
+                        f"{type(cost).__name__} {cost!r:.60}")
 
 
 def _number(value: Any, what: str, assumptions: list[str]) -> float:
@@ -424,38 +491,78 @@ def _number(value: Any, what: str, assumptions: list[str]) -> float:
         return 0.0
 
 
-def _compute_text(by_dtype: Mapping[str, tuple[float, float, str]], seconds: float, chip: Chip) -> str:
-    if not by_dtype:
-        return "compute: no FLOPs"
+def _compute_seconds(flops_by_dtype: Mapping[str, Any], chip: Chip, assumptions: list[str],
+                     ) -> tuple[float, dict[str, tuple[float, float, str]]]:
+    """Seconds of compute, each dtype's FLOPs at its peak rate; and per dtype name, (FLOPs, the
+    rate, the class of dtype it is the rate of)."""
+    seconds = 0.0
+    by_dtype: dict[str, tuple[float, float, str]] = {}
+    for dtype, flops in flops_by_dtype.items():
+        n = _number(flops, f"{dtype} FLOPs", assumptions)
+        if not n:
+            continue
+        rate, cls, note = chip.rate(dtype)
+        if note:
+            assumptions.append(note)
+        seconds += n / rate
+        by_dtype[_dtype_name(dtype)] = (n, rate, cls)
+    return seconds, by_dtype
+
+
+def _communication_seconds(by_axes: Mapping[Any, Any], mesh: Mapping[str, int], wired: Mapping[str, Link],
+                           assumptions: list[str]) -> tuple[dict[tuple[str, ...], float], dict[tuple[str, ...], float]]:
+    """Per group of mesh axes, the seconds its bytes take over the slowest link of the group,
+    and the bytes; an axis outside the mesh is an error."""
+    seconds: dict[tuple[str, ...], float] = {}
+    sent: dict[tuple[str, ...], float] = {}
+    for axes, nbytes in by_axes.items():
+        axes = (axes,) if isinstance(axes, str) else tuple(axes)
+        n = _number(nbytes, f"bytes over {_axes_text(axes)}", assumptions)
+        outside = [a for a in axes if a not in wired]
+        if outside:
+            raise ValueError(f"step_time: the step sends bytes over mesh axis {outside[0]!r}, which the mesh "
+                             f"{dict(mesh)} does not have")
+        if not axes or not n:
+            continue
+        rate = min(wired[a].bytes_per_second for a in axes)
+        seconds[axes] = seconds.get(axes, 0.0) + n / rate
+        sent[axes] = sent.get(axes, 0.0) + n
+    return seconds, sent
+
+
+def _compute_bound(by_dtype: Mapping[str, tuple[float, float, str]], chip: Chip, seconds: float,
+                   total: float) -> StepBound:
+    """Compute as the bound: all the FLOPs, at the rate of the dtype that takes most of the time."""
     name, (flops, rate, cls) = max(by_dtype.items(), key=lambda kv: kv[1][0] / kv[1][1])
-    total = sum(f for f, _, _ in by_dtype.values())
-    share = "" if len(by_dtype) == 1 else f" ({flops / total:.0%} of them {name})"
-    return (f"compute: {_count(total)}FLOP per device{share} at {chip.name}'s {cls} peak of "
-            f"{fmt_rate(rate, 'FLOP/s')}")
+    all_flops = sum(f for f, _, _ in by_dtype.values())
+    share = None if len(by_dtype) == 1 else flops / all_flops
+    return StepBound(Bound.COMPUTE, seconds, total, all_flops, rate, chip.name, cls, name, share=share)
 
 
-def _communication_text(axes: tuple[str, ...], nbytes: float, wired: Mapping[str, Link], communication: Any) -> str:
-    slowest = min(axes, key=lambda a: wired[a].bytes_per_second)
-    over = f"communication over {_axes_text(axes)} ({wired[slowest]})"
+def _communication_bound(axes: tuple[str, ...], nbytes: float, wired: Mapping[str, Link], communication: Any,
+                         seconds: float, total: float) -> StepBound:
+    """Communication over ``axes`` as the bound: its bytes, its slowest link, and the kind of
+    collective that sends most of them, with the line of the user's code it sends most from."""
+    link = wired[min(axes, key=lambda a: wired[a].bytes_per_second)]
     kinds: dict[str, float] = {}
     where: dict[tuple[str, str], float] = {}
-    for c in getattr(communication, "collectives", ()) or ():
-        if tuple(getattr(c, "axes", ()) or ()) != axes:
+    for c in communication.collectives:
+        if tuple(c.axes) != axes:
             continue
         try:
-            n = float(c.bytes) * float(getattr(c, "times", 1))
+            n = float(c.bytes) * float(c.times)
         except (TypeError, ValueError):
             continue
         kinds[c.kind] = kinds.get(c.kind, 0.0) + n
-        if getattr(c, "where", ""):
+        if c.where:
             where[c.kind, c.where] = where.get((c.kind, c.where), 0.0) + n
     if not kinds:
-        return f"{over}: {_bytes(nbytes)} sent per device"
+        return StepBound(Bound.COMMUNICATION, seconds, total, nbytes, link.bytes_per_second, axes=axes, link=link)
     kind, n = max(kinds.items(), key=lambda kv: kv[1])
     at = {w: b for (k, w), b in where.items() if k == kind}
-    share = f"{n / nbytes:.0%} of " if len(kinds) > 1 and nbytes else ""
-    top = f", most from {max(at, key=at.__getitem__)}" if at else ""
-    return f"{over}: the {_plural(kind)}, {share}{_bytes(nbytes)} sent per device{top}"
+    share = n / nbytes if len(kinds) > 1 and nbytes else None
+    return StepBound(Bound.COMMUNICATION, seconds, total, nbytes, link.bytes_per_second, axes=axes, link=link,
+                     collective=kind, where=max(at, key=at.__getitem__) if at else "", share=share)
 
 
 def _plural(kind: str) -> str:
@@ -464,21 +571,6 @@ def _plural(kind: str) -> str:
 
 def _axes_text(axes: tuple[str, ...]) -> str:
     return " x ".join(repr(a) for a in axes) if axes else "no axis"
-
-
-def _count(n: float) -> str:
-    for scale, prefix in ((10**18, "E"), (10**15, "P"), (10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "k")):
-        if n >= scale:
-            return f"{n / scale:.3g} {prefix}"
-    return f"{n:.3g} "
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{int(n)} B" if unit == "B" else f"{n:.3g} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
 
 
 def fmt_rate(rate: float, unit: str) -> str:

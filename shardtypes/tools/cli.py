@@ -323,6 +323,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    parser = _parser()
+    with _writing_stdout():  # --help, --version and usage errors print here
+        args = parser.parse_args(argv)
+    modes = args.mode or [None]
+    rule_sets = _checked_usage(parser, args, modes)
+    chip, links = getattr(args, "chip", None), getattr(args, "links", None)
+    target = _load(args.target)
+    if args.command == "plan":
+        target = _plan_target(parser, args.target, target)
+    inputs = _inputs(parser, target, getattr(args, "inputs", None))
+    contexts = _rule_contexts(parser, args, rule_sets, modes)
+    try:
+        reports = _reports(args, target, inputs, contexts, chip, links)
+    except (TypeError, ValueError) as e:
+        # What plan() and verify() reject before they start (a target that is not an annotation
+        # or a function, a bad size): bad usage, told in their words. Problems found in the
+        # model itself are in the report instead.
+        sys.stderr.write(f"shardtypes {args.command}: error: {args.target}: {e}\n")
+        return 2
+    failed = any(not r.ok or (args.command == "plan" and args.strict and bool(r.warnings)) for r in reports.values())
+    heading = "rules" if len(rule_sets) > 1 else "mode"
+    if args.html and not _wrote_html(args, reports, chip):
+        return 2
+    with _writing_stdout():
+        _print_reports(args, reports, heading)
+    return 1 if failed else 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command's parser: ``plan`` and ``verify``, their common options and their own."""
     from .._version import __version__
 
     parser = argparse.ArgumentParser(
@@ -335,29 +365,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
                         help="print the version of shardtypes and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="{plan,verify}")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("target", metavar="MODULE:OBJECT", help="what to plan or verify")
-    common.add_argument("--mesh", type=_mesh, required=True, metavar="AXIS=SIZE,...",
-                        help="the abstract mesh, e.g. d=64,t=64 (Explicit axes)")
-    common.add_argument("--dims", type=lambda t: _pairs(t, _size), default={},
-                        metavar="NAME=SIZE,...", help="sizes of named dims, e.g. embed=8192,layers=80")
-    common.add_argument("--rules", action="append", metavar="[LABEL=]MODULE:OBJECT",
-                        help="AxisRules to resolve logical axis names; give it several times to compare the "
-                        "layouts the rule sets choose side by side (labelled LABEL, or OBJECT)")
-    common.add_argument("--mode", action="append", help="the rules' mode (e.g. decode); for plan, give it "
-                        "several times to compare modes side by side ('default': the rules without a mode)")
-    common.add_argument("--json", action="store_true", help="print the report as JSON")
-    common.add_argument("--color", choices=("auto", "always", "never"), default="auto",
-                        help="colour the memory bar: auto (a terminal, or FORCE_COLOR set; never with NO_COLOR), "
-                        "always or never; JSON is never coloured")
-    common.add_argument("--max-replicated", type=_share, metavar="SHARE",
-                        help="a problem (exit 1) when more than this share of the memory per device "
-                        "is replicated copies, e.g. 5%% (or 0.05); for verify, of the function's arguments")
-    common.add_argument("--html", metavar="FILE", help="also write the report as a self-contained HTML page")
-    common.add_argument("--hbm", type=_capacity, metavar="SIZE|KIND",
-                        help="device memory: 80GiB, or a kind (" + ", ".join(DEVICE_KINDS) + "); the page's bar is "
-                        "drawn against it, and verify reports a problem when the arguments and the step's "
-                        "activations do not fit")
+    common = _common_options()
     plan_cmd = commands.add_parser("plan", parents=[common], help="per-array layout and memory per device",
                                    description="One row per array: path, annotation, dtype, shape, "
                                    "PartitionSpec, per-device shape and bytes; totals and warnings.",
@@ -382,10 +390,42 @@ def _main(argv: Sequence[str] | None) -> int:
                             help="the link each mesh axis runs over, one of the chip's (nvlink, network; ici, "
                             "dcn) or a bandwidth (50GB/s, 400Gb/s); default: the trailing axes that fit in a "
                             "node of 8 GPUs or a TPU slice over the fast link, the rest over the slow one")
-    with _writing_stdout():  # --help, --version and usage errors print here
-        args = parser.parse_args(argv)
+    return parser
 
-    modes = args.mode or [None]
+
+def _common_options() -> argparse.ArgumentParser:
+    """The options ``plan`` and ``verify`` share: the target, the mesh, sizes, rules and output."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("target", metavar="MODULE:OBJECT", help="what to plan or verify")
+    common.add_argument("--mesh", type=_mesh, required=True, metavar="AXIS=SIZE,...",
+                        help="the abstract mesh, e.g. d=64,t=64 (Explicit axes)")
+    common.add_argument("--dims", type=lambda t: _pairs(t, _size), default={},
+                        metavar="NAME=SIZE,...", help="sizes of named dims, e.g. embed=8192,layers=80")
+    common.add_argument("--rules", action="append", metavar="[LABEL=]MODULE:OBJECT",
+                        help="AxisRules to resolve logical axis names; give it several times to compare the "
+                        "layouts the rule sets choose side by side (labelled LABEL, or OBJECT)")
+    common.add_argument("--mode", action="append", help="the rules' mode (e.g. decode); for plan, give it "
+                        "several times to compare modes side by side ('default': the rules without a mode)")
+    common.add_argument("--json", action="store_true", help="print the report as JSON")
+    common.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                        help="colour the memory bar: auto (a terminal, or FORCE_COLOR set; never with NO_COLOR), "
+                        "always or never; JSON is never coloured")
+    common.add_argument("--max-replicated", type=_share, metavar="SHARE",
+                        help="a problem (exit 1) when more than this share of the memory per device "
+                        "is replicated copies, e.g. 5%% (or 0.05); for verify, of the function's arguments")
+    common.add_argument("--html", metavar="FILE", help="also write the report as a self-contained HTML page")
+    common.add_argument("--hbm", type=_capacity, metavar="SIZE|KIND",
+                        help="device memory: 80GiB, or a kind (" + ", ".join(DEVICE_KINDS) + "); the page's bar is "
+                        "drawn against it, and verify reports a problem when the arguments and the step's "
+                        "activations do not fit")
+    return common
+
+
+def _checked_usage(parser: argparse.ArgumentParser, args: argparse.Namespace, modes: list) -> dict[str, str]:
+    """The rule sets ``--rules`` names (label -> MODULE:OBJECT), after the options that do not
+    go together are refused as bad usage (exit 2): several modes with verify or with several rule
+    sets, a mode twice, ``--html`` into no folder, ``--links`` without ``--chip`` or that do not
+    fit the mesh."""
     try:
         rule_sets = _rules_targets(args.rules)
     except ValueError as e:
@@ -406,13 +446,16 @@ def _main(argv: Sequence[str] | None) -> int:
             axis_links(args.mesh, chip, links, chip_option="--chip", links_option="--links")
         except ValueError as e:
             parser.error(str(e))
-    target = _load(args.target)
-    if args.command == "plan":
-        target = _plan_target(parser, args.target, target)
-    inputs = _inputs(parser, target, getattr(args, "inputs", None))
-    contexts: dict[Any, Any]
+    return rule_sets
+
+
+def _rule_contexts(parser: argparse.ArgumentParser, args: argparse.Namespace, rule_sets: dict[str, str],
+                   modes: list) -> dict[Any, Any]:
+    """The contexts to plan or verify under, by the label the report gets: each rule set (or
+    mode of one) as an ``axis_rules`` context; without ``--rules``, one context whose errors say
+    how to give them."""
     if rule_sets:
-        contexts = {}
+        contexts: dict[Any, Any] = {}
         for label, where in rule_sets.items():
             rules = _load(where)
             if not isinstance(rules, AxisRules):
@@ -423,56 +466,62 @@ def _main(argv: Sequence[str] | None) -> int:
             for m in modes:
                 context = axis_rules(rules, mode=None if m == "default" and m not in rules.modes else m)
                 contexts[label if len(rule_sets) > 1 else m] = context
-    elif args.mode:
+        return contexts
+    if args.mode:
         parser.error("--mode needs --rules")
-    else:  # a name that is not a mesh axis may be a logical one: say how to give rules here
-        contexts = {None: _rules_hint("pass --rules MODULE:OBJECT (an AxisRules defined in your module)")}
+    # a name that is not a mesh axis may be a logical one: say how to give rules here
+    return {None: _rules_hint("pass --rules MODULE:OBJECT (an AxisRules defined in your module)")}
+
+
+def _reports(args: argparse.Namespace, target: Any, inputs: dict[str, Any] | None, contexts: dict[Any, Any],
+             chip: str | None, links: dict[str, str] | None) -> dict[Any, Any]:
+    """The plan or verify report of ``target`` under each context, by its label."""
     reports: dict[Any, Any] = {}
-    try:
-        for mode, context in contexts.items():
-            with context:
-                if args.command == "plan":
-                    reports[mode] = plan(target, args.mesh, args.dims, max_replicated=args.max_replicated)
-                else:
-                    with progress(f"shardtypes verify: tracing {args.target}"):  # shown after 1 s
-                        reports[mode] = verify(target, args.mesh, args.dims, static=args.static,
-                                               inputs=inputs, max_replicated=args.max_replicated, hbm=args.hbm,
-                                               chip=chip, links=links)
-    except (TypeError, ValueError) as e:
-        # What plan() and verify() reject before they start (a target that is not an annotation
-        # or a function, a bad size): bad usage, told in their words. Problems found in the
-        # model itself are in the report instead.
-        sys.stderr.write(f"shardtypes {args.command}: error: {args.target}: {e}\n")
-        return 2
+    for mode, context in contexts.items():
+        with context:
+            if args.command == "plan":
+                reports[mode] = plan(target, args.mesh, args.dims, max_replicated=args.max_replicated)
+            else:
+                with progress(f"shardtypes verify: tracing {args.target}"):  # shown after 1 s
+                    reports[mode] = verify(target, args.mesh, args.dims, static=args.static,
+                                           inputs=inputs, max_replicated=args.max_replicated, hbm=args.hbm,
+                                           chip=chip, links=links)
+    return reports
+
+
+def _wrote_html(args: argparse.Namespace, reports: dict[Any, Any], chip: str | None) -> bool:
+    """Writes the reports' page to ``--html`` (side by side where there are several) and says so
+    on stderr; False, with the reason on stderr, where it cannot be written."""
     report = next(iter(reports.values()))
-    failed = any(not r.ok or (args.command == "plan" and args.strict and bool(r.warnings)) for r in reports.values())
-    heading = "rules" if len(rule_sets) > 1 else "mode"
-    if args.html:
-        page = (plan_html({str(m): r for m, r in reports.items()}, args.hbm or chip) if len(reports) > 1
-                else report.to_html(args.hbm or chip))
-        try:
-            write_html(args.html, page, f"shardtypes {args.command}: --html")
-        except OSError as e:
-            sys.stderr.write(f"{e}\n")
-            return 2
-        sys.stderr.write(f"shardtypes {args.command}: wrote {args.html} ({len(page.encode()) / 1024:.0f} KiB)\n")
-    with _writing_stdout():
-        if len(reports) == 1:
-            print(_to_json(report) if args.json else report)
-        elif args.json:
-            print(json.dumps({m: json.loads(_to_json(r)) for m, r in reports.items()}, indent=2))
-        else:
-            print("\n\n".join(f"{heading} {m}:\n{r}" for m, r in reports.items()))
-            times = {m: r.step_time for m, r in reports.items() if getattr(r, "step_time", None) is not None}
-            if len(times) > 1:
-                print(_compare_times(times))
-        if args.command == "plan" and not args.json:  # the memory bar and the largest arrays
-            capacity = parse_capacity(args.hbm, "--hbm") if args.hbm else None
-            colour = use_colour(sys.stdout, args.color)
-            for m, r in reports.items():
-                title = f"\n{heading} {m}:" if len(reports) > 1 else ""
-                print(f"{title}\n{render(plan_lines(r, capacity), colour)}")
-    return 1 if failed else 0
+    page = (plan_html({str(m): r for m, r in reports.items()}, args.hbm or chip) if len(reports) > 1
+            else report.to_html(args.hbm or chip))
+    try:
+        write_html(args.html, page, f"shardtypes {args.command}: --html")
+    except OSError as e:
+        sys.stderr.write(f"{e}\n")
+        return False
+    sys.stderr.write(f"shardtypes {args.command}: wrote {args.html} ({len(page.encode()) / 1024:.0f} KiB)\n")
+    return True
+
+
+def _print_reports(args: argparse.Namespace, reports: dict[Any, Any], heading: str) -> None:
+    """The reports on stdout: text or JSON, several under their labels with their step times
+    side by side; for plan, each one's memory bar and largest arrays."""
+    if len(reports) == 1:
+        print(_to_json(next(iter(reports.values()))) if args.json else next(iter(reports.values())))
+    elif args.json:
+        print(json.dumps({m: json.loads(_to_json(r)) for m, r in reports.items()}, indent=2))
+    else:
+        print("\n\n".join(f"{heading} {m}:\n{r}" for m, r in reports.items()))
+        times = {m: r.step_time for m, r in reports.items() if getattr(r, "step_time", None) is not None}
+        if len(times) > 1:
+            print(_compare_times(times))
+    if args.command == "plan" and not args.json:  # the memory bar and the largest arrays
+        capacity = parse_capacity(args.hbm, "--hbm") if args.hbm else None
+        colour = use_colour(sys.stdout, args.color)
+        for m, r in reports.items():
+            title = f"\n{heading} {m}:" if len(reports) > 1 else ""
+            print(f"{title}\n{render(plan_lines(r, capacity), colour)}")
 
 
 def _compare_times(times: dict) -> str:

@@ -1,5 +1,5 @@
 """Checks of the fields of the reports' dataclasses (``StepCost``, ``Communication``,
-``Collective``, ``StepTime``, ``ActivationEstimate``), worded alike:
+``Collective``, ``StepTime``, ``StepBound``, ``ActivationEstimate``), worded alike:
 ``StepCost: flops_per_device must be an int >= 0, got str 'x'``. A report built by hand with a
 wrong field fails where it is built, not where it is printed.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-__all__ = ["count", "amount", "seconds", "texts", "items", "text", "mapping"]
+__all__ = ["count", "amount", "seconds", "fraction", "texts", "items", "text", "mapping"]
 
 
 def _got(value: Any) -> str:
@@ -32,6 +32,12 @@ def seconds(owner: str, field: str, value: Any) -> None:
     """A number of seconds: an int or float >= 0 (not a bool)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise TypeError(f"{owner}: {field} must be a number of seconds >= 0, got {_got(value)}")
+
+
+def fraction(owner: str, field: str, value: Any) -> None:
+    """A share: an int or float from 0 to 1 (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise TypeError(f"{owner}: {field} must be a number from 0 to 1, got {_got(value)}")
 
 
 def text(owner: str, field: str, value: Any) -> None:

@@ -15,12 +15,12 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
+from ..language import fmt_bytes
 from .chips import fmt_seconds
 from .html_parts import (
     GROUPS,
     axis_colour,
     esc,
-    fmt_bytes,
     group_of,
     memory_bar,
     mesh_svg,
@@ -186,7 +186,7 @@ def _memory_card(mode: str, report: Any, capacity: tuple[int, str] | None, scale
     head = f"Memory per device{' — ' + esc(mode) if mode else ''}"
     parts = [f'<div class="card"><h2>{head}</h2>',
              memory_bar(by_group, capacity[0] if capacity else None, scale, capacity[1] if capacity else ""),
-             f'<p class="note">{fmt_bytes(report.global_bytes)} in all over the mesh; '
+             f'<p class="note">{fmt_bytes(report.global_bytes, "figures")} in all over the mesh; '
              f"{report.replicated_fraction:.1%} of what the devices hold are replicated copies</p>"]
     if estimate is not None:
         parts.append(f'<p class="note">activations: the step\'s peak intermediate memory, estimated by verify: '
@@ -198,14 +198,15 @@ def _memory_card(mode: str, report: Any, capacity: tuple[int, str] | None, scale
     if largest:
         parts.append('<h2 style="margin-top:12px">Largest per device</h2><table class="list">')
         parts += [f'<tr><td><a href="#{ids[r.path]}" class="mono">{esc(r.path)}</a></td>'
-                  f'<td class="num">{fmt_bytes(r.bytes_per_device)}</td></tr>' for r in largest]
+                  f'<td class="num">{fmt_bytes(r.bytes_per_device, "figures")}</td></tr>' for r in largest]
         parts.append("</table>")
     copies = sorted((r for r in report.rows if r.replicas > 1 and r.bytes_per_device > 0),
                     key=lambda r: -r.bytes_per_device * r.replicas)
     if copies:
         parts.append('<h2 style="margin-top:12px">Replicated copies</h2><table class="list">')
         parts += [f'<tr><td><a href="#{ids[r.path]}" class="mono">{esc(r.path)}</a></td>'
-                  f'<td class="num">{fmt_bytes(r.bytes_per_device)} × {r.replicas:,}</td></tr>' for r in copies[:6]]
+                  f'<td class="num">{fmt_bytes(r.bytes_per_device, "figures")} × {r.replicas:,}</td></tr>'
+                  for r in copies[:6]]
         parts.append("</table>")
         if len(copies) > 6:
             parts.append(f'<p class="note">and {len(copies) - 6:,} more arrays with copies</p>')
@@ -277,7 +278,7 @@ def _table(reports: Mapping[str, Any], paths: list[str], ids: Mapping[str, str],
                 continue
             out.append(f'<td class="m0"><code>{esc(row.spec)}</code> → <code>{esc(_shape(row.device_shape))}</code>'
                        f"{split_html(row.shape, row.device_shape, row.dim_axes, mesh)}</td>"
-                       f'<td class="num">{fmt_bytes(row.bytes_per_device)}</td>'
+                       f'<td class="num">{fmt_bytes(row.bytes_per_device, "figures")}</td>'
                        f'<td class="num">{"×" + format(row.replicas, ",") if row.replicas > 1 else "—"}</td>')
         out.append("</tr>")
     out.append("</tbody></table></div>")

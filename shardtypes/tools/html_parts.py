@@ -1,9 +1,9 @@
 """The pieces of a plan's HTML page, each a pure function of numbers and strings.
 
-Byte sizes as people read them (``fmt_bytes(3 * 2**30) == '3.00 GiB'``), a device's memory from
-``--hbm`` (``parse_capacity('80GiB')``, ``parse_capacity('h100')``), the group an array's memory
-belongs to (parameters, optimizer state, the step's arrays), and the drawings: the mesh as a grid
-of its axes, one array's dims split over mesh axes, and memory per device as a stacked bar.
+A device's memory from ``--hbm`` (``parse_capacity('80GiB')``, ``parse_capacity('h100')``), the
+group an array's memory belongs to (parameters, optimizer state, the step's arrays), and the
+drawings: the mesh as a grid of its axes, one array's dims split over mesh axes, and memory per
+device as a stacked bar. Sizes are written in ``fmt_bytes``'s "figures" style (``'3.00 GiB'``).
 Every string that comes from the user (paths, annotations, axis names) goes through ``esc``.
 ``html_page`` puts them together.
 """
@@ -16,9 +16,10 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
+from ..language import fmt_bytes
 from .chips import DEVICE_KINDS, fmt_seconds
 
-__all__ = ["DEVICE_KINDS", "parse_capacity", "fmt_bytes", "group_of", "GROUPS", "esc"]
+__all__ = ["DEVICE_KINDS", "parse_capacity", "group_of", "GROUPS", "esc"]
 
 
 def esc(value: Any) -> str:
@@ -47,10 +48,10 @@ def parse_capacity(value: Any, where: str = "hbm") -> tuple[int, str]:
     if isinstance(value, int):
         if value <= 0:
             raise ValueError(f"{where}: a device's memory must be positive, got {value}")
-        return value, fmt_bytes(value)
+        return value, fmt_bytes(value, "figures")
     kind = DEVICE_KINDS.get(value.strip().lower())
     if kind is not None:
-        return kind[0], f"{value.strip().lower()} ({fmt_bytes(kind[0])})"
+        return kind[0], f"{value.strip().lower()} ({fmt_bytes(kind[0], 'figures')})"
     match = _SIZE.fullmatch(value)
     if match is None or match.group(2).upper() not in _UNITS:
         raise ValueError(f"{where}: {value!r} is neither a size with a unit (as 80GiB or 16GB; units "
@@ -59,21 +60,7 @@ def parse_capacity(value: Any, where: str = "hbm") -> tuple[int, str]:
     size = int(float(match.group(1)) * _UNITS[match.group(2).upper()])
     if size <= 0:
         raise ValueError(f"{where}: a device's memory must be positive, got {value!r}")
-    return size, fmt_bytes(size)
-
-
-def fmt_bytes(n: float) -> str:
-    """A byte count with a binary unit and three significant digits: '640 B', '1002 KiB',
-    '17.5 MiB', '1.09 GiB'."""
-    if n < 0:
-        return "-" + fmt_bytes(-n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            if unit == "B":
-                return f"{int(n)} B"
-            return f"{n:.2f} {unit}" if n < 10 else f"{n:.1f} {unit}" if n < 100 else f"{n:.0f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
+    return size, fmt_bytes(size, "figures")
 
 
 # Groups of memory, in the bar's order, with their colours; an array's group comes from its path.
@@ -198,19 +185,21 @@ def memory_bar(by_group: Mapping[str, int], capacity: int | None, scale: int, ca
         n = by_group.get(g, 0)
         if n:
             out.append(f'<span class="seg" style="width:{100 * n / scale:.3f}%;background:{GROUP_COLOURS[g]}" '
-                       f'title="{esc(g)}: {fmt_bytes(n)}"></span>')
+                       f'title="{esc(g)}: {fmt_bytes(n, "figures")}"></span>')
     if capacity:
         over = " over" if total > capacity else ""
         out.append(f'<span class="cap{over}" style="left:{min(100.0, 100 * capacity / scale):.3f}%" '
                    f'title="capacity {esc(capacity_label)}"></span>')
     out.append("</div>")
     rows = "".join(f'<tr><td><span class="sw" style="background:{GROUP_COLOURS[g]}"></span>{g}</td>'
-                   f'<td class="num">{fmt_bytes(by_group.get(g, 0))}</td></tr>' for g in GROUPS if by_group.get(g))
-    rows += f'<tr class="tot"><td>per device</td><td class="num">{fmt_bytes(total)}</td></tr>'
+                   f'<td class="num">{fmt_bytes(by_group.get(g, 0), "figures")}</td></tr>'
+                   for g in GROUPS if by_group.get(g))
+    rows += f'<tr class="tot"><td>per device</td><td class="num">{fmt_bytes(total, "figures")}</td></tr>'
     if capacity:
         free = capacity - total
-        verdict = (f'<td class="num ok">{fmt_bytes(free)} free ({_percent(total / capacity)} used)</td>' if free >= 0
-                   else f'<td class="num bad">{fmt_bytes(-free)} over ({_percent(total / capacity)})</td>')
+        share = _percent(total / capacity)
+        verdict = (f'<td class="num ok">{fmt_bytes(free, "figures")} free ({share} used)</td>' if free >= 0
+                   else f'<td class="num bad">{fmt_bytes(-free, "figures")} over ({share})</td>')
         rows += f'<tr><td>capacity {esc(capacity_label)}</td>{verdict}</tr>'
     out.append(f'<table class="legend">{rows}</table></div>')
     return "".join(out)

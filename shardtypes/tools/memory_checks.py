@@ -11,9 +11,10 @@ from typing import Any, Mapping
 import jax
 
 from ..checking import jaxprs
+from ..language import fmt_bytes
 from .activations import ActivationEstimate, alike, estimate
 from .html_parts import GROUPS, group_of
-from .memory_plan import PlanReport, fmt_bytes, plan, replicated_problem
+from .memory_plan import PlanReport, plan, replicated_problem
 
 __all__ = ["arguments_plan", "step_activations", "memory_problems"]
 

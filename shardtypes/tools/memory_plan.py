@@ -24,8 +24,15 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from ..context import AxisRulesError, abstract_mesh
-from ..language import ELLIPSIS, VARIADIC, check_dims, entry_axes, mapping_of_sizes
-from ..layout import check_dims_for, dim_size, dims_used, partition_spec
+from ..language import (
+    ELLIPSIS,
+    VARIADIC,
+    check_dims,
+    entry_axes,
+    fmt_bytes as fmt_bytes,  # (re-exported: step_cost and activations still import it from here)
+    mapping_of_sizes,
+)
+from ..layout import check_dims_for, dim_size, dims_used, partition_spec, per_device_shape, spec_entries, spec_parts
 from ..model import Leaf, axis_hint, holds_annotated_class, is_value_tree, walk_leaves
 from .chips import DEVICE_KINDS, step_time
 from .html_page import render_page
@@ -226,14 +233,6 @@ def _fmt_shape(shape: tuple) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
 def plan(
     annotation: Any,
     mesh: Any,
@@ -268,95 +267,128 @@ def plan(
         raise TypeError(f"plan: large_replicated_bytes must be a number of bytes, got {large_replicated_bytes!r}")
     if not large_replicated_bytes >= 0:
         raise ValueError(f"plan: large_replicated_bytes must be non-negative, got {large_replicated_bytes!r}")
-    mesh_sizes = dict(mesh.shape)
-    devices = math.prod(mesh_sizes.values())
-    rows: list[PlanRow] = []
-    warnings: list[str] = []
-    errors: list[str] = []
-
-    def add(path: str, text: str, dtype: Any, shape: tuple, spec) -> None:
-        missing = [a for entry in spec for a in entry_axes(entry) if a not in mesh_sizes]
-        if missing:
-            errors.append(f"{path} ({text}): mesh axis {missing[0]!r} is not in the mesh (axes: {tuple(mesh_sizes)})"
-                          + axis_hint(missing[:1], mesh_sizes))
-            return
-        itemsize = np.dtype(dtype).itemsize
-        device_shape = []
-        dim_axes = []
-        parts_total = 1
-        for i, size in enumerate(shape):
-            entry = spec[i] if i < len(spec) else None
-            axes = entry_axes(entry)
-            dim_axes.append(tuple(axes))
-            parts = math.prod(mesh_sizes[a] for a in axes)
-            parts_total *= parts
-            local = -(-size // parts)
-            if size % parts:
-                errors.append(f"{path} ({text}): dim {i} of size {size} does not divide over {axes} "
-                              f"({parts} devices); it would be padded to {local * parts}")
-            device_shape.append(local)
-        per_device = int(math.prod(device_shape)) * itemsize
-        global_bytes = int(math.prod(shape)) * itemsize
-        replicas = devices // parts_total
-        if replicas == devices and per_device > large_replicated_bytes and devices > 1:
-            warnings.append(f"{path} ({text}) is replicated on all {devices:,} devices: "
-                            f"{fmt_bytes(per_device)} on each")
-        padded = per_device * parts_total - global_bytes
-        if padded > 0:
-            warnings.append(f"{path} ({text}): {fmt_bytes(padded)} of padding across its shards")
-        rows.append(PlanRow(path, text, np.dtype(dtype).name, tuple(shape), str(spec), tuple(device_shape),
-                            per_device, replicas, global_bytes, tuple(dim_axes)))
-
+    planned = _Planned(dict(mesh.shape), large_replicated_bytes)
     if is_value_tree(annotation) and (like is not None or holds_annotated_class(annotation)):
-        check_dims_for(dims, set(), set(), "plan")  # the values have the sizes
-        boxes = walk_leaves(annotation, _PlanLeaf, like=like)
-        values = jax.tree_util.tree_flatten_with_path(annotation)[0]
-        for (path, value), box in zip(values, jax.tree.leaves(boxes)):
-            sharding = getattr(value, "sharding", None)
-            shape = tuple(value.shape)
-            try:
-                spec = sharding.spec if isinstance(sharding, NamedSharding) else \
-                    partition_spec(box.leaf, len(shape), mesh_sizes, shape)
-            except (ValueError, AxisRulesError) as e:
-                errors.append(str(e))
-                continue
-            add(jax.tree_util.keystr(path), box.leaf.text, value.dtype, shape, spec)
+        _plan_annotated_values(annotation, like, dims, planned)
     elif _is_value_tree(annotation):
-        check_dims_for(dims, set(), set(), "plan")  # sizes have no use here
-        for path, value in jax.tree_util.tree_flatten_with_path(annotation)[0]:
-            sharding = getattr(value, "sharding", None)
-            spec = sharding.spec if isinstance(sharding, NamedSharding) else jax.sharding.PartitionSpec()
-            add(jax.tree_util.keystr(path), "-", value.dtype, tuple(value.shape), spec)
+        _plan_values(annotation, dims, planned)
     else:
-        single, variadic = dims_used(annotation)
-        dims = check_dims_for(dims, single, variadic, "plan", strict=False)
-
-        def leaf(leaf: Leaf) -> None:
-            where = leaf.path or "the annotation"
-            if leaf.dtype_cls.dtype is None:
-                errors.append(f"{where} ({leaf.text}): {leaf.dtype_cls.__name__} is a category; plan needs a dtype")
-                return
-            try:
-                shape = []
-                for i, dim in enumerate(leaf.spec.dims):
-                    if dim.kind == VARIADIC and dim.name is not None:
-                        shape.extend(dims[dim.name])
-                    elif dim.kind == ELLIPSIS:
-                        raise ValueError(f"{where} ({leaf.text}): dim {i} is '...', which has no size; "
-                                         "write '*name' and give dims[name] as a tuple")
-                    else:
-                        shape.append(dim_size(dim, dims, leaf, i, required=True))
-                known = tuple(shape) if leaf.spec.variadic_index is None else None
-                spec = partition_spec(leaf, len(shape), mesh_sizes, known)
-            except (ValueError, KeyError) as e:
-                errors.append(str(e) if isinstance(e, ValueError) else f"{where} ({leaf.text}): dims has no {e}")
-                return
-            add(where, leaf.text, leaf.dtype_cls.dtype, tuple(shape), spec)
-
-        walk_leaves(annotation, leaf)
-    report = PlanReport(mesh_sizes, tuple(rows), tuple(warnings), tuple(errors))
+        _plan_annotation(annotation, dims, planned)
+    report = PlanReport(planned.mesh_sizes, tuple(planned.rows), tuple(planned.warnings), tuple(planned.errors))
     problem = None if tolerance is None else replicated_problem(report, tolerance)
     return report if problem is None else dataclasses.replace(report, errors=report.errors + (problem,))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Planned:
+    """A plan being made: its rows, warnings and errors so far, on a mesh of ``mesh_sizes``."""
+
+    mesh_sizes: dict[str, int]
+    large_replicated_bytes: float
+    rows: list[PlanRow] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+    def add(self, path: str, text: str, dtype: Any, shape: tuple, spec: Any) -> None:
+        """The row of one array of ``shape`` laid out as ``spec``: its block on each device, its
+        copies and bytes. An axis the mesh lacks or a dim its axes do not divide is an error; a
+        large array replicated on every device, or padding, a warning."""
+        sizes = self.mesh_sizes
+        entries = spec_entries(spec)
+        missing = [a for entry in entries for a in entry_axes(entry) if a not in sizes]
+        if missing:
+            self.errors.append(f"{path} ({text}): mesh axis {missing[0]!r} is not in the mesh (axes: {tuple(sizes)})"
+                               + axis_hint(missing[:1], sizes))
+            return
+        parts = spec_parts(spec, len(shape), sizes)
+        device_shape = per_device_shape(shape, parts)
+        if device_shape is None:
+            self.errors.append(f"{path} ({text}): shape {tuple(shape)} has a symbolic size; plan needs every size")
+            return
+        dim_axes = tuple(entry_axes(entries[i] if i < len(entries) else None) for i in range(len(shape)))
+        for i, (size, n, local) in enumerate(zip(shape, parts, device_shape)):
+            if size % n:
+                self.errors.append(f"{path} ({text}): dim {i} of size {size} does not divide over {dim_axes[i]} "
+                                   f"({n} devices); it would be padded to {local * n}")
+        itemsize = np.dtype(dtype).itemsize
+        per_device = int(math.prod(device_shape)) * itemsize
+        global_bytes = int(math.prod(shape)) * itemsize
+        devices = math.prod(sizes.values())
+        replicas = devices // math.prod(parts)
+        if replicas == devices and per_device > self.large_replicated_bytes and devices > 1:
+            self.warnings.append(f"{path} ({text}) is replicated on all {devices:,} devices: "
+                                 f"{fmt_bytes(per_device)} on each")
+        padded = per_device * math.prod(parts) - global_bytes
+        if padded > 0:
+            self.warnings.append(f"{path} ({text}): {fmt_bytes(padded)} of padding across its shards")
+        self.rows.append(PlanRow(path, text, np.dtype(dtype).name, tuple(shape), str(spec), device_shape,
+                                 per_device, replicas, global_bytes, dim_axes))
+
+
+def _plan_annotated_values(values: Any, like: Any, dims: Mapping[str, Any], planned: _Planned) -> None:
+    """The rows of a tree of values holding annotated classes (or given ``like``): the values'
+    own shapes, laid out as their annotations say (a value's own NamedSharding wins)."""
+    check_dims_for(dims, set(), set(), "plan")  # the values have the sizes
+    boxes = walk_leaves(values, _PlanLeaf, like=like)
+    flat = jax.tree_util.tree_flatten_with_path(values)[0]
+    for (path, value), box in zip(flat, jax.tree.leaves(boxes)):
+        sharding = getattr(value, "sharding", None)
+        shape = tuple(value.shape)
+        try:
+            spec = sharding.spec if isinstance(sharding, NamedSharding) else \
+                partition_spec(box.leaf, len(shape), planned.mesh_sizes, shape)
+        except (ValueError, AxisRulesError) as e:
+            planned.errors.append(str(e))
+            continue
+        planned.add(jax.tree_util.keystr(path), box.leaf.text, value.dtype, shape, spec)
+
+
+def _plan_values(values: Any, dims: Mapping[str, Any], planned: _Planned) -> None:
+    """The rows of a tree of arrays or ShapeDtypeStructs: each laid out as its own NamedSharding
+    says, replicated where it has none."""
+    check_dims_for(dims, set(), set(), "plan")  # sizes have no use here
+    for path, value in jax.tree_util.tree_flatten_with_path(values)[0]:
+        sharding = getattr(value, "sharding", None)
+        spec = sharding.spec if isinstance(sharding, NamedSharding) else jax.sharding.PartitionSpec()
+        planned.add(jax.tree_util.keystr(path), "-", value.dtype, tuple(value.shape), spec)
+
+
+def _plan_annotation(annotation: Any, dims: Mapping[str, Any], planned: _Planned) -> None:
+    """The rows of an annotation tree, each leaf at the sizes ``dims`` gives; a leaf without a
+    dtype or a size is an error."""
+    single, variadic = dims_used(annotation)
+    dims = check_dims_for(dims, single, variadic, "plan", strict=False)
+
+    def leaf(leaf: Leaf) -> None:
+        where = leaf.path or "the annotation"
+        if leaf.dtype_cls.dtype is None:
+            planned.errors.append(f"{where} ({leaf.text}): {leaf.dtype_cls.__name__} is a category; plan needs a dtype")
+            return
+        try:
+            shape = _leaf_shape(leaf, dims, where)
+            known = tuple(shape) if leaf.spec.variadic_index is None else None
+            spec = partition_spec(leaf, len(shape), planned.mesh_sizes, known)
+        except (ValueError, KeyError) as e:
+            planned.errors.append(str(e) if isinstance(e, ValueError) else f"{where} ({leaf.text}): dims has no {e}")
+            return
+        planned.add(where, leaf.text, leaf.dtype_cls.dtype, tuple(shape), spec)
+
+    walk_leaves(annotation, leaf)
+
+
+def _leaf_shape(leaf: Leaf, dims: Mapping[str, Any], where: str) -> list:
+    """The shape of an annotation's leaf at the sizes ``dims`` gives ('*name' dims from a tuple);
+    a '...' dim or a size that cannot be known raises."""
+    shape = []
+    for i, dim in enumerate(leaf.spec.dims):
+        if dim.kind == VARIADIC and dim.name is not None:
+            shape.extend(dims[dim.name])
+        elif dim.kind == ELLIPSIS:
+            raise ValueError(f"{where} ({leaf.text}): dim {i} is '...', which has no size; "
+                             "write '*name' and give dims[name] as a tuple")
+        else:
+            shape.append(dim_size(dim, dims, leaf, i, required=True))
+    return shape
 
 
 # ---------------------------------------------------------------------------------------------

@@ -47,8 +47,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
+from ..language import fmt_bytes, fmt_flops
 from . import fields
-from .memory_plan import fmt_bytes
 
 __all__ = ["Collective", "Communication", "StepCost", "KINDS", "SOURCES"]
 
@@ -192,7 +192,4 @@ _ROWS = 8
 
 
 def _flops(n: int) -> str:
-    for unit, size in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} FLOP"
+    return fmt_flops(n)

@@ -19,7 +19,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator, Sequence, TextIO
 
-from .html_parts import GROUPS, fmt_bytes, group_of
+from ..language import fmt_bytes
+from .html_parts import GROUPS, group_of
 
 __all__ = ["plan_lines", "render", "progress"]
 
@@ -59,7 +60,7 @@ def plan_lines(report: Any, capacity: tuple[int, str] | None = None, width: int 
             bar.append((OVER, "bold red"))
         else:
             bar.append((FREE * max(width - used, 0), "dim"))
-    head: Line = [("memory per device  [", None), *bar, ("]  ", None), (fmt_bytes(total), "bold")]
+    head: Line = [("memory per device  [", None), *bar, ("]  ", None), (fmt_bytes(total, "figures"), "bold")]
     if capacity is not None:
         share = total / limit
         head.append((f" of {capacity[1]}: {share:.0%}", "bold red" if total > limit else None))
@@ -68,9 +69,9 @@ def plan_lines(report: Any, capacity: tuple[int, str] | None = None, width: int 
     legend: Line = [("  ", None)]
     for g in GROUPS:
         if by_group[g]:
-            legend += [(MARKS[g], STYLES[g]), (f" {g} {fmt_bytes(by_group[g])}   ", None)]
+            legend += [(MARKS[g], STYLES[g]), (f" {g} {fmt_bytes(by_group[g], 'figures')}   ", None)]
     if capacity is not None and total <= limit:
-        legend += [(FREE, "dim"), (f" free {fmt_bytes(limit - total)}", None)]
+        legend += [(FREE, "dim"), (f" free {fmt_bytes(limit - total, 'figures')}", None)]
     legend[-1] = (legend[-1][0].rstrip(), legend[-1][1])
     lines = [head, legend]
     largest = sorted(rows, key=lambda r: -r.bytes_per_device)[:top]
@@ -83,7 +84,7 @@ def plan_lines(report: Any, capacity: tuple[int, str] | None = None, width: int 
             copies = f"  {r.replicas} copies" if r.replicas > 1 else ""
             lines.append([
                 (f"  {r.path:<{path_w}}  ", None), (f"{r.spec:<{spec_w}}", "cyan"),
-                (f"  {fmt_bytes(r.bytes_per_device):>10}  ", None),
+                (f"  {fmt_bytes(r.bytes_per_device, 'figures'):>10}  ", None),
                 (MARKS[group_of(r.path, r.annotation)] * max(1, round(share * 20)),
                  STYLES[group_of(r.path, r.annotation)]),
                 (f" {share:.0%}", None), (copies, "yellow" if copies else None),

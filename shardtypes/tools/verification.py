@@ -30,6 +30,8 @@ from ..integrations import typechecked
 from ..language import (
     VERIFY_PROBLEMS,
     check_dims,
+    fmt_bytes,
+    fmt_flops,
     linked,
     mapping_of_sizes,
     unlinked,
@@ -38,11 +40,11 @@ from ..language import (
 from ..layout import check_dims_for, dim_multiples, structs
 from ..model import COLLECTED, holds_shardtypes, resolve_hints, type_text
 from .activations import SYMBOLIC, ActivationEstimate, trace_step
-from .chips import StepTime, axis_links, chip_named, step_time
+from .chips import Chip, StepTime, axis_links, chip_named, step_time
 from .cost_model import step_cost
 from .html_parts import parse_capacity
 from .memory_checks import arguments_plan, memory_problems, step_activations
-from .memory_plan import fmt_bytes, parse_fraction
+from .memory_plan import parse_fraction
 from .step_cost import Communication, StepCost
 from .verify_inputs import check_inputs_arg, lay_out_input, sizes_of_input
 
@@ -197,12 +199,20 @@ def _cost_worth_saying(cost: StepCost | None) -> bool:
 
 
 def _cost_line(cost: StepCost) -> str:
-    """The cost in a line, with the largest collective's line where there is one."""
-    largest = cost.communication.collectives[:1]
-    axes = sorted(cost.communication.by_axes.items(), key=lambda t: -t[1])
-    named = ", ".join(f"{','.join(a) or '-'} {fmt_bytes(b)}" for a, b in axes)
-    per_axes = f" (over {named})" if axes else ""
-    return str(cost).replace(" sent,", f" sent{per_axes},", 1) + (f"; the most by {largest[0]}" if largest else "")
+    """The cost in a line: the bytes one device sends (and over which mesh axes, the most first),
+    its FLOPs (those in matmuls), the bytes it reads and writes; and the largest collective."""
+    some = "at least " if cost.lower_bound else ""
+    communication = cost.communication
+    if communication.collectives or communication.lower_bound:
+        axes = sorted(communication.by_axes.items(), key=lambda t: -t[1])
+        named = ", ".join(f"{','.join(a) or '-'} {fmt_bytes(b)}" for a, b in axes)
+        sent = f"{some}{fmt_bytes(communication.bytes_per_device)} sent" + (f" (over {named})" if axes else "")
+    else:
+        sent = "no collectives"
+    largest = f"; the most by {communication.collectives[0]}" if communication.collectives else ""
+    return (f"{sent}, {some}{fmt_flops(cost.flops_per_device)} ({fmt_flops(cost.matmul_flops_per_device)} in "
+            f"matmuls), {some}{fmt_bytes(cost.memory_bytes_per_device)} read and written per device per step"
+            f"{largest}")
 
 
 class VerificationError(TypeCheckError):
@@ -268,6 +278,58 @@ def verify(
     >>> report = verify(train_step, {'d': 64, 't': 64}, dims={'embed': 8192, 'layers': 80})  # doctest: +SKIP
     >>> report.ok, report.problems                                                          # doctest: +SKIP
     """
+    options = _checked_options(fn, mesh, dims, static, raise_on_error, max_replicated, hbm, activations, cost,
+                               chip, links)
+    target = inspect.unwrap(fn)
+    name = getattr(target, "__qualname__", repr(fn))
+    found = _Found([], dict(options.dims), {})
+    try:
+        hints = resolve_hints(target, "verify")
+    except NameError as e:
+        found.problems.append(Problem("setup", str(e)))
+        return _report(name, options, links, raise_on_error, found)
+    multiples = _abstract_arguments(name, inspect.signature(target), hints, inputs, options, found)
+    if multiples is None or found.problems:
+        return _report(name, options, links, raise_on_error, found)
+
+    mesh = options.mesh
+    outputs, traced, problems = _traced_step(fn, options.static, found.args, options.dims, multiples, mesh, name)
+    found.problems.extend(problems)
+    estimated = step_activations(*traced, mesh) if traced is not None and activations else None
+    costed = step_cost(*traced, mesh) if traced is not None and cost else None
+    found.problems.extend(Problem(kind, text) for kind, text in memory_problems(
+        found.args, dict(mesh.shape), name, options.tolerance, options.capacity, estimated, hints))
+    return _report(name, options, links, raise_on_error, found, outputs, estimated, costed)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Found:
+    """What a verify run has found so far: its problems, the dims as its report shows them (those
+    given, then those the inputs sized, then the symbolic ones) and the abstract arguments it
+    built, by parameter name."""
+
+    problems: list[Problem]
+    dims: dict[str, Any]
+    args: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """verify's arguments, checked: the abstract mesh, the dims and static values as dicts, the
+    replicated share allowed, the device memory and the chip (None where not given)."""
+
+    mesh: jax.sharding.AbstractMesh
+    dims: dict[str, Any]
+    static: dict[str, Any]
+    tolerance: float | None
+    capacity: tuple[int, str] | None
+    device: Chip | None
+
+
+def _checked_options(fn: Any, mesh: Any, dims: Mapping[str, Any] | None, static: Mapping[str, Any] | None,
+                     raise_on_error: Any, max_replicated: Any, hbm: Any, activations: Any, cost: Any, chip: Any,
+                     links: Any) -> _Options:
+    """verify's arguments checked, in the order of its signature: the first wrong one raises."""
     if isinstance(fn, type) or not callable(fn):
         got = f"the class {fn.__qualname__}" if isinstance(fn, type) else f"{type(fn).__name__} {fn!r:.60}"
         raise TypeError(f"verify: fn must be a function (such as a checked train_step), got {got}")
@@ -279,7 +341,6 @@ def verify(
         static = {}
     if not isinstance(static, Mapping) or not all(isinstance(k, str) for k in static):
         raise TypeError(f"verify: static must be a mapping of parameter name to value, got {static!r}")
-    static = dict(static)
     if not isinstance(raise_on_error, bool):
         raise TypeError(f"verify: raise_on_error must be True or False, got {raise_on_error!r}")
     tolerance = None if max_replicated is None else parse_fraction(max_replicated, "verify: max_replicated")
@@ -297,43 +358,66 @@ def verify(
         if not cost:
             raise ValueError("verify: chip= needs the step's cost; leave cost=True")
         axis_links(dict(mesh.shape), device, links, chip_option="verify(chip=...)", links_option="verify(links=...)")
-    target = inspect.unwrap(fn)
-    name = getattr(target, "__qualname__", repr(fn))
-    problems: list[Problem] = []
-    report_dims: dict[str, Any] = dict(dims)
-    args: dict[str, Any] = {}
+    return _Options(mesh, dims, dict(static), tolerance, capacity, device)
 
-    estimated = None
-    costed = None
 
-    def finish(outputs: Any = None) -> VerifyReport:
-        timed = None if costed is None or device is None else step_time(
-            costed, dict(mesh.shape), device, links, chip_option="verify(chip=...)", links_option="verify(links=...)")
-        report = VerifyReport(name, dict(mesh.shape), report_dims, tuple(problems), outputs, dict(args) or None,
-                              estimated, costed, timed)
-        if raise_on_error and problems:
-            raise VerificationError(report)
-        return report
+def _report(name: str, options: _Options, links: Mapping[str, Any] | None, raise_on_error: bool, found: _Found,
+            outputs: Any = None, estimated: ActivationEstimate | None = None,
+            costed: StepCost | None = None) -> VerifyReport:
+    """The report of what verify found, with the step's time on its chip where it has one and the
+    step was costed; raised as a VerificationError where asked and there are problems."""
+    mesh = dict(options.mesh.shape)
+    timed = None if costed is None or options.device is None else step_time(
+        costed, mesh, options.device, links, chip_option="verify(chip=...)", links_option="verify(links=...)")
+    report = VerifyReport(name, mesh, dict(found.dims), tuple(found.problems), outputs, dict(found.args) or None,
+                          estimated, costed, timed)
+    if raise_on_error and found.problems:
+        raise VerificationError(report)
+    return report
 
-    try:
-        hints = resolve_hints(target, "verify")
-    except NameError as e:
-        problems.append(Problem("setup", str(e)))
-        return finish()
-    signature = inspect.signature(target)
+
+def _abstract_arguments(name: str, signature: inspect.Signature, hints: Mapping[str, Any],
+                        inputs: Mapping[str, Any] | None, options: _Options, found: _Found) -> dict[str, int] | None:
+    """Builds ``fn``'s abstract arguments into ``found.args``: the trees given in ``inputs=``, laid
+    out over the mesh, and the others from their annotations, at the sizes given, sized by the
+    inputs or symbolic (``found.dims``); every problem met goes to ``found.problems``. Returns
+    the multiple of the mesh axes each named dim the annotations use must be, or None where an
+    input could not be laid out (the step cannot run without it)."""
+    mesh, dims, static = options.mesh, options.dims, options.static
     inputs = check_inputs_arg(inputs, signature.parameters, static, name)
+    laid_out = _laid_out_inputs(inputs, mesh, found.problems)
+    if len(laid_out) < len(inputs):
+        return None
+    unknown = sorted(set(static) - set(signature.parameters))
+    if unknown:
+        found.problems.append(Problem("setup", f"static values given for {unknown}, which {name}() does not take"))
+    array_params = _array_parameters(signature, hints, static, inputs, name, found.problems)
+    found.args.update(laid_out)
+    inferred = _sizes_of_inputs(laid_out, hints, mesh, dims, name, found.problems)
+    found.dims.update(inferred)
+    sizes, multiples = _sizes_to_build(array_params, hints.get("return"), mesh, dims, inferred, found.problems)
+    found.dims.update(sizes)  # (the symbolic sizes, after those given and inferred)
+    found.args.update(_built_arguments(array_params, sizes, mesh, signature, name, found.problems))
+    found.problems.extend(_plain_dataclass_problems(found.args, name))
+    return multiples
+
+
+def _laid_out_inputs(inputs: Mapping[str, Any], mesh: Any, problems: list[Problem]) -> dict[str, Any]:
+    """The trees of values given in ``inputs=``, laid out over ``mesh``; one that cannot be (its
+    sizes do not divide the mesh, a rule that cannot apply) is a 'dims' problem, and left out."""
     laid_out = {}
     for key, tree in inputs.items():
         try:
             laid_out[key] = lay_out_input(key, tree, mesh)
-        except ValueError as e:  # its sizes do not divide the mesh, a rule that cannot apply: a finding
+        except ValueError as e:  # a finding, not bad usage
             problems.append(Problem("dims", str(e)))
-    if len(laid_out) < len(inputs):
-        return finish()  # (the step cannot run without its input)
-    unknown = sorted(set(static) - set(signature.parameters))
-    if unknown:
-        problems.append(Problem("setup", f"static values given for {unknown}, which {name}() does not take"))
+    return laid_out
 
+
+def _array_parameters(signature: inspect.Signature, hints: Mapping[str, Any], static: Mapping[str, Any],
+                      inputs: Mapping[str, Any], name: str, problems: list[Problem]) -> dict[str, Any]:
+    """The parameters verify builds from their annotations (not given in ``static`` or
+    ``inputs``), by name; one with neither an annotation nor a default is a 'setup' problem."""
     array_params = {}
     for p in signature.parameters.values():
         if p.name in static or p.name in inputs:
@@ -345,17 +429,28 @@ def verify(
                                                  "give it in static={...}"))
             continue
         array_params[p.name] = annotation
-    returns = hints.get("return")
+    return array_params
+
+
+def _sizes_of_inputs(laid_out: Mapping[str, Any], hints: Mapping[str, Any], mesh: Any, dims: Mapping[str, Any],
+                     name: str, problems: list[Problem]) -> dict[str, Any]:
+    """The sizes the given input trees bind through their annotations (``inputs=`` sizes named
+    dims); an input its annotation does not accept is a 'check' problem."""
     inferred: dict[str, Any] = {}
     for key, tree in laid_out.items():
-        args[key] = tree
         if hints.get(key) is not None:
             try:
                 inferred.update(sizes_of_input(key, tree, hints[key], mesh, {**dims, **inferred}, name))
             except TypeCheckError as e:
                 problems.append(Problem("check", str(e)))
-    report_dims.update(inferred)
+    return inferred
 
+
+def _sizes_to_build(array_params: Mapping[str, Any], returns: Any, mesh: Any, dims: Mapping[str, Any],
+                    inferred: Mapping[str, Any], problems: list[Problem]) -> tuple[dict[str, Any], dict[str, int]]:
+    """The size of every named dim the annotations use (given, inferred from the inputs, or
+    symbolic: a multiple of the mesh axes that split it), and those multiples; a '*name' dim not
+    given is a 'setup' problem."""
     annotated = list(array_params.values()) + ([returns] if returns is not None else [])
     multiples, variadic = dim_multiples(annotated, dict(mesh.shape))
     # A name no annotation of fn uses may still be read by its body (dims()) or bound by a nested
@@ -371,49 +466,75 @@ def verify(
         symbols = jax.export.symbolic_shape(",".join(symbolic))
         for n, sym in zip(symbolic, symbols):
             sizes[n] = multiples[n] * sym if multiples[n] > 1 else sym
-            report_dims[n] = sizes[n]
+    return sizes, multiples
 
+
+def _built_arguments(array_params: Mapping[str, Any], sizes: Mapping[str, Any], mesh: Any,
+                     signature: inspect.Signature, name: str, problems: list[Problem]) -> dict[str, Any]:
+    """Abstract arguments (ShapeDtypeStructs laid out over ``mesh``) built from the annotations;
+    one that cannot be built is a 'setup' problem (not an array tree) or a 'dims' one (sizes that
+    cannot be laid out), unless the parameter has a default."""
+    built = {}
     for pname, annotation in array_params.items():
         try:
             # an UNCONSTRAINED dim (embed/?) accepts any split: its input is laid out replicated
-            args[pname] = structs(annotation, sizes, mesh, unconstrained="replicate")
+            built[pname] = structs(annotation, sizes, mesh, unconstrained="replicate")
         except TypeError as e:
-            p = signature.parameters[pname]
-            if p.default is not inspect.Parameter.empty:
+            if signature.parameters[pname].default is not inspect.Parameter.empty:
                 continue
-            why = str(e).removeprefix("make_shape_dtype_structs: ")
-            if holds_shardtypes((annotation,)) and "no fixed length" in why:
-                # It holds arrays, but not in a form with one layout tree: say which field and
-                # the ways out (its values, a fixed length, one stacked layer).
-                problems.append(Problem("setup", f'argument "{pname}" of {name}() is annotated '
-                                                 f"{type_text(annotation)}, which has no layout tree to build it "
-                                                 f"from ({why}): give its values in "
-                                                 f'inputs={{"{pname}": jax.eval_shape(init, key)}}, or '
-                                                 "annotate the field as a fixed-length tuple or one stacked layer "
-                                                 "(Stacked[Block, b'layers'])"))
-            else:
-                problems.append(Problem("setup", f'argument "{pname}" of {name}() is annotated {annotation!r}, '
-                                                 "which is not an array tree: give it in static={...}"))
+            problems.append(_unbuildable(pname, annotation, e, name))
         except ValueError as e:
             problems.append(Problem("dims", f'argument "{pname}" of {name}(): {e}'))
+    return built
+
+
+def _unbuildable(pname: str, annotation: Any, error: TypeError, name: str) -> Problem:
+    """The 'setup' problem of a parameter whose annotation builds no structs, and the way out."""
+    why = str(error).removeprefix("make_shape_dtype_structs: ")
+    if holds_shardtypes((annotation,)) and "no fixed length" in why:
+        # It holds arrays, but not in a form with one layout tree: say which field and
+        # the ways out (its values, a fixed length, one stacked layer).
+        return Problem("setup", f'argument "{pname}" of {name}() is annotated '
+                                f"{type_text(annotation)}, which has no layout tree to build it "
+                                f"from ({why}): give its values in "
+                                f'inputs={{"{pname}": jax.eval_shape(init, key)}}, or '
+                                "annotate the field as a fixed-length tuple or one stacked layer "
+                                "(Stacked[Block, b'layers'])")
+    return Problem("setup", f'argument "{pname}" of {name}() is annotated {annotation!r}, '
+                            "which is not an array tree: give it in static={...}")
+
+
+def _plain_dataclass_problems(args: Mapping[str, Any], name: str) -> list[Problem]:
+    """A 'setup' problem for each argument holding a dataclass JAX does not know as a pytree
+    (JAX would say "Error interpreting argument ... as an abstract array")."""
+    found = []
     for pname, value in args.items():
         plain = [leaf for leaf in jax.tree.leaves(value) if dataclasses.is_dataclass(leaf)]
-        if plain:  # (JAX would say "Error interpreting argument ... as an abstract array")
+        if plain:
             cls = type(plain[0])
-            problems.append(Problem("setup", f'argument "{pname}" of {name}() holds '
-                                    f"{cls.__module__}.{cls.__qualname__}, "
-                                    "a plain dataclass JAX does not know as a pytree, so jax.eval_shape cannot "
-                                    "trace it: register the class (shardtypes.pytree_dataclass, "
-                                    "jax.tree_util.register_dataclass, flax.struct.dataclass or an equinox.Module)"))
-    if problems:
-        return finish()
+            found.append(Problem("setup", f'argument "{pname}" of {name}() holds '
+                                 f"{cls.__module__}.{cls.__qualname__}, "
+                                 "a plain dataclass JAX does not know as a pytree, so jax.eval_shape cannot "
+                                 "trace it: register the class (shardtypes.pytree_dataclass, "
+                                 "jax.tree_util.register_dataclass, flax.struct.dataclass or an equinox.Module)"))
+    return found
 
+
+def _traced_step(fn: Callable, static: Mapping[str, Any], args: dict[str, Any], dims: Mapping[str, Any],
+                 multiples: Mapping[str, int], mesh: Any,
+                 name: str) -> tuple[Any, tuple[Any, list] | None, list[Problem]]:
+    """``fn`` checked and traced on ``args`` under ``mesh``, with every check on and collected:
+    its outputs, the traced step ((jaxpr, leaves), None where it did not run through) and the
+    problems met (the checks that failed first, then JAX's own error). A name in ``dims`` that
+    no check of the whole step used is an error (a typo)."""
     checked = typechecked(fn) if not getattr(fn, "__shardtypes_checked__", False) else fn
     collected: list = []
+    found: list[Problem] = []
     token = COLLECTED.set(collected)
     used: set[str] = set(multiples)
     names_token = NAMES_USED.set(used)
-    outputs = traced = None
+    outputs: Any = None
+    traced: tuple[Any, list] | None = None
     try:
         # The sizes given are bound while fn runs (dims() sees them; symbolic ones are bound by
         # the arguments, which say so in messages); its checks, return value included, report
@@ -427,21 +548,14 @@ def verify(
             except TypeCheckError as e:
                 collected.append(e)
             except Exception as e:  # JAX's own errors: shapes, ambiguous shardings, ...
-                problems.append(Problem("jax", f"{name}() fails under jax.eval_shape{_user_frame(e)}: "
-                                                 f"{type(e).__name__}: {_first_lines(e)}"))
+                found.append(Problem("jax", f"{name}() fails under jax.eval_shape{_user_frame(e)}: "
+                                            f"{type(e).__name__}: {_first_lines(e)}"))
     finally:
         NAMES_USED.reset(names_token)
         COLLECTED.reset(token)
     if traced is not None:  # the whole step ran: every name it uses was seen
         _refuse_unused_dims(dims, used, name)
-    problems[:0] = [Problem("check", str(e)) for e in collected]
-    if traced is not None and activations:
-        estimated = step_activations(*traced, mesh)
-    if traced is not None and cost:
-        costed = step_cost(*traced, mesh)
-    problems.extend(Problem(kind, text) for kind, text in memory_problems(
-        args, dict(mesh.shape), name, tolerance, capacity, estimated, hints))
-    return finish(outputs)
+    return outputs, traced, [Problem("check", str(e)) for e in collected] + found
 
 
 def _refuse_unused_dims(dims: Mapping[str, Any], used: set[str], name: str) -> None:

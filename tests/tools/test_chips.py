@@ -196,7 +196,10 @@ def test_compute_memory_and_communication_seconds():
     assert t.communication == {("d",): pytest.approx(160 * GIB / 50e9), ("t",): pytest.approx(40 * GIB / 450e9)}
     assert t.no_overlap == pytest.approx(0.016 + 160 * GIB / 50e9 + 40 * GIB / 450e9)
     assert t.perfect_overlap == pytest.approx(160 * GIB / 50e9)
-    assert t.bound == ("communication over 'd' (network, 50 GB/s): the all-gathers, 160 GiB sent per device, most "
+    assert t.bound.kind is chips.Bound.COMMUNICATION and t.bound.axes == ("d",) and t.bound.amount == 160 * GIB
+    assert t.bound.collective == "all-gather" and t.bound.where == "model.py:42 (mlp)" and t.bound.share is None
+    assert t.bound.seconds == t.perfect_overlap and t.bound.total == pytest.approx(t.no_overlap)
+    assert str(t.bound) == ("communication over 'd' (network, 50 GB/s): the all-gathers, 160 GiB sent per device, most "
                        f"from model.py:42 (mlp), {chips.fmt_seconds(160 * GIB / 50e9)} of "
                        f"{chips.fmt_seconds(t.no_overlap)}")
     assert t.assumptions == ()
@@ -208,7 +211,8 @@ def test_a_group_of_axes_runs_at_its_slowest_link():
                              Collective("all-gather", ("d", "t"), 3 * 10**9, 1)])
     t = chips.step_time(step, {"d": 4, "t": 8}, "h100", {"d": "network", "t": "nvlink"})
     assert t.communication == {("d", "t"): pytest.approx(4e9 / 50e9)}
-    assert t.bound.startswith("communication over 'd' x 't' (network, 50 GB/s): the all-gathers, 75% of 3.73 GiB")
+    assert str(t.bound).startswith("communication over 'd' x 't' (network, 50 GB/s): the all-gathers, 75% of 3.73 GiB")
+    assert t.bound.link == chips.Link("network", 50e9) and t.bound.share == pytest.approx(0.75)
     faster = chips.step_time(step, {"d": 4, "t": 8}, "h100", {"d": "400GB/s", "t": "nvlink"})
     assert faster.communication == {("d", "t"): pytest.approx(4e9 / 400e9)}
 
@@ -217,7 +221,8 @@ def test_compute_bound_step_names_its_dtype():
     step = cost({"bfloat16": 9e15, "float32": 1e14}, memory=10**9)
     t = chips.step_time(step, {"d": 8}, "tpu-v5p")
     assert t.compute == pytest.approx(9e15 / 459e12 + 1e14 / 459e12)
-    assert t.bound == (f"compute: 9.1 PFLOP per device (99% of them bfloat16) at tpu-v5p's bf16 peak of 459 TFLOP/s, "
+    assert t.bound.kind is chips.Bound.COMPUTE and (t.bound.dtype, t.bound.rate_class) == ("bfloat16", "bf16")
+    assert str(t.bound) == (f"compute: 9.1 PFLOP per device (99% of them bfloat16) at tpu-v5p's bf16 peak of 459 TFLOP/s, "
                        f"{chips.fmt_seconds(t.compute)} of {chips.fmt_seconds(t.no_overlap)}")
     assert t.perfect_overlap == t.compute and t.communication == {}
 
@@ -225,7 +230,8 @@ def test_compute_bound_step_names_its_dtype():
 def test_memory_bound_step():
     t = chips.step_time(cost({"float32": 10**9}, memory=819 * 10**9), {"d": 4}, "tpu-v5e")
     assert t.memory == pytest.approx(1.0)
-    assert t.bound == f"memory: 763 GiB read and written per device at 819 GB/s, 1 s of {chips.fmt_seconds(t.no_overlap)}"
+    assert t.bound.kind is chips.Bound.MEMORY and t.bound.amount == 819 * 10**9 and t.bound.rate == 819e9
+    assert str(t.bound) == f"memory: 763 GiB read and written per device at 819 GB/s, 1 s of {chips.fmt_seconds(t.no_overlap)}"
 
 
 def test_stand_in_rates_and_lower_bounds_are_said():
@@ -241,7 +247,8 @@ def test_stand_in_rates_and_lower_bounds_are_said():
 
 def test_a_free_step_and_an_empty_mesh():
     t = chips.step_time(cost(), {"d": 8}, "h100")
-    assert t.no_overlap == 0 == t.perfect_overlap and t.bound == "nothing: the step is free"
+    assert t.no_overlap == 0 == t.perfect_overlap and t.bound == chips.StepBound(chips.Bound.NOTHING)
+    assert str(t.bound) == "nothing: the step is free"
     assert str(t).startswith("0 s to 0 s per step on h100")
 
 
@@ -257,6 +264,31 @@ def test_bad_chip_and_links_reach_step_time_with_their_option():
         chips.step_time(cost(), {"d": 8}, "h100", {}, links_option="--links")
 
 
+@pytest.mark.parametrize("bad", [None, {"flops_by_dtype": {}}, 3.5])
+def test_step_time_takes_a_step_cost(bad):
+    with pytest.raises(TypeError, match=r"^step_time: cost must be a StepCost \(verify's report\.cost\), got "):
+        chips.step_time(bad, {"d": 8}, "h100")
+
+
+def test_a_bound_is_its_kind_and_its_figures():
+    with pytest.raises(TypeError, match=r"^StepBound: kind must be a Bound \(COMPUTE, MEMORY, COMMUNICATION, "
+                                        r"NOTHING\), got str 'compute'$"):
+        chips.StepBound("compute")
+    with pytest.raises(TypeError, match=r"^StepBound: seconds must be a number of seconds >= 0, got int -1$"):
+        chips.StepBound(chips.Bound.MEMORY, -1)
+    with pytest.raises(TypeError, match=r"^StepBound: share must be a number from 0 to 1, got float 1.5$"):
+        chips.StepBound(chips.Bound.COMPUTE, 1.0, 2.0, share=1.5)
+    with pytest.raises(TypeError, match=r"^StepBound: link must be a Link or None, got str$"):
+        chips.StepBound(chips.Bound.COMMUNICATION, link="nvlink")
+    with pytest.raises(TypeError, match=r"^StepTime: bound must be a StepBound, got str 'compute: 1 s'$"):
+        chips.StepTime("h100", 1.0, 0.0, {}, {}, "compute: 1 s")
+    # a bound made by hand says what one made by step_time would
+    bound = chips.StepBound(chips.Bound.COMMUNICATION, 2.0, 3.0, 100 * GIB, 50e9, axes=("d",),
+                            link=chips.Link("network", 50e9))
+    assert str(bound) == "communication over 'd' (network, 50 GB/s): 100 GiB sent per device, 2 s of 3 s"
+    assert [b.value for b in chips.Bound] == ["compute", "memory", "communication", "nothing"]
+
+
 def test_text_and_dict():
     step = cost({"bfloat16": 989.5e12 * 0.05}, memory=10**9,
                 collectives=[Collective("all-gather", ("d",), 10**9, 2, "m.py:1 (f)")])
@@ -267,7 +299,8 @@ def test_text_and_dict():
     d = t.to_dict()
     assert d["communication"] == [{"axes": ["d"], "seconds": pytest.approx(0.04)}]
     assert d["links"]["t"] == {"link": "nvlink", "bytes_per_second": 450e9}
-    assert math.isclose(d["no_overlap"], t.no_overlap) and d["bound"] == t.bound
+    assert math.isclose(d["no_overlap"], t.no_overlap) and d["bound"] == str(t.bound)
+    assert d["bound_kind"] == "compute" == t.bound.kind.value
 
 
 def test_formats():

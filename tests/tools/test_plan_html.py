@@ -25,6 +25,7 @@ import pytest
 
 from shardtypes import axis_rules, f32, plan, plan_html, verify
 from shardtypes.__main__ import main
+from shardtypes.language import BYTE_STYLES, fmt_bytes
 from shardtypes.tools import PlanReport
 
 from conftest import put
@@ -45,10 +46,36 @@ def parts():
 # The pure parts
 
 
+SIZES = (0, 640, 1024, 1002 * 1024, 17.5 * 2**20, 1.09 * 2**30, 80 * 2**30, 3 * 2**40)
+
+
 def test_bytes_are_written_with_binary_units():
-    fmt = parts().fmt_bytes
-    assert [fmt(n) for n in (0, 640, 1024, 1002 * 1024, 17.5 * 2**20, 1.09 * 2**30, 80 * 2**30, 3 * 2**40)] == [
+    assert [fmt_bytes(n, "figures") for n in SIZES] == [  # the page's style
         "0 B", "640 B", "1.00 KiB", "1002 KiB", "17.5 MiB", "1.09 GiB", "80.0 GiB", "3.00 TiB"]
+
+
+@pytest.mark.parametrize("style, written", [
+    ("tenths", ["0 B", "640 B", "1.0 KiB", "1002.0 KiB", "17.5 MiB", "1.1 GiB", "80.0 GiB", "3.0 TiB"]),
+    ("short", ["0 B", "640 B", "1 KiB", "1002 KiB", "17.5 MiB", "1.09 GiB", "80 GiB", "3 TiB"]),
+    ("exact", ["0 bytes", "640 bytes", "1 KiB (1024 bytes)", "1002 KiB (1026048 bytes)",
+               "17.5 MiB (18350080 bytes)", "1.09 GiB (1170378588 bytes)", "80 GiB (85899345920 bytes)",
+               "3 TiB (3298534883328 bytes)"]),
+])
+def test_one_byte_formatter_writes_every_style(style, written):
+    """One function for every byte count shardtypes prints: the plan's table and the reports
+    (tenths), the step time's sentence (short), the layout layer's errors (exact)."""
+    assert style in BYTE_STYLES and [fmt_bytes(n, style) for n in SIZES] == written
+    assert fmt_bytes(-1536, style).startswith("-1")
+    assert fmt_bytes(999.7 * 2**20, style).startswith("1000 MiB") or style == "tenths"  # never '1e+03 MiB'
+    with pytest.raises(ValueError, match=r"^fmt_bytes: style must be one of 'tenths', 'figures', 'short', 'exact', "
+                                         r"got 'html'$"):
+        fmt_bytes(1, "html")
+
+
+def test_the_old_name_is_the_one_formatter():
+    from shardtypes.tools import memory_plan
+
+    assert memory_plan.fmt_bytes is fmt_bytes and parts().fmt_bytes is fmt_bytes and "fmt_bytes" not in parts().__all__
 
 
 def test_capacity_parses_sizes_and_device_kinds():
@@ -315,7 +342,7 @@ def test_demo_page_in_chromium(demo, tmp_path):
     for row in report.rows:
         assert row.path in text, row.path
     assert ">d</tspan>=64" in text and ">t</tspan>=64" in text
-    assert parts().fmt_bytes(report.bytes_per_device) in text  # 223 MiB per device
+    assert fmt_bytes(report.bytes_per_device, "figures") in text  # 223 MiB per device
     if os.environ.get("SHARDTYPES_SCREENSHOT"):
         Path(os.environ["SHARDTYPES_SCREENSHOT"]).write_bytes(png)
 

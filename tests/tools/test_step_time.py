@@ -56,7 +56,7 @@ def test_verify_gives_the_step_time_of_its_cost(kind):
     assert all(link.name == "nvlink" for link in report.step_time.links.values())
     assert f"\n  step time: {report.step_time}" in str(report)
     data = json.loads(report.to_json())
-    assert data["step_time"]["chip"] == "h100" and data["step_time"]["bound"] == report.step_time.bound
+    assert data["step_time"]["chip"] == "h100" and data["step_time"]["bound"] == str(report.step_time.bound)
 
 
 def test_verify_on_explicit_axes_times_the_gather_over_its_link():
@@ -64,8 +64,8 @@ def test_verify_on_explicit_axes_times_the_gather_over_its_link():
     gathered = report.communication.by_axes[("d",)]
     assert gathered == 1024 * 4096 * 4 // 2 * 3 // 4  # (n-1)/n of the gathered block, t split in 2
     assert report.step_time.communication[("d",)] == pytest.approx(gathered / 25e9)
-    assert report.step_time.bound.startswith("communication over 'd' (25GB/s, 25 GB/s): the all-gathers, 6 MiB")
-    assert "test_step_time.py" in report.step_time.bound  # where in the user's code
+    assert str(report.step_time.bound).startswith("communication over 'd' (25GB/s, 25 GB/s): the all-gathers, 6 MiB")
+    assert "test_step_time.py" in report.step_time.bound.where  # where in the user's code
 
 
 def test_without_a_chip_there_is_no_step_time():
@@ -175,7 +175,7 @@ def test_two_layouts_in_chromium(layouts, tmp_path):
     assert "Time per step, side by side" in text and "perfect overlap (the lower bound)" in text
     for name, report in layouts.items():
         assert f"Memory per device — {name}" in text
-        assert report.step_time.bound.split(",")[0] in text.replace("&#x27;", "'").replace("&amp;", "&")
+        assert str(report.step_time.bound).split(",")[0] in text.replace("&#x27;", "'").replace("&amp;", "&")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,6 +225,7 @@ def test_cli_step_time_on_a_chip(here, capsys):
     data = json.loads(out)
     assert data["step_time"]["links"]["d"] == {"link": "10GB/s", "bytes_per_second": 1e10}
     assert data["step_time"]["bound"].startswith("communication over 'd' (10GB/s, 10 GB/s): the all-gathers")
+    assert data["step_time"]["bound_kind"] == "communication"
 
 
 def test_cli_compares_rule_sets(here, capsys):
@@ -307,7 +308,7 @@ def test_the_demo_compares_fsdp_x_tp_with_pure_fsdp():
     assert fsdp.cost.matmul_flops_per_device == pytest.approx(tp.cost.matmul_flops_per_device, rel=0.01)
     # on H100s 64 devices of t span 8 nodes: both axes over the network, and TP's gathers bound it
     assert {link.name for link in tp.step_time.links.values()} == {"network"}
-    assert tp.step_time.bound.startswith("communication over 't' (network, 50 GB/s): the all-gathers")
+    assert str(tp.step_time.bound).startswith("communication over 't' (network, 50 GB/s): the all-gathers")
     assert fsdp.step_seconds < tp.step_seconds
     page = plan_html(compared, "h100")
     assert "Time per step, side by side" in page and "Memory per device — fsdp x tp" in page

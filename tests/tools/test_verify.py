@@ -972,3 +972,29 @@ def test_a_plain_dataclass_argument_says_to_register_the_class():
                      r"not know as a pytree, so jax.eval_shape cannot trace it: register the class "
                      r"\(shardtypes.pytree_dataclass", problem.message), problem.message
     assert "Error interpreting argument" not in str(report)
+
+
+def test_the_cost_line_is_written_from_the_cost():
+    """The report's cost line is made from the StepCost's figures (the bytes per group of mesh
+    axes among them), not by editing the StepCost's own text."""
+    from shardtypes.tools import Collective, Communication, StepCost, VerifyReport
+
+    gather = Collective("all-gather", ("d",), 3 * 2**20, 2, "m.py:1 (f)")
+    comm = Communication((gather, Collective("all-reduce", ("t",), 2**10)))
+    cost = StepCost(comm, 2 * 10**9, {"float32": 2 * 10**9}, 5 * 2**20, (), 10**9)
+    text = str(VerifyReport("f", {"d": 2, "t": 2}, {}, (), cost=cost))
+    assert text.endswith("\n  cost: 6.0 MiB sent (over d 6.0 MiB, t 1.0 KiB), 2.0 GFLOP (1.0 GFLOP in matmuls), "
+                         "5.0 MiB read and written per device per step; the most by all-gather over d: 3.0 MiB x 2 "
+                         "at m.py:1 (f)")
+    quiet = StepCost(Communication(), 512, {"float32": 512}, 2048, ("a while loop's body is counted once",), 512)
+    assert str(VerifyReport("f", {"d": 2}, {}, (), cost=quiet)).endswith(
+        "\n  cost: no collectives, at least 512 FLOP (512 FLOP in matmuls), at least 2.0 KiB read and written per "
+        "device per step")
+
+
+def test_plan_reads_an_unreduced_spec_by_its_partitions():
+    mesh = AbstractMesh((4, 2), ("d", "t"), axis_types=(AxisType.Explicit,) * 2)
+    x = jax.ShapeDtypeStruct((8, 6, 5), jnp.float32, sharding=NamedSharding(mesh, P("d", None, unreduced={"t"})))
+    (row,) = plan({"w": x}, mesh).rows
+    assert row.device_shape == (2, 6, 5) and row.dim_axes == (("d",), (), ()) and row.replicas == 2
+    assert row.bytes_per_device == 2 * 6 * 5 * 4
