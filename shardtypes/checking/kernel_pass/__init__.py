@@ -2,12 +2,13 @@
 sums still owed, followed over its jaxpr from the layouts of its in_specs.
 
 One entry point, ``traced`` (the body traced once, followed, then bound in the shard_map's trace);
-one interpreter (``interpreter.Pass``) over one registry of rules (``registry.RULES``), each rule
-registered beside its definition (``structural``, ``collectives``, ``loops``); one module that
-reads JAX's jaxprs (``jaxpr``: equations, params, avals, invars and outvars; the only importer of
-``jax.extend.core`` and ``jax.core`` in the pass, read by the activation estimate too); one
-catalogue of the primitives it names, by kind and by the releases they were seen in
-(``catalogue``); what it knows of a value (``facts``) and how facts combine (``algebra``); every
+one registry of what each JAX primitive does (``catalogue``: a record per primitive, by family,
+with the releases it was seen in; read by the step cost and the activation estimate too); one
+walk over a jaxpr (``walk.Walk``, with ``walk.nesting`` for calls, loops, conds and nested
+shard_maps), of which the pass is one (``interpreter.Pass``), each family's rule registered beside
+its definition (``structural``, ``collectives``, ``loops``); one module that reads JAX's jaxprs
+(``jaxpr``: equations, params, avals, invars and outvars; the only importer of
+``jax.extend.core`` and ``jax.core`` in the pass); what it knows of a value (``facts``) and how facts combine (``algebra``); every
 sentence it says, refusals and the provenance of partial values (``messages``); where it meets the
 side table the checker writes (``interpreter.Pass.meet``; the table: ``checking/kernel_layouts.py``).
 """
