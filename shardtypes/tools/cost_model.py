@@ -19,7 +19,7 @@ import jax
 
 from ..checking import jaxpr_walk, jaxprs, primitives
 from ..language import entry_axes
-from ..layout import spec_entries, spec_parts
+from ..layout import per_device_shape, spec_entries, spec_parts
 from .activation_rules import auto_splits, dead, fused, local_shape, ones
 from .activations import SYMBOLIC, user_frame
 from .step_cost import Collective, Communication, StepCost
@@ -230,13 +230,13 @@ class _Cost(jaxpr_walk.Walk):
     def bytes_as(self, v: Any, dims: list, eqn: Any) -> int:
         """The bytes per device of ``v`` laid out with ``dims`` (per dim, its mesh axes)."""
         aval = jaxprs.aval(v)
-        shape = tuple(getattr(aval, "shape", ()))
         itemsize = getattr(getattr(aval, "dtype", None), "itemsize", None)
-        if not all(isinstance(d, int) for d in shape) or not isinstance(itemsize, int):
+        parts = [math.prod(self.sizes.get(a, 1) for a in axes) for axes in dims]
+        block = per_device_shape(tuple(getattr(aval, "shape", ())), parts)
+        if block is None or not isinstance(itemsize, int):
             self.unknown.setdefault(SYMBOLIC, set()).add(jaxprs.name(eqn))
             return 0
-        parts = [math.prod(self.sizes.get(a, 1) for a in axes) for axes in dims]
-        return math.prod(-(-d // p) for d, p in zip(shape, parts)) * itemsize
+        return math.prod(block) * itemsize
 
     def move(self, tally: _Tally, eqn: Any, src: list, partial: set, dst: list, unreduced: frozenset,
              nbytes: int) -> None:
