@@ -9,8 +9,9 @@ shard_maps), of which the pass is one (``interpreter.Pass``), each family's rule
 its definition (``structural``, ``collectives``, ``loops``); one module that reads JAX's jaxprs
 (``jaxpr``: equations, params, avals, invars and outvars; the only importer of
 ``jax.extend.core`` and ``jax.core`` in the pass); what it knows of a value (``facts``) and how
-facts combine (``algebra``); every sentence it says, refusals and the provenance of partial values (``messages``); where it meets the
-side table the checker writes (``interpreter.Pass.meet``; the table: ``checking/kernel_layouts.py``).
+facts combine (``algebra``); every sentence it says, refusals and the provenance of partial
+values (``messages``); where it meets the side table the checker writes
+(``interpreter.Pass.meet``; the table: ``checking/kernel_layouts.py``).
 """
 
 from . import catalogue as catalogue, jaxpr as jaxpr, walk as walk
