@@ -21,7 +21,8 @@ from __future__ import annotations
 from types import CodeType
 from typing import Any, Callable
 
-from typeguard import _checkers, _functions
+import typeguard._checkers as typeguard_checkers  # (typeguard's private modules: this adapter's job)
+import typeguard._functions as typeguard_functions
 
 __all__ = ["CHECKED_AGAINST", "check_argument_types_internal", "check_return_type_internal", "check_yield",
            "check_send", "check_codes", "container_checkers", "instrumenter"]
@@ -31,11 +32,13 @@ CHECKED_AGAINST = ("4.4.0", "4.6.1")
 # typeguard renamed these in 4.5 (the old names became frame-reading helpers); the instrumented
 # code and our decorator call whichever this typeguard has.
 check_argument_types_internal: Callable[..., Any] = getattr(
-    _functions, "check_argument_types_internal", _functions.check_argument_types)
+    typeguard_functions, "check_argument_types_internal", typeguard_functions.check_argument_types)
 check_return_type_internal: Callable[..., Any] = getattr(
-    _functions, "check_return_type_internal", _functions.check_return_type)
-check_yield: Callable[..., Any] = getattr(_functions, "check_yield_type_internal", _functions.check_yield_type)
-check_send: Callable[..., Any] = getattr(_functions, "check_send_type_internal", _functions.check_send_type)
+    typeguard_functions, "check_return_type_internal", typeguard_functions.check_return_type)
+check_yield: Callable[..., Any] = getattr(typeguard_functions, "check_yield_type_internal",
+                                         typeguard_functions.check_yield_type)
+check_send: Callable[..., Any] = getattr(typeguard_functions, "check_send_type_internal",
+                                        typeguard_functions.check_send_type)
 
 _ROLE_NAMES = {
     "check_argument_types_internal": "argument",
@@ -47,20 +50,20 @@ _ROLE_NAMES = {
 }
 if check_argument_types_internal.__name__ == "check_argument_types":  # typeguard < 4.5
     _ROLE_NAMES.update(check_argument_types="argument", check_return_type="return")
-if not hasattr(_functions, "check_yield_type_internal"):  # the yield and send checks' names then
+if not hasattr(typeguard_functions, "check_yield_type_internal"):  # the yield and send checks' names then
     _ROLE_NAMES.update(check_yield_type="yield", check_send_type="send")
 
 
 def check_codes() -> dict[CodeType, str]:
     """The code object of each of typeguard's check functions, with the role of what it checks
     ('argument', 'return', 'variable', 'yield', 'send', 'check_type')."""
-    return {getattr(_functions, name).__code__: role for name, role in _ROLE_NAMES.items()
-            if hasattr(_functions, name)}
+    return {getattr(typeguard_functions, name).__code__: role for name, role in _ROLE_NAMES.items()
+            if hasattr(typeguard_functions, name)}
 
 
 def container_checkers() -> dict[Any, Callable[..., Any]]:
     """typeguard's checkers of containers and unions, by origin (``tuple``, ``list``, ...)."""
-    return dict(_checkers.origin_type_checkers)
+    return dict(typeguard_checkers.origin_type_checkers)
 
 
 def instrumenter() -> tuple[Any, Callable[..., Any]]:

@@ -177,8 +177,8 @@ class StepCost:
         comm = self.communication
         sent = f"{some}{fmt_bytes(comm.bytes_per_device)} sent" if comm.collectives or comm.lower_bound else \
             "no collectives"
-        return (f"{sent}, {some}{_flops(self.flops_per_device)} "
-                f"({_flops(self.matmul_flops_per_device)} in matmuls), {some}"
+        return (f"{sent}, {some}{fmt_flops(self.flops_per_device)} "
+                f"({fmt_flops(self.matmul_flops_per_device)} in matmuls), {some}"
                 f"{fmt_bytes(self.memory_bytes_per_device)} read and written per device per step")
 
     def to_dict(self) -> dict:
@@ -191,5 +191,3 @@ class StepCost:
 _ROWS = 8
 
 
-def _flops(n: int) -> str:
-    return fmt_flops(n)

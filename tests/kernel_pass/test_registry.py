@@ -182,3 +182,18 @@ def test_ragged_dot_in_the_step_cost_and_the_activation_estimate():
     assert (psum.kind, psum.axes, psum.source) == ("all-reduce", ("t",), "kernel")
     assert psum.bytes == 2 * 8 * 4 * 4 * 3 // 4  # 2(n-1)/n of the 8 x 4 float32 partial sum
     assert report.activations.bytes_per_device >= 8 * 4 * 4  # (the partial sum, before its psum)
+
+
+def test_the_step_cost_counts_a_primitive_no_record_knows_as_elementwise_and_names_it():
+    from jax.extend.core import Primitive
+
+    from shardtypes.tools.cost_model import cost_of
+
+    unknown = Primitive("shardtypes_test_unrecorded")
+    unknown.def_abstract_eval(lambda x: jax.core.ShapedArray(x.shape, x.dtype))
+    closed = jax.make_jaxpr(lambda x: unknown.bind(x) @ x.T)(jnp.ones((8, 4), jnp.float32))
+    cost = cost_of(closed, [jnp.ones((8, 4), jnp.float32)], {}, {})
+    assert cost.flops_by_dtype["float32"] == 8 * 4 + 2 * 8 * 8 * 4  # one per element, then the matmul
+    (said,) = cost.communication.assumptions
+    assert said.startswith("primitives the registry has no record of (shardtypes_test_unrecorded) were counted "
+                           "as elementwise")
