@@ -66,6 +66,7 @@ from shardtypes import (  # noqa: E402
     plan,
     plan_html,
     pytree_dataclass,
+    search,
     shard,
     typechecked,
     typed_shard_map,
@@ -612,6 +613,23 @@ def layouts_at_scale(chip: str = CHIP) -> dict:
     return reports
 
 
+# Which layout should the step use? Every shape of 4,096 chips over (d, t), under three rule sets:
+# FSDP x TP (RULES), pure FSDP, and FSDP x TP with the axes' roles swapped (tensor parallelism over
+# d, the first axis, whose chips are not in one node by default), each verified and ranked by its
+# time per step on H100s, those whose state and activations do not fit in 80 GB marked. At
+# 512K tokens a step (4,096 sequences of 128): the demo's step keeps every layer's activations for
+# the backward pass (no rematerialization), so more tokens per chip do not fit.
+TP_OVER_D = AxisRules([("dp", "t"), ("fsdp", "t"), ("tp", "d")], name="tp over d")
+SEARCHED = {**LARGE, "batch": 4096, "seq": 128}
+
+
+def search_at_scale(chip: str = CHIP) -> typing.Any:
+    """The training step searched over every (d, t) with d x t = 4,096 and three rule sets: a
+    SearchReport, best first."""
+    return search(training_kernel, 4096, SEARCHED, axes=("d", "t"),
+                  rules={"fsdp x tp": RULES, "fsdp": FSDP_RULES, "tp over d": TP_OVER_D}, chip=chip, hbm=chip)
+
+
 def _auto_check_cost(state: State, batch: Batch, calls: int = 10) -> str:
     """On Auto axes the step's arguments are checked while XLA compiles it; a cached call runs
     no Python of shardtypes (it enters the same Python frames as the unchecked step: only the
@@ -649,6 +667,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--auto", action="store_true", help="use Auto mesh axes")
     parser.add_argument("--steps", type=int, default=40, help="training steps")
     parser.add_argument("--every", type=int, default=5, help="print the loss every this many steps")
+    parser.add_argument("--no-search", action="store_true",
+                        help="leave out the search over layouts at 4,096 chips (about 30 s on two cores)")
     parser.add_argument("--html", default=os.path.join(tempfile.gettempdir(), "shardtypes-demo-plan.html"),
                         help="where to write the 64x64 plan as a page (default: %(default)s)")
     args = parser.parse_args(argv)
@@ -757,8 +777,24 @@ def main(argv: list[str] | None = None) -> dict:
     with open(layouts_page, "w", encoding="utf-8") as f:
         f.write(plan_html(compared, CHIP, title=f"FSDP x TP against pure FSDP on {CHIP}, 64x64 chips"))
     print(f"The two side by side as a page (memory and time per step): {layouts_page}")
+    searched = None
+    if not args.no_search:
+        print(f"\nWhich layout? Every mesh shape of 4,096 chips over (d, t) under three rule sets, at "
+              f"{SEARCHED['batch']:,} x {SEARCHED['seq']} tokens, ranked by the step's time on {CHIP}:")
+        start = time.perf_counter()
+        searched = search_at_scale()
+        seconds = time.perf_counter() - start
+        lines = str(searched).splitlines()
+        best_line = lines[len(searched.candidates) + 2]
+        shown = [*lines[:12], f"  ... ({len(searched.candidates) - 10} more ranked)", best_line]
+        print("\n".join("  " + line for line in shown))
+        reasons = sorted({"a dim its mesh axes do not divide" if "does not divide" in r.reason else r.reason
+                          for r in searched.rejected})
+        print(f"  ({len(searched.rejected)} layouts rejected ({'; '.join(reasons)}); "
+              f"{searched.considered} verified in {seconds:.0f} s)")
     return {"losses": losses, "decoded": decoded, "expected": expected, "layouts": layouts,
-            "mistake": mistake, "at_scale": scale, "compared": compared, "layouts_page": layouts_page}
+            "mistake": mistake, "at_scale": scale, "compared": compared, "layouts_page": layouts_page,
+            "searched": searched}
 
 
 def _words(tokens) -> str:

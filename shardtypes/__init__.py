@@ -156,6 +156,7 @@ if TYPE_CHECKING:  # (loaded on first use below: import shardtypes does not impo
         StepTime as StepTime,
     )
     from .tools.memory_plan import PlanReport as PlanReport, plan as plan, plan_html as plan_html
+    from .tools.search import SearchReport as SearchReport, search as search
     from .tools.verification import Problem as Problem, VerifyReport as VerifyReport, verify as verify
 
 # The tools layer (verify, plan, their reports, the CLI and the HTML pages) is loaded when one of
@@ -164,7 +165,7 @@ _TOOLS = {
     "ActivationEstimate": "activations", "Collective": "step_cost", "Communication": "step_cost",
     "StepCost": "step_cost", "StepTime": "chips", "PlanReport": "memory_plan", "plan": "memory_plan",
     "plan_html": "memory_plan", "Problem": "verification", "VerifyReport": "verification",
-    "verify": "verification",
+    "verify": "verification", "search": "search", "SearchReport": "search",
 }
 
 
@@ -204,6 +205,7 @@ __all__ = [
     "TypeCheckError",
     "UNCONSTRAINED",
     "VerifyReport",
+    "SearchReport",
     "ActivationEstimate",
     "StepCost",
     "Communication",
@@ -273,6 +275,7 @@ __all__ = [
     "u8",
     "validate_shardings",
     "verify",
+    "search",
     "complexfloating",
     "inexact",
     "key",

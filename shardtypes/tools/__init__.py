@@ -16,6 +16,7 @@ from .memory_plan import (
     plan as plan,
     plan_html as plan_html,
 )
+from .search import SearchReport as SearchReport, search as search
 from .step_cost import Collective as Collective, Communication as Communication, StepCost as StepCost
 from .verification import (
     Problem as Problem,
@@ -32,11 +33,13 @@ __all__ = [
     "PlanRow",
     "Problem",
     "VerificationError",
+    "SearchReport",
     "StepCost",
     "StepTime",
     "VerifyReport",
     "main",
     "plan",
+    "search",
     "verify",
 ]
 

@@ -1,4 +1,5 @@
-"""The ``shardtypes`` command: plan and verify sharded models from the terminal or CI.
+"""The ``shardtypes`` command: plan, verify and search (rank layouts of) sharded models from the
+terminal or CI.
 
 Reports go to standard output, as text or (``--json``) as JSON in which sizes (bytes, element
 counts, dims) are numbers; a symbolic size (a dim ``verify`` was not given) is its expression as a
@@ -29,6 +30,7 @@ from .chips import DEVICE_KINDS, axis_links, chip_named, fmt_seconds
 from .html_page import write_html
 from .html_parts import parse_capacity
 from .memory_plan import PlanReport, parse_fraction, plan, plan_html
+from .search import search
 from .terminal import plan_lines, progress, render, use_colour
 from .verification import VerifyReport, verify
 
@@ -72,13 +74,24 @@ VERIFY_EXAMPLES = """\
       --rules fsdp=mymodel:FSDP_RULES --html layouts.html
 """
 
+SEARCH_EXAMPLES = """\
+  # which mesh shape and which rule set? every shape of 4,096 devices over two axes, under
+  # each rule set, ranked by the step's time per device on H100s; those over 80 GB marked
+  shardtypes search mymodel:train_step --devices 4096 --axes d,t --rules fsdp=mymodel:FSDP \\
+      --rules 'fsdp x tp'=mymodel:RULES --chip h100 --hbm h100 --dims embed=8192,layers=80
+
+  # the best three side by side on a page, and the ranking as JSON
+  shardtypes search mymodel:train_step --devices 64 --axes d,t --rules mymodel:RULES --chip tpu-v5p \\
+      --html best.html --json
+"""
+
 TARGETS = """
 MODULE:OBJECT is imported like `from MODULE import OBJECT` (dots allowed in OBJECT); the
 current directory is on the import path.
 """
 
 # The top-level --help shows every example; each subcommand's --help only its own.
-EXAMPLES = "examples:\n" + PLAN_EXAMPLES + "\n" + VERIFY_EXAMPLES + TARGETS
+EXAMPLES = "examples:\n" + PLAN_EXAMPLES + "\n" + VERIFY_EXAMPLES + "\n" + SEARCH_EXAMPLES + TARGETS
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -326,6 +339,8 @@ def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     with _writing_stdout():  # --help, --version and usage errors print here
         args = parser.parse_args(argv)
+    if args.command == "search":
+        return _search(parser, args)
     modes = args.mode or [None]
     rule_sets = _checked_usage(parser, args, modes)
     chip, links = getattr(args, "chip", None), getattr(args, "links", None)
@@ -364,7 +379,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
                         help="print the version of shardtypes and exit")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{plan,verify}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{plan,verify,search}")
     common = _common_options()
     plan_cmd = commands.add_parser("plan", parents=[common], help="per-array layout and memory per device",
                                    description="One row per array: path, annotation, dtype, shape, "
@@ -390,7 +405,75 @@ def _parser() -> argparse.ArgumentParser:
                             help="the link each mesh axis runs over, one of the chip's (nvlink, network; ici, "
                             "dcn) or a bandwidth (50GB/s, 400Gb/s); default: the trailing axes that fit in a "
                             "node of 8 GPUs or a TPU slice over the fast link, the rest over the slow one")
+    _search_parser(commands)
     return parser
+
+
+def _search_parser(commands: Any) -> None:
+    """``search``'s own options: devices and axes instead of a mesh, several rule sets."""
+    cmd = commands.add_parser("search", help="rank mesh shapes and rule sets by the step's time on a chip",
+                              description="Verify a checked step under every mesh shape of --devices over "
+                              "--axes and every rule set of --rules, and rank them by the step's time per "
+                              "device on --chip (a lower bound), those over --hbm marked.",
+                              epilog="examples:\n" + SEARCH_EXAMPLES + TARGETS,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    cmd.add_argument("target", metavar="MODULE:OBJECT", help="the checked step to lay out")
+    cmd.add_argument("--devices", type=int, required=True, help="how many chips, e.g. 4096")
+    cmd.add_argument("--axes", type=lambda t: [a.strip() for a in t.split(",")], required=True,
+                     metavar="AXIS,...", help="the mesh axes to give sizes to, e.g. d,t")
+    cmd.add_argument("--rules", action="append", required=True, metavar="[LABEL=]MODULE:OBJECT",
+                     help="a rule set (AxisRules) to try; give it once per rule set")
+    cmd.add_argument("--chip", type=_chip, required=True, metavar="KIND",
+                     help="the chip to rank by (" + ", ".join(DEVICE_KINDS) + ")")
+    cmd.add_argument("--hbm", type=_capacity, metavar="SIZE|KIND", help="device memory: layouts whose arguments "
+                     "and activations do not fit are ranked last and marked")
+    cmd.add_argument("--dims", type=lambda t: _pairs(t, _size), default={}, metavar="NAME=SIZE,...",
+                     help="sizes of named dims, e.g. embed=8192,layers=80")
+    cmd.add_argument("--static", type=lambda t: _pairs(t, ast.literal_eval), default={},
+                     metavar="NAME=VALUE,...", help="values of non-array parameters (Python literals)")
+    cmd.add_argument("--inputs", action="append", metavar="NAME=MODULE:OBJECT",
+                     help="a parameter given as a tree of values (as verify's --inputs); may repeat")
+    cmd.add_argument("--links", type=lambda t: _pairs(t, str), metavar="AXIS=LINK,...",
+                     help="the link each mesh axis runs over (as verify's --links), for every mesh")
+    cmd.add_argument("--auto", action="store_true", help="Auto mesh axes (XLA lays the step out) instead of Explicit")
+    cmd.add_argument("--top", type=int, metavar="N", help="keep the best N layouts")
+    cmd.add_argument("--json", action="store_true", help="print the ranking as JSON")
+    cmd.add_argument("--html", metavar="FILE", help="also write the best three side by side as a page")
+
+
+def _search(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``shardtypes search``: the ranking on stdout (exit 0), 1 where no layout fits ``--hbm``,
+    2 for bad usage (a rule set under which the step fails on every mesh included)."""
+    try:
+        rule_sets = {label: _load(where) for label, where in _rules_targets(args.rules).items()}
+    except ValueError as e:
+        parser.error(str(e))
+    for label, rules in rule_sets.items():
+        if not isinstance(rules, AxisRules):
+            parser.error(f"--rules {label}: expected AxisRules, found {type(rules).__name__}")
+    if args.html and not os.path.isdir(os.path.dirname(os.path.abspath(args.html))):
+        parser.error(f"--html {args.html}: no such directory")
+    target = _load(args.target)
+    inputs = _inputs(parser, target, args.inputs)
+    try:
+        with progress(f"shardtypes search: verifying {args.target} under each layout"):
+            found = search(target, args.devices, args.dims, axes=args.axes, rules=rule_sets, chip=args.chip,
+                           hbm=args.hbm, inputs=inputs, static=args.static, top=args.top, links=args.links,
+                           axis_types="auto" if args.auto else "explicit")
+    except (TypeError, ValueError) as e:
+        sys.stderr.write(f"shardtypes search: error: {args.target}: {e}\n")
+        return 2
+    if args.html and found.candidates:
+        page = found.to_html()
+        try:
+            write_html(args.html, page, "shardtypes search: --html")
+        except OSError as e:
+            sys.stderr.write(f"{e}\n")
+            return 2
+        sys.stderr.write(f"shardtypes search: wrote {args.html} ({len(page.encode()) / 1024:.0f} KiB)\n")
+    with _writing_stdout():
+        print(found.to_json() if args.json else found)
+    return 0 if found.best is not None else 1
 
 
 def _common_options() -> argparse.ArgumentParser:

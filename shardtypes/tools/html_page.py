@@ -123,9 +123,10 @@ def render_page(
                 paths.append(row.path)
     ids = {p: f"a{i}" for i, p in enumerate(paths)}
     devices = math.prod(mesh.values())
-    mesh_text = " × ".join(f"{esc(a)}={n}" for a, n in mesh.items())
+    shapes = list(dict.fromkeys(tuple(dict(r.mesh).items()) for r in reports.values()))
+    mesh_text = ", ".join(" × ".join(f"{esc(a)}={n}" for a, n in shape) for shape in shapes)
     meta = [f"{len(paths):,} array{'s' if len(paths) != 1 else ''}",
-            f"mesh {mesh_text} ({devices:,} devices)"]
+            f"mesh{'es' if len(shapes) > 1 else ''} {mesh_text} ({devices:,} devices)"]
     if len(modes) > 1:
         meta.append("modes " + ", ".join(esc(m) for m in modes))
     if capacity:
@@ -145,7 +146,8 @@ def render_page(
     if len(times) > 1:
         out.append(_compare(times))
     out.append('<div class="cards">')
-    out.append(f'<div class="card mesh-card"><h2>Mesh</h2>{mesh_svg(mesh)}</div>')
+    if len(shapes) == 1:  # (layouts on meshes of other shapes: each column names its own)
+        out.append(f'<div class="card mesh-card"><h2>Mesh</h2>{mesh_svg(mesh)}</div>')
     totals = {m: r.bytes_per_device + _bytes_of(activations.get(m)) for m, r in reports.items()}
     scale = max([capacity[0] if capacity else 0, *totals.values()])
     seconds = max([t.no_overlap for t in times.values()], default=0.0)
@@ -255,6 +257,7 @@ def _links(message: str, ids: Mapping[str, str]) -> str:
 def _table(reports: Mapping[str, Any], paths: list[str], ids: Mapping[str, str], mesh: Mapping[str, int]) -> str:
     modes = list(reports)
     by_mode = [{row.path: row for row in r.rows} for r in reports.values()]
+    meshes = [dict(r.mesh) for r in reports.values()]
     many = len(modes) > 1
     # On a narrow screen the table scrolls sideways in its own box, not the whole page (a wide one
     # keeps its header sticky to the window, which a scrolling box would not).
@@ -268,16 +271,17 @@ def _table(reports: Mapping[str, Any], paths: list[str], ids: Mapping[str, str],
                + "</tr></thead><tbody>")
     for path in paths[:MAX_ROWS]:
         rows = [m.get(path) for m in by_mode]
+        cells = zip(rows, meshes)
         some = next(r for r in rows if r is not None)
         ann = f'<div class="ann mono">{esc(some.annotation)}</div>' if some.annotation != "-" else ""
         out.append(f'<tr id="{ids[path]}"><td><div class="path mono">{esc(path)}</div>{ann}</td>'
                    f'<td class="mono">{esc(some.dtype)}</td><td class="num mono">{esc(_shape(some.shape))}</td>')
-        for row in rows:
+        for row, own in cells:
             if row is None:
                 out.append('<td class="m0">—</td><td></td><td></td>')
                 continue
             out.append(f'<td class="m0"><code>{esc(row.spec)}</code> → <code>{esc(_shape(row.device_shape))}</code>'
-                       f"{split_html(row.shape, row.device_shape, row.dim_axes, mesh)}</td>"
+                       f"{split_html(row.shape, row.device_shape, row.dim_axes, own)}</td>"
                        f'<td class="num">{fmt_bytes(row.bytes_per_device, "figures")}</td>'
                        f'<td class="num">{"×" + format(row.replicas, ",") if row.replicas > 1 else "—"}</td>')
         out.append("</tr>")

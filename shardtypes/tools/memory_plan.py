@@ -174,10 +174,10 @@ def plan_html(reports: Any, hbm: int | str | None = None, *, title: str | None =
         if not isinstance(mode, str) or not (isinstance(report, PlanReport) or _is_verify_report(report)):
             raise TypeError(f"plan_html: reports[{mode!r}] must be a PlanReport or a VerifyReport under a str "
                             f"mode name, got {type(report).__name__}")
-    meshes = {tuple(dict(r.mesh).items()) for r in reports.values()}
-    if len(meshes) > 1:
-        raise ValueError(f"plan_html: the reports are on different meshes {[dict(r.mesh) for r in reports.values()]}; "
-                         "side by side they must share one")
+    if len({tuple(dict(r.mesh)) for r in reports.values()}) > 1:
+        meshes = [dict(r.mesh) for r in reports.values()]
+        raise ValueError(f"plan_html: the reports are on meshes of different axes {meshes}; "
+                         "side by side they must share the axis names (their sizes may differ)")
     if title is not None and not isinstance(title, str):
         raise TypeError(f"plan_html: title must be a str, got {title!r:.60}")
     capacity = None if hbm is None else parse_capacity(hbm, "plan_html: hbm")

@@ -132,7 +132,7 @@ def transformer():
         del sys.modules[spec.name]
 
 
-@pytest.fixture(scope="module", params=[[], ["--auto"]], ids=["explicit", "auto"])
+@pytest.fixture(scope="module", params=[[], ["--auto", "--no-search"]], ids=["explicit", "auto"])
 def transformer_run(transformer, request, tmp_path_factory):
     """One run of the demo per mesh kind, shared by the tests below: long enough to learn the
     pattern (it is learnt by step 10), short enough to keep the file fast."""
@@ -275,6 +275,26 @@ def test_training_step_verifies_at_scale(transformer_run):
     assert "bound to 28672 by verify(dims=...)" in message
 
 
+def test_the_demo_searches_its_step_at_scale(transformer_run):
+    """The demo's search (issue 45): every (d, t) of 4,096 chips under three rule sets, ranked by
+    the step's time on H100s, those over 80 GB marked; each ranked time is verify's on that mesh."""
+    flags, result, out = transformer_run
+    searched = result["searched"]
+    if "--no-search" in flags:
+        assert searched is None and "Which layout?" not in out
+        return
+    assert searched.considered == 39 and len(searched.candidates) + len(searched.rejected) == 39
+    assert len(searched.candidates) >= 20
+    best = searched.best
+    assert best.fits and best.rules == "fsdp x tp" and math.prod(best.mesh.values()) == 4096
+    times = [c.step_seconds for c in searched.candidates if c.fits]
+    assert times == sorted(times) and best.step_seconds == times[0]
+    assert all(c.memory_bytes > 80 * 2**30 for c in searched.candidates if not c.fits)
+    assert {c.rules for c in searched.candidates} == {"fsdp x tp", "fsdp", "tp over d"}
+    assert all("does not divide" in r.reason for r in searched.rejected)
+    assert f"  best: {best.label} at " in out and "39 verified in" in out
+
+
 def test_transformer_on_auto_axes_shows_the_checks_cost_on_a_cached_step(transformer_run):
     """The README's claim: on Auto axes the demo prints a cached step checked and with the
     check off, and the checked one enters no more Python frames than the unchecked one."""
@@ -308,7 +328,7 @@ def test_every_example_runs_with_the_checks_switched_off(script, tmp_path):
     if script != "quickstart.py" and script != "transformer.py":
         pytest.importorskip({"equinox_mlp.py": "equinox", "optax_training.py": "optax"}.get(script, "flax"))
     env = {**os.environ, "SHARDTYPES_DISABLE": "1"}
-    flags = ["--html", str(tmp_path / "plan.html")] if script == "transformer.py" else []
+    flags = ["--html", str(tmp_path / "plan.html"), "--no-search"] if script == "transformer.py" else []
     proc = subprocess.run([sys.executable, str(EXAMPLES / script), *flags], capture_output=True,
                           text=True, timeout=300, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]

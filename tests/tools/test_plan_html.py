@@ -178,6 +178,16 @@ def test_zero_arrays_and_zero_sized_dims():
     assert "0 ÷ d 8 → 0" in page and "0 B" in page
 
 
+def test_plan_html_sets_meshes_of_other_sizes_side_by_side():
+    """Layouts of one model on meshes of other shapes over the same axes (a search's best few):
+    each column's split is drawn over its own mesh, the page names every mesh and draws no one
+    mesh's grid."""
+    page = plan_html({"d=8": plan(f32[b"a/d"], {"d": 8}, {"a": 8}), "d=4": plan(f32[b"a/d"], {"d": 4}, {"a": 8})})
+    assert "meshes d=8, d=4 (8 devices)" in page
+    assert "<h2>Mesh</h2>" not in page
+    assert "(1,)" in page and "(2,)" in page  # each column's block over its own mesh
+
+
 def test_plan_html_rejects_what_it_cannot_draw():
     one = plan(f32[b"a/d"], {"d": 8}, {"a": 8})
     with pytest.raises(TypeError, match=r"plan_html: reports must be a PlanReport or a non-empty mapping .* got list"):
@@ -186,8 +196,9 @@ def test_plan_html_rejects_what_it_cannot_draw():
         plan_html({})
     with pytest.raises(TypeError, match=r"plan_html: reports\['train'\] must be a PlanReport or a VerifyReport under a str mode name, got str"):
         plan_html({"train": "report"})
-    with pytest.raises(ValueError, match=r"plan_html: the reports are on different meshes"):
-        plan_html({"a": one, "b": plan(f32[b"a/d"], {"d": 4}, {"a": 8})})
+    with pytest.raises(ValueError, match=r"plan_html: the reports are on meshes of different axes \[\{'d': 8\}, "
+                                         r"\{'e': 8\}\]; side by side they must share the axis names"):
+        plan_html({"a": one, "b": plan(f32[b"a/e"], {"e": 8}, {"a": 8})})
     with pytest.raises(ValueError, match=r"plan_html: hbm: '80 gigs' is neither a size with a unit"):
         one.to_html("80 gigs")
     with pytest.raises(TypeError, match=r"plan_html: title must be a str, got 3"):
