@@ -7,6 +7,13 @@ shown, are ``step_cost``'s (a report: ``StepCost``, ``Communication``, ``Collect
 
 A primitive the registry has no record of is counted as elementwise (one FLOP per result element,
 its operands and results as bytes moved) and named in the cost's assumptions.
+
+On Auto mesh axes the jaxpr carries no shardings: each value's splits are followed from the
+arguments' (``Split``: how many ways, over which mesh axes), and what XLA's partitioner does where
+the types do not say is modelled, each assumption named in the cost (``AUTO_*``): a contraction
+whose operands disagree takes the cheaper of gathering an operand and reducing partial sums; a
+gathered operand is gathered again by each contraction that reads it; a partial sum (``Owed``)
+is reduced where it is first used whole, as a reduce-scatter where that use splits it.
 """
 
 from __future__ import annotations
@@ -19,11 +26,12 @@ import jax
 
 from ..checking import jaxpr_walk, jaxprs, primitives
 from ..language import entry_axes
-from ..layout import per_device_shape, spec_entries, spec_parts
+from ..layout import per_device_shape, spec_entries
 from .activation_rules import auto_splits, dead, fused, local_shape, ones
 from .activations import SYMBOLIC, user_frame
 from .step_cost import Collective, Communication, StepCost
 
+Arith = primitives.Arith
 Data = primitives.Data
 Family = primitives.Family
 Part = primitives.Part
@@ -31,9 +39,73 @@ Primitive = primitives.Primitive
 implements = primitives.implements
 rule_of = primitives.rule_of
 
-__all__ = ["cost_of", "step_cost", "WHILE_ONCE"]
+__all__ = ["cost_of", "step_cost", "WHILE_ONCE", "AUTO_LAYOUT", "AUTO_CONTRACTION", "AUTO_REGATHER", "AUTO_PARTIAL"]
 
 WHILE_ONCE = "a while loop's body (its trip count is not known from the jaxpr) is counted once"
+AUTO_LAYOUT = ("on Auto axes ({named}) XLA chooses layouts: each value was assumed split as its operands are, over "
+               "the same mesh axes (a sharding constraint as it says: what it drops all-gathered)")
+AUTO_CONTRACTION = ("at a contraction whose operands' splits disagree (a contracted dim split on one operand only, or "
+                    "one mesh axis on two dims of the result), the cheaper in bytes of all-gathering an operand and "
+                    "computing partial sums to reduce was assumed, as GSPMD's dot handler weighs them; where the "
+                    "result would split two dims over one axis, the left operand (the activation of x @ w) keeps "
+                    "its split and the right one is gathered")
+AUTO_REGATHER = ("an operand gathered for a contraction was assumed gathered again by every other contraction that "
+                 "reads it (the backward pass's second gather of FSDP weights), not kept live between them")
+AUTO_PARTIAL = ("a partial sum (of a contraction or reduction over split dims) was assumed reduced where it is first "
+                "used whole: by a reduce-scatter where that use splits it over the summed axes (what a GPU or TPU "
+                "backend makes of an all-reduce whose every use takes a 1/n slice; XLA on CPU keeps the "
+                "all-reduce), else by an all-reduce; transposes, reshapes, sharding constraints, scalings and "
+                "sums of partial sums pass it on unreduced, and a loop's stacked results are reduced where they "
+                "are used")
+
+
+class Split(int):
+    """How many ways a dim is split over Auto axes (an int, as ``activation_rules`` reads
+    splits), and over which mesh axes (``axes``): the rules there pass it on as it is."""
+
+    axes: tuple
+
+    def __new__(cls, n: int, axes: tuple) -> Split:
+        made = super().__new__(cls, n)
+        made.axes = axes
+        return made
+
+    def __repr__(self) -> str:
+        return f"{int(self)}/{'/'.join(self.axes)}"
+
+
+def _axes(split: Any) -> tuple:
+    return getattr(split, "axes", ())
+
+
+class Owed(tuple):
+    """A value's Auto splits while it is still a partial sum over the mesh axes ``axes``:
+    ``nbytes`` its bytes per device, ``eqn`` what made it, ``times`` how often a run makes it (a
+    loop's stacked result: its trips); ``settled`` its splits once reduced (None before)."""
+
+    axes: tuple
+    nbytes: int
+    eqn: Any
+    times: int
+    settled: tuple | None
+
+    def __new__(cls, splits: tuple, axes: tuple, nbytes: int, eqn: Any, times: int = 1) -> Owed:
+        made = super().__new__(cls, splits)
+        made.axes, made.nbytes, made.eqn, made.times, made.settled = axes, nbytes, eqn, times, None
+        return made
+
+    def again(self, splits: tuple | None = None, times: int = 1) -> Owed:
+        return Owed(tuple(self) if splits is None else splits, self.axes, self.nbytes, self.eqn, self.times * times)
+
+
+def _owing(splits: Any) -> bool:
+    return isinstance(splits, Owed) and splits.settled is None
+
+
+def _key(ins: list) -> tuple:
+    """Splits as a cache key: the axes of each split, and what a partial sum still owes."""
+    return tuple(None if s is None else (tuple((int(x), _axes(x)) for x in s), s.axes if _owing(s) else None)
+                 for s in ins)
 
 
 class _Tally:
@@ -81,6 +153,7 @@ class _Cost(jaxpr_walk.Walk):
         self.away: set = set()
         self.gone: set = set()  # the equations of the jaxpr walked that nothing needs
         self.unrecorded: set = set()  # primitives no record knows, counted as elementwise
+        self.assumed: set = set()  # the Auto-axes assumptions the walk made (AUTO_*)
 
     # -- sizes ------------------------------------------------------------------------------------
 
@@ -115,9 +188,10 @@ class _Cost(jaxpr_walk.Walk):
             return 0
         return math.prod(shape) * itemsize
 
-    def collective(self, tally: _Tally, kind: str, axes: tuple, operand: int, eqn: Any, source: str) -> None:
+    def collective(self, tally: _Tally, kind: str, axes: tuple, operand: int, eqn: Any, source: str,
+                   times: int = 1) -> None:
         """Counts a collective over ``axes`` whose operand (for an all-gather: whose result) one
-        device holds ``operand`` bytes of."""
+        device holds ``operand`` bytes of (``times`` times)."""
         n = math.prod(self.sizes.get(a, 1) for a in axes)
         if n <= 1:
             return
@@ -126,16 +200,19 @@ class _Cost(jaxpr_walk.Walk):
                 "permute": operand}[kind]
         if sent or operand == 0:
             key = (kind, tuple(axes), sent, user_frame(jaxprs.frames(eqn)), source)
-            tally.collectives[key] = tally.collectives.get(key, 0) + 1
+            tally.collectives[key] = tally.collectives.get(key, 0) + times
 
     # -- the walk ---------------------------------------------------------------------------------
 
-    def jaxpr(self, jaxpr: Any, ins: list, manual: frozenset) -> tuple[_Tally, list]:
+    def jaxpr(self, jaxpr: Any, ins: list, manual: frozenset, keep: Callable[[int], bool] = lambda i: False
+              ) -> tuple[_Tally, list]:
         """(the cost of one run of ``jaxpr``, its outputs' Auto splits); ``ins`` its inputs'
-        Auto splits (None: not split), ``manual`` the mesh axes made manual around it."""
-        key = (id(jaxpr), tuple(ins), manual)
+        Auto splits (None: not split), ``manual`` the mesh axes made manual around it. A partial
+        sum it returns is reduced inside it, unless ``keep`` (its index) says the caller does."""
+        key = (id(jaxpr), _key(ins), manual, tuple(keep(i) for i in range(len(jaxprs.outvars(jaxpr)))))
         if key in self.walked:
-            return self.walked[key][:2]
+            tally, outs = self.walked[key][:2]
+            return tally, [s.again() if _owing(s) else s for s in outs]
         held = self.tally, self.manual, self.away, self.gone
         outs = {v for v in jaxprs.outvars(jaxpr) if not jaxprs.is_literal(v)}
         eqns = jaxprs.eqns(jaxpr)
@@ -144,14 +221,16 @@ class _Cost(jaxpr_walk.Walk):
         self.tally, self.manual = _Tally(), manual
         self.away = fused([e for i, e in enumerate(eqns) if i not in dropped], outs)
         try:
-            result = (self.tally, self.run(jaxpr, ins))
+            outs = self.run(jaxpr, ins)
+            result = (self.tally, [self.pay(s, None) if _owing(s) and not keep(i) else s for i, s in enumerate(outs)])
         finally:
             self.tally, self.manual, self.away, self.gone = held
         self.walked[key] = (*result, jaxpr)  # (the jaxpr kept: its id stays its own)
         return result
 
     def read(self, env: dict, v: Any) -> Any:
-        return None if jaxprs.is_literal(v) else env.get(v)
+        found = None if jaxprs.is_literal(v) else env.get(v)
+        return found.settled if isinstance(found, Owed) and found.settled is not None else found
 
     def apply(self, eqn: Any, ins: list) -> list:
         """An equation's cost, added to the tally: the jaxprs it runs (times their runs), or the
@@ -169,12 +248,15 @@ class _Cost(jaxpr_walk.Walk):
             except jaxprs.Unreadable as e:
                 raise jaxprs.Unreadable(f"{prim.name}'s params ({e})") from None
             if inside is not None:
-                return _NESTED[prim.family](self, eqn, inside, ins)
+                return _NESTED[prim.family](self, eqn, inside, [self.pay(s, None) if _owing(s) else s for s in ins])
         elif prim.family is Family.UNKNOWN and jaxprs.call_jaxpr(eqn) is not None:
             # (a primitive no record knows that runs a jaxpr of its operands: followed as a call)
             self.unrecorded.add(prim.name)
             return _call(self, eqn, jaxpr_walk.Nesting(Family.CALL, (jaxprs.call_jaxpr(eqn),)), ins)
         auto = bool(self.auto) and not self.auto.keys() <= self.manual
+        through = auto and self.passes_on(eqn, prim, ins)
+        if auto and not through:
+            ins = self.settle(eqn, ins)
         out_splits = self.rule(eqn, ins) if auto else [None] * len(jaxprs.outvars(eqn))
         found = rule_of(Part.COST, prim)
         if found is not None:
@@ -182,13 +264,79 @@ class _Cost(jaxpr_walk.Walk):
         elif prim.family is Family.UNKNOWN:
             self.unrecorded.add(prim.name)
         self.compute(eqn, prim, ins, out_splits)
+        if through:
+            owed = next(s for s in ins if _owing(s))
+            out_splits = [Owed(out_splits[0], owed.axes, owed.nbytes, owed.eqn, owed.times)]
         return out_splits
+
+    # -- partial sums on Auto axes ----------------------------------------------------------------
+
+    def passes_on(self, eqn: Any, prim: Primitive, ins: list) -> bool:
+        """Whether ``eqn`` passes a partial sum on unreduced (XLA reduces it after, where a GPU
+        or TPU backend sees the slice its use takes): a transpose, reshape, cast or sharding
+        constraint of it, a scaling of it (its other operands scalars), a sum of partial sums over
+        the same axes."""
+        owed = [s for s in ins if _owing(s)]
+        if not owed or len(jaxprs.outvars(eqn)) != 1:
+            return False
+        if prim.family in (Family.TRANSPOSE, Family.RESHAPE, Family.SQUEEZE, Family.CAST, Family.CONSTRAINT):
+            return True
+        if prim.family is not Family.ELEMENTWISE or not prim.linear:
+            return False
+        others = [v for v, s in zip(jaxprs.invars(eqn), ins) if not _owing(s) and not jaxprs.is_literal(v)
+                  and jaxprs.shape(v) != ()]
+        if prim.arith in (Arith.MUL, Arith.DIV, Arith.NEG, Arith.CONVERT):
+            return not others and len(owed) == 1 and (prim.arith is not Arith.DIV or _owing(ins[0]))
+        if prim.arith in (Arith.ADD, Arith.ADD_ANY, Arith.SUB):
+            return not others and len({o.axes for o in owed}) == 1 and all(_owing(s) for s in ins
+                                                                            if s is not None)
+        return False
+
+    def settle(self, eqn: Any, ins: list) -> list:
+        """The partial sums ``eqn`` reads, reduced (a reduce-scatter over the summed axes its
+        result splits, where it is of their shape)."""
+        if not any(_owing(s) for s in ins):
+            return ins
+        plain = [tuple(s) if _owing(s) else s for s in ins]
+        result = self.rule(eqn, plain)[0] if jaxprs.outvars(eqn) else None
+        shape = jaxprs.shape(jaxprs.outvars(eqn)[0]) if jaxprs.outvars(eqn) else None
+        return [self.pay(s, result if jaxprs.shape(v) == shape else None) if _owing(s) else s
+                for v, s in zip(jaxprs.invars(eqn), ins)]
+
+    def pay(self, owed: Owed, target: tuple | None) -> tuple:
+        """Reduces ``owed`` into the tally: a reduce-scatter over the summed axes ``target`` (the
+        splits it is used with) splits it over, an all-reduce over the rest; its splits then."""
+        mine = {a for x in owed for a in _axes(x)}
+        split = {a for x in (target or ()) for a in _axes(x)}
+        scatter = tuple(a for a in owed.axes if a in split and a not in mine)
+        reduce = tuple(a for a in owed.axes if a not in scatter)
+        nbytes = owed.nbytes
+        self.assumed.add(AUTO_PARTIAL)
+        if scatter:
+            self.collective(self.tally, "reduce-scatter", scatter, nbytes, owed.eqn, "auto", owed.times)
+            nbytes //= math.prod(self.sizes[a] for a in scatter)
+        if reduce:
+            self.collective(self.tally, "all-reduce", reduce, nbytes, owed.eqn, "auto", owed.times)
+        settled = tuple(t if set(_axes(t)) & set(scatter) else x for x, t in zip(owed, target)) if scatter else \
+            tuple(owed)
+        owed.settled = settled
+        return settled
+
+    def layout(self, spec: Any, ndim: int) -> tuple:
+        """A PartitionSpec's Auto splits (``Split`` per dim, 1 where not split)."""
+        entries = spec_entries(spec)
+        out = []
+        for i in range(ndim):
+            axes = tuple(a for a in entry_axes(entries[i] if i < len(entries) else None) if a in self.auto)
+            n = math.prod(self.auto[a] for a in axes)
+            out.append(Split(n, axes) if n > 1 else 1)
+        return tuple(out)
 
     def shard_map_outs(self, eqn: Any, inside: jaxpr_walk.Nesting) -> list:
         outs = jaxprs.outvars(eqn)
         if not self.auto:
             return [None] * len(outs)
-        return [spec_parts(spec, len(jaxprs.shape(v)), self.auto) for spec, v in zip(inside.out_specs, outs)]
+        return [self.layout(spec, len(jaxprs.shape(v))) for spec, v in zip(inside.out_specs, outs)]
 
     def rule(self, eqn: Any, ins: list) -> list:
         try:
@@ -272,7 +420,7 @@ class _Cost(jaxpr_walk.Walk):
             return
         self.move(tally, eqn, src[0], set(src[1]), dst[0], dst[1], self.nbytes(operand, ins[0], eqn))
 
-    def dot(self, tally: _Tally, eqn: Any, ins: list, out_splits: list, auto: bool) -> None:
+    def dot(self, tally: _Tally, eqn: Any, ins: list, out_splits: list, auto: bool) -> list | None:
         lhs, rhs = jaxprs.invars(eqn)[:2]
         result = jaxprs.outvars(eqn)[0]
         spec = jaxprs.contraction(eqn)
@@ -288,13 +436,93 @@ class _Cost(jaxpr_walk.Walk):
             partial = (partial | ls[1] | rs[1]) - kept
             if natural != out[0] or partial - out[1]:
                 self.move(tally, eqn, natural, partial, out[0], out[1], self.bytes_as(result, natural, eqn))
-        if auto:
-            splits = [s if s is not None else ones(jaxprs.aval(v)) for s, v in zip(ins[:2], (lhs, rhs))]
-            n = math.prod(max(splits[0][a], splits[1][b]) for a, b in zip(lc, rc))
-            if n > 1:
-                self.auto_collective(tally, eqn, n, self.nbytes(result, out_splits[0], eqn))
+        return self.auto_dot(tally, eqn, ins) if auto else None
 
-    def reduction(self, tally: _Tally, eqn: Any, ins: list, out_splits: list, auto: bool) -> None:
+    def auto_dot(self, tally: _Tally, eqn: Any, ins: list) -> list:
+        """A contraction on Auto axes, as XLA's partitioner does it (``AUTO_CONTRACTION``): batch
+        dims split as the more split operand; a right free dim split over an axis the left
+        operand's result dims use, gathered; each contracted pair split as one operand, the other
+        or neither, whichever sends the fewest bytes (an operand's gathers, and the result's
+        all-reduce where the pair stays split: a partial sum, ``Owed``). ``ins`` becomes the
+        operands' splits as computed (the FLOPs and bytes read follow)."""
+        operands = jaxprs.invars(eqn)[:2]
+        start = [tuple(s) if s is not None else ones(jaxprs.aval(v)) for s, v in zip(ins[:2], operands)]
+        spec = jaxprs.contraction(eqn)
+        (lc, rc), (lb, rb) = spec.dimension_numbers
+        lhs, rhs = list(start[0]), list(start[1])
+        for a, b in zip(lb, rb):
+            if _axes(lhs[a]) != _axes(rhs[b]):
+                lhs[a] = rhs[b] = max(lhs[a], rhs[b])
+        lfree = [d for d in range(len(lhs)) if d not in lc and d not in lb]
+        rfree = [d for d in range(len(rhs)) if d not in rc and d not in rb and d not in spec.rhs_dropped]
+        used = {a for d in [*lb, *lfree] for a in _axes(lhs[d])}
+        for d in rfree:
+            if used & set(_axes(rhs[d])):
+                rhs[d] = 1
+        pairs = list(zip(lc, rc))
+        options = [[lhs[a]] if _axes(lhs[a]) == _axes(rhs[b]) else [x for x in (lhs[a], rhs[b]) if x != 1] + [1]
+                   for a, b in pairs]
+        best = None
+        for choice in itertools.product(*options):
+            made = self.contracted(eqn, start, lhs, rhs, pairs, choice)
+            if best is None or made[0] < best[0]:
+                best = made
+        _, new, owed = best
+        if any(len(o) > 1 for o in options) or new[1] != start[1]:
+            self.assumed.add(AUTO_CONTRACTION)
+        for v, before, after in zip(operands, start, new):
+            self.gather(tally, eqn, v, before, after)
+        ins[0], ins[1] = new
+        out = auto_splits(eqn, list(new))[0]
+        if not owed:
+            return [out]
+        return [Owed(out, self.ordered(owed), self.nbytes(jaxprs.outvars(eqn)[0], out, eqn), eqn)]
+
+    def contracted(self, eqn: Any, start: list, lhs: list, rhs: list, pairs: list, choice: tuple) -> tuple:
+        """(bytes sent, the operands' splits, the axes summed over) of contracting each pair of
+        ``pairs`` split as ``choice`` says: another dim of an operand split over those axes is
+        gathered."""
+        new = [list(lhs), list(rhs)]
+        owed: set = set()
+        for (a, b), split in zip(pairs, choice):
+            axes = set(_axes(split))
+            owed |= axes
+            for side, d in ((0, a), (1, b)):
+                new[side] = [1 if i != d and axes & set(_axes(x)) else x for i, x in enumerate(new[side])]
+                new[side][d] = split
+        new = [tuple(x) for x in new]
+        operands = jaxprs.invars(eqn)[:2]
+        sent = sum(self.gathered_bytes(v, s, n, eqn) for v, s, n in zip(operands, start, new))
+        if owed:
+            out = auto_splits(eqn, list(new))[0]
+            n = math.prod(self.sizes[a] for a in owed)
+            sent += 2 * self.nbytes(jaxprs.outvars(eqn)[0], out, eqn) * (n - 1) // n
+        return sent, new, owed
+
+    @staticmethod
+    def gathering(before: tuple, after: tuple) -> tuple[tuple, tuple]:
+        """(the mesh axes gathered to take splits ``before`` to ``after``, the splits once
+        gathered: a dim that loses an axis is gathered whole; adding one is a slice)."""
+        whole = tuple(b if set(_axes(b)) <= set(_axes(x)) else 1 for b, x in zip(before, after))
+        return tuple(a for b, w in zip(before, whole) for a in _axes(b) if w == 1), whole
+
+    def gathered_bytes(self, v: Any, before: tuple, after: tuple, eqn: Any) -> int:
+        axes, whole = self.gathering(before, after)
+        if not axes:
+            return 0
+        n = math.prod(self.sizes[a] for a in axes)
+        return self.nbytes(v, whole, eqn) * (n - 1) // n
+
+    def gather(self, tally: _Tally, eqn: Any, v: Any, before: tuple, after: tuple) -> None:
+        """The all-gather that takes operand ``v`` of a contraction from ``before`` to ``after``
+        (each contraction its own: ``AUTO_REGATHER``)."""
+        axes, whole = self.gathering(before, after)
+        if not axes:
+            return
+        self.assumed.add(AUTO_REGATHER)
+        self.collective(tally, "all-gather", self.ordered(axes), self.nbytes(v, whole, eqn), eqn, "auto")
+
+    def reduction(self, tally: _Tally, eqn: Any, ins: list, out_splits: list, auto: bool) -> list | None:
         axes = jaxprs.optional_param(eqn, "axes")
         if axes is None:
             return
@@ -306,9 +534,10 @@ class _Cost(jaxpr_walk.Walk):
             if partial or natural != dst[0]:
                 self.move(tally, eqn, natural, partial, dst[0], dst[1], self.bytes_as(result, natural, eqn))
         if auto and ins[0] is not None:
-            n = math.prod(ins[0][d] for d in axes if d < len(ins[0]))
-            if n > 1:
-                self.auto_collective(tally, eqn, n, self.nbytes(result, out_splits[0], eqn))
+            summed = self.ordered([a for d in axes if d < len(ins[0]) for a in _axes(ins[0][d])])
+            if summed:
+                return [Owed(out_splits[0], summed, self.nbytes(result, out_splits[0], eqn), eqn)]
+        return None
 
     def constrained(self, tally: _Tally, eqn: Any, ins: list) -> list:
         """A sharding constraint on Auto axes: its result split as it says; the ways the operand
@@ -318,22 +547,12 @@ class _Cost(jaxpr_walk.Walk):
         ndim = len(jaxprs.shape(result))
         if spec is None:
             return [ins[0]]
-        out = spec_parts(spec, ndim, self.auto)
+        out = self.layout(spec, ndim)
         before = ins[0] if ins[0] is not None else (1,) * ndim
-        n = math.prod(b // o for b, o in zip(before, out) if b > o and b % o == 0)
-        if n > 1:
-            self.auto_collective(tally, eqn, n, self.nbytes(result, out, eqn), "all-gather")
+        dropped = [a for b, o in zip(before, out) for a in _axes(b) if a not in _axes(o)]
+        if dropped:
+            self.collective(tally, "all-gather", self.ordered(dropped), self.nbytes(result, out, eqn), eqn, "auto")
         return [out]
-
-    def auto_collective(self, tally: _Tally, eqn: Any, n: int, nbytes: int, kind: str = "all-reduce") -> None:
-        """A collective over Auto axes of ``n`` devices in all (named by size)."""
-        names = list(self.auto)
-        for k in range(1, len(names) + 1):
-            for axes in itertools.combinations(names, k):
-                if math.prod(self.auto[a] for a in axes) == n:
-                    self.collective(tally, kind, axes, nbytes, eqn, "auto")
-                    return
-        self.collective(tally, kind, tuple(names), nbytes, eqn, "auto")
 
     def compute(self, eqn: Any, prim: Primitive, ins: list, out_splits: list) -> None:
         """The equation's FLOPs (its family's, ``_FLOPS``) and memory bytes (see the module's
@@ -377,13 +596,13 @@ def _constraint(walk: _Cost, eqn: Any, ins: list, out_splits: list, auto: bool) 
 
 
 @implements(Part.COST, Family.CONTRACTION)
-def _contraction(walk: _Cost, eqn: Any, ins: list, out_splits: list, auto: bool) -> None:
-    walk.dot(walk.tally, eqn, ins, out_splits, auto)
+def _contraction(walk: _Cost, eqn: Any, ins: list, out_splits: list, auto: bool) -> list | None:
+    return walk.dot(walk.tally, eqn, ins, out_splits, auto)
 
 
 @implements(Part.COST, Family.REDUCE)
-def _reduction(walk: _Cost, eqn: Any, ins: list, out_splits: list, auto: bool) -> None:
-    walk.reduction(walk.tally, eqn, ins, out_splits, auto)
+def _reduction(walk: _Cost, eqn: Any, ins: list, out_splits: list, auto: bool) -> list | None:
+    return walk.reduction(walk.tally, eqn, ins, out_splits, auto)
 
 
 def _contraction_flops(walk: _Cost, eqn: Any, ins: list, out_splits: list) -> None:
@@ -444,11 +663,13 @@ def _shard_map(walk: _Cost, eqn: Any, inside: jaxpr_walk.Nesting, ins: list) -> 
 def _scan(walk: _Cost, eqn: Any, inside: jaxpr_walk.Nesting, ins: list) -> list:
     consts, carries, length = inside.consts, inside.carries, inside.trips
     xs = [s[1:] if s is not None else None for s in ins[consts + carries:]]
-    found, outs = walk.jaxpr(inside.bodies[0], ins[:consts + carries] + xs, walk.manual)
-    walk.tally.add(found, length if length is not None else 1)
+    found, outs = walk.jaxpr(inside.bodies[0], ins[:consts + carries] + xs, walk.manual, lambda i: i >= carries)
+    trips = length if length is not None else 1
+    walk.tally.add(found, trips)
     if length is None:
         walk.unknown.setdefault(f"a scan of symbolic length is counted once ({user_frame(jaxprs.frames(eqn))})", set())
-    return outs[:carries] + [(1, *s) if s is not None else None for s in outs[carries:]]
+    return outs[:carries] + [s.again((1, *s), trips) if _owing(s) else (1, *s) if s is not None else None
+                             for s in outs[carries:]]
 
 
 def _while(walk: _Cost, eqn: Any, inside: jaxpr_walk.Nesting, ins: list) -> list:
@@ -474,7 +695,7 @@ def _cond(walk: _Cost, eqn: Any, inside: jaxpr_walk.Nesting, ins: list) -> list:
 
 
 def _call(walk: _Cost, eqn: Any, inside: jaxpr_walk.Nesting, ins: list) -> list:
-    found, outs = walk.jaxpr(inside.bodies[0], ins, walk.manual)
+    found, outs = walk.jaxpr(inside.bodies[0], ins, walk.manual, lambda i: True)
     walk.tally.add(found)
     return outs
 
@@ -493,8 +714,8 @@ def cost_of(closed: Any, leaves: list, sizes: Mapping[str, int], auto: Mapping[s
     walk = _Cost(dict(sizes), dict(auto))
     jaxpr = jaxprs.inner_jaxpr(closed)
     specs = [getattr(getattr(leaf, "sharding", None), "spec", None) for leaf in leaves]
-    ins = [spec_parts(spec, len(getattr(leaf, "shape", ())), walk.auto)
-           if walk.auto else None for spec, leaf in zip(specs, leaves)]
+    ins = [walk.layout(spec, len(getattr(leaf, "shape", ()))) if walk.auto else None
+           for spec, leaf in zip(specs, leaves)]
     tally, _ = walk.jaxpr(jaxpr, ins, frozenset())
     collectives = tuple(sorted((Collective(kind, axes, sent, times, where, source)
                                 for (kind, axes, sent, where, source), times in tally.collectives.items()),
@@ -506,11 +727,8 @@ def cost_of(closed: Any, leaves: list, sizes: Mapping[str, int], auto: Mapping[s
         assumed += (f"primitives the registry has no record of ({', '.join(sorted(walk.unrecorded))}) were counted "
                     "as elementwise: one FLOP per result element, their operands and results as bytes moved",)
     if walk.auto and any(c.source == "auto" for c in collectives):
-        named = ", ".join(f"{a}={n}" for a, n in walk.auto.items())
-        assumed += (f"on Auto axes ({named}) XLA chooses layouts: each value was assumed split as its operands "
-                   "are (a sharding constraint as it says: what it drops all-gathered), and a contraction or reduction "
-                   "over split dims to end in an all-reduce "
-                   "(axes named by their size)",)
+        assumed += (AUTO_LAYOUT.format(named=", ".join(f"{a}={n}" for a, n in walk.auto.items())),)
+        assumed += tuple(a for a in (AUTO_CONTRACTION, AUTO_REGATHER, AUTO_PARTIAL) if a in walk.assumed)
     communication = Communication(collectives, lower, assumed)
     flops = dict(sorted(tally.flops.items(), key=lambda t: -t[1]))
     return StepCost(communication, sum(flops.values()), flops, tally.memory, lower, tally.matmul)

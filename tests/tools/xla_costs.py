@@ -6,6 +6,12 @@ operand; a dot 2 x result elements x contracted size. Every computation counts a
 runs: a while loop's body its trip count (XLA's ``known_trip_count`` where it says it, else the
 constant its condition compares the counter with), a fusion's computation once per fusion.
 
+``reduce_scatter=True`` (the default) counts an all-reduce whose every use takes a 1/n slice of it
+(a ``dynamic-slice``, or a fusion that reads it only through one, bitcasts, copies and
+transposes aside; a tuple all-reduce element by element) as the reduce-scatter a GPU or TPU
+backend makes of it: (n-1)/n of the operand rather than 2(n-1)/n. XLA on CPU keeps the
+all-reduce and the slice; ``reduce_scatter=False`` counts what it runs.
+
 Shared by tests/tools/test_step_cost.py and benchmarks/step_cost.py.
 """
 
@@ -64,8 +70,9 @@ def _group_size(attrs: str, devices: int) -> int:
     return devices
 
 
-def parse_hlo(text: str, devices: int) -> XlaCost:
-    """The collectives and matmul FLOPs of an optimized HLO module's text."""
+def parse_hlo(text: str, devices: int, reduce_scatter: bool = True) -> XlaCost:
+    """The collectives and matmul FLOPs of an optimized HLO module's text (``reduce_scatter``:
+    see the module's docstring)."""
     computations: dict[str, list] = {}
     shapes: dict[str, str] = {}
     entry = current = None
@@ -98,21 +105,28 @@ def parse_hlo(text: str, devices: int) -> XlaCost:
                     visit(callee, times)
 
     visit(entry, 1)
+    users = _users(computations)
     collectives: list = []
     flops = 0
     for comp, times in runs.items():
-        for _, shape, opcode, rest in computations.get(comp, ()):
+        for name, shape, opcode, rest in computations.get(comp, ()):
             base = opcode[:-len("-start")] if opcode.endswith("-start") else opcode
             operands = _operand_names(rest)
             if base in _KINDS:
                 n = _group_size(rest, devices) if base != "collective-permute" else 2
-                operand = sum(_nbytes(shapes.get(o, "")) for o in operands)
+                sizes = [_nbytes(shapes.get(o, "")) for o in operands]
                 kind = _KINDS[base]
-                sent = {"all-gather": operand * (n - 1), "reduce-scatter": operand * (n - 1) // n,
-                        "all-reduce": 2 * operand * (n - 1) // n, "all-to-all": operand * (n - 1) // n,
-                        "permute": operand}[kind]
-                if n > 1:
-                    collectives.append((kind, n, sent, times))
+                parts = [(kind, sum(sizes))]
+                if kind == "all-reduce" and reduce_scatter and n > 1:
+                    sliced = _sliced(comp, name, len(sizes), n, users, computations)
+                    parts = [(k, sum(b for b, s in zip(sizes, sliced) if s == (k == "reduce-scatter")))
+                             for k in ("all-reduce", "reduce-scatter")]
+                for kind, operand in parts:
+                    sent = {"all-gather": operand * (n - 1), "reduce-scatter": operand * (n - 1) // n,
+                            "all-reduce": 2 * operand * (n - 1) // n, "all-to-all": operand * (n - 1) // n,
+                            "permute": operand}[kind]
+                    if n > 1 and (sent or len(parts) == 1):
+                        collectives.append((kind, n, sent, times))
             elif opcode == "dot":
                 lhs = _arrays(shapes.get(operands[0], ""))
                 contracting = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", rest)
@@ -121,6 +135,65 @@ def parse_hlo(text: str, devices: int) -> XlaCost:
                     dims = [int(d) for d in contracting.group(1).split(",") if d] if contracting else []
                     flops += 2 * math.prod(out[0][1]) * math.prod(lhs[0][1][d] for d in dims) * times
     return XlaCost(collectives, flops)
+
+
+_THROUGH = {"bitcast", "copy", "transpose", "reshape", "all-reduce-done"}
+
+
+def _users(computations: dict) -> dict:
+    """(computation, instruction) -> its users there, as (name, shape, opcode, rest)."""
+    found: dict = {}
+    for comp, instructions in computations.items():
+        for instruction in instructions:
+            for o in _operand_names(instruction[3]):
+                found.setdefault((comp, o), []).append(instruction)
+    return found
+
+
+def _sliced(comp: str, name: str, count: int, n: int, users: dict, computations: dict) -> list[bool]:
+    """Per operand of the all-reduce ``name`` (``count`` of them, a tuple when more than one),
+    whether every use of its result takes a 1/n slice."""
+    if count == 1:
+        return [_only_slices(comp, name, n, users, computations)]
+    out = [True] * count
+    for user in users.get((comp, name), ()):
+        index = re.search(r"index=(\d+)", user[3]) if user[2] == "get-tuple-element" else None
+        if index is None:
+            return [False] * count
+        i = int(index.group(1))
+        out[i] = out[i] and _only_slices(comp, user[0], n, users, computations)
+    return out
+
+
+def _only_slices(comp: str, name: str, n: int, users: dict, computations: dict) -> bool:
+    """Whether every use of ``name`` in ``comp`` (through bitcasts, copies, transposes; into a
+    fusion, its parameter's uses there) is a dynamic-slice of 1/n of it."""
+    found = users.get((comp, name), ())
+    if not found:
+        return False
+    for user, shape, opcode, rest in found:
+        if opcode in _THROUGH:
+            ok = _only_slices(comp, user, n, users, computations)
+        elif opcode == "dynamic-slice":
+            whole = _nbytes(next((s for nm, s, _, _ in computations[comp] if nm == name), ""))
+            ok = _operand_names(rest)[:1] == [name] and _nbytes(shape) * n == whole
+        elif opcode == "fusion":
+            callee = re.search(r"calls=%?([\w.\-]+)", rest)
+            ok = callee is not None and all(
+                _only_slices(callee.group(1), _parameter(computations, callee.group(1), i), n, users, computations)
+                for i, o in enumerate(_operand_names(rest)) if o == name)
+        else:
+            ok = False
+        if not ok:
+            return False
+    return True
+
+
+def _parameter(computations: dict, comp: str, index: int) -> str:
+    for name, _, opcode, rest in computations.get(comp, ()):
+        if opcode == "parameter" and re.match(rf"\s*{index}\)", rest):
+            return name
+    return ""
 
 
 def _operand_names(rest: str) -> list[str]:
@@ -149,9 +222,9 @@ def _trip_count(rest: str, computations: dict) -> int:
     return 1
 
 
-def xla_cost(jitted, *args) -> XlaCost:
+def xla_cost(jitted, *args, reduce_scatter: bool = True) -> XlaCost:
     """``parse_hlo`` of ``jitted.lower(*args).compile()``."""
     import jax
 
     compiled = jitted.lower(*args).compile()
-    return parse_hlo(compiled.as_text(), jax.device_count())
+    return parse_hlo(compiled.as_text(), jax.device_count(), reduce_scatter)
