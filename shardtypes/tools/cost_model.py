@@ -266,7 +266,7 @@ class _Cost(jaxpr_walk.Walk):
         self.compute(eqn, prim, ins, out_splits)
         if through:
             owed = next(s for s in ins if _owing(s))
-            out_splits = [Owed(out_splits[0], owed.axes, owed.nbytes, owed.eqn, owed.times)]
+            out_splits = [Owed(tuple(out_splits[0] or ()), owed.axes, owed.nbytes, owed.eqn, owed.times)]
         return out_splits
 
     # -- partial sums on Auto axes ----------------------------------------------------------------
@@ -317,7 +317,7 @@ class _Cost(jaxpr_walk.Walk):
             nbytes //= math.prod(self.sizes[a] for a in scatter)
         if reduce:
             self.collective(self.tally, "all-reduce", reduce, nbytes, owed.eqn, "auto", owed.times)
-        settled = tuple(t if set(_axes(t)) & set(scatter) else x for x, t in zip(owed, target)) if scatter else \
+        settled = tuple(t if set(_axes(t)) & set(scatter) else x for x, t in zip(owed, target or ())) if scatter else \
             tuple(owed)
         owed.settled = settled
         return settled
@@ -462,12 +462,8 @@ class _Cost(jaxpr_walk.Walk):
         pairs = list(zip(lc, rc))
         options = [[lhs[a]] if _axes(lhs[a]) == _axes(rhs[b]) else [x for x in (lhs[a], rhs[b]) if x != 1] + [1]
                    for a, b in pairs]
-        best = None
-        for choice in itertools.product(*options):
-            made = self.contracted(eqn, start, lhs, rhs, pairs, choice)
-            if best is None or made[0] < best[0]:
-                best = made
-        _, new, owed = best
+        made = [self.contracted(eqn, start, lhs, rhs, pairs, choice) for choice in itertools.product(*options)]
+        _, new, owed = min(made, key=lambda m: m[0])  # (the first of the cheapest)
         if any(len(o) > 1 for o in options) or new[1] != start[1]:
             self.assumed.add(AUTO_CONTRACTION)
         for v, before, after in zip(operands, start, new):
@@ -482,15 +478,15 @@ class _Cost(jaxpr_walk.Walk):
         """(bytes sent, the operands' splits, the axes summed over) of contracting each pair of
         ``pairs`` split as ``choice`` says: another dim of an operand split over those axes is
         gathered."""
-        new = [list(lhs), list(rhs)]
+        sides: list[list] = [list(lhs), list(rhs)]
         owed: set = set()
         for (a, b), split in zip(pairs, choice):
             axes = set(_axes(split))
             owed |= axes
             for side, d in ((0, a), (1, b)):
-                new[side] = [1 if i != d and axes & set(_axes(x)) else x for i, x in enumerate(new[side])]
-                new[side][d] = split
-        new = [tuple(x) for x in new]
+                sides[side] = [1 if i != d and axes & set(_axes(x)) else x for i, x in enumerate(sides[side])]
+                sides[side][d] = split
+        new = [tuple(x) for x in sides]
         operands = jaxprs.invars(eqn)[:2]
         sent = sum(self.gathered_bytes(v, s, n, eqn) for v, s, n in zip(operands, start, new))
         if owed:
@@ -525,7 +521,7 @@ class _Cost(jaxpr_walk.Walk):
     def reduction(self, tally: _Tally, eqn: Any, ins: list, out_splits: list, auto: bool) -> list | None:
         axes = jaxprs.optional_param(eqn, "axes")
         if axes is None:
-            return
+            return None
         operand, result = jaxprs.invars(eqn)[0], jaxprs.outvars(eqn)[0]
         src, dst = self.spec(operand), self.spec(result)
         if src is not None and dst is not None:

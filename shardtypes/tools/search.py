@@ -97,6 +97,14 @@ class SearchReport:
     rejected: tuple[Rejected, ...]
     considered: int
 
+    def __post_init__(self) -> None:
+        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
+            raise TypeError(f"SearchReport: devices must be a positive int, got {self.devices!r}")
+        for field, kind in (("candidates", Candidate), ("rejected", Rejected)):
+            value = getattr(self, field)
+            if not isinstance(value, tuple) or not all(isinstance(v, kind) for v in value):
+                raise TypeError(f"SearchReport: {field} must be a tuple of {kind.__name__}, got {value!r:.80}")
+
     @property
     def hbm_label(self) -> str | None:
         """The device memory ranked against, in words ('h100 (80.0 GiB)'), or None."""
@@ -211,10 +219,13 @@ def search(
     for label, rule_set in rules.items():
         for shape in shapes:
             with axis_rules(rule_set):
-                report = verify(fn, abstract_mesh(shape, kind), dims, static=static, inputs=inputs, chip=device,
-                                links=links)
+                report = verify(fn, abstract_mesh(shape, kind), dims, static=static, inputs=inputs,
+                                chip=device.name, links=links)
             found = _candidate(shape, label, report, capacity)
-            (ranked if isinstance(found, Candidate) else rejected).append(found)
+            if isinstance(found, Candidate):
+                ranked.append(found)
+            else:
+                rejected.append(found)
     _refuse_failing_rules(name, rules, rejected, len(shapes))
     ranked.sort(key=lambda c: (not c.fits, c.step_seconds))
     kept = tuple(ranked if top is None else ranked[:top])

@@ -568,6 +568,16 @@ case("Problem", "kind", lambda: Problem("bogus", "m"), ValueError, "Problem: kin
 case("Problem", "message-int", lambda: Problem("check", 3), TypeError, "Problem: message must be a str")
 case("VerifyReport", "mesh-str", lambda: VerifyReport("f", "x", {}, ()), TypeError, "VerifyReport: mesh must be a mapping")
 case("VerifyReport", "problems-str", lambda: VerifyReport("f", {"d": 2}, {}, ("x",)), TypeError, "VerifyReport: problems must be")
+case("search", "devices-zero", lambda: shardtypes.search(step, 0, axes=("d",), rules={"r": shardtypes.AxisRules([])},
+                                                       chip="h100"), ValueError, "search: devices must be a positive int")
+case("search", "rules-empty", lambda: shardtypes.search(step, 8, axes=("d",), rules={}, chip="h100"), ValueError,
+     "search: rules must be a non-empty mapping of label to AxisRules")
+case("search", "chip-unknown", lambda: shardtypes.search(step, 8, axes=("d",), rules={"r": shardtypes.AxisRules([])},
+                                                       chip="h1000"), ValueError, "search(chip=...): 'h1000' is not a known chip")
+case("SearchReport", "candidates-list", lambda: shardtypes.SearchReport("f", 8, "h100", None, [], (), 0), TypeError,
+     "SearchReport: candidates must be a tuple of Candidate")
+case("SearchReport", "devices-zero", lambda: shardtypes.SearchReport("f", 0, "h100", None, (), (), 0), TypeError,
+     "SearchReport: devices must be a positive int")
 case("PlanReport", "mesh-str", lambda: PlanReport("x", (), (), ()), TypeError, "PlanReport: mesh must be a mapping")
 case("PlanReport", "rows-int", lambda: PlanReport({"d": 2}, (3,), (), ()), TypeError, "PlanReport: rows must be")
 # What a report holds, built by hand (a wrong field fails where it is built).
