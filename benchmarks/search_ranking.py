@@ -29,73 +29,23 @@ import jax
 
 jax.config.update("jax_num_cpu_devices", 8)
 
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import AxisType  # noqa: E402
 
-from shardtypes import (  # noqa: E402
-    AxisRules,
-    axis_rules,
-    f32,
-    make_shape_dtype_structs,
-    pytree_dataclass,
-    search,
-    typechecked,
-)
+from shardtypes import AxisRules, axis_rules, f32, make_shape_dtype_structs, search  # noqa: E402
 from shardtypes.tools.chips import CHIPS  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "tests", "tools")]
+from auto_steps import RULES, Blocks, Params, mlp_step, scan_step  # noqa: E402  (the steps the tests hold)
 from xla_costs import xla_cost  # noqa: E402
 
-RULES = {
-    "fsdp": AxisRules([("dp", ("d", "t")), ("fsdp", ("d", "t")), ("tp", None)], name="fsdp"),
-    "tp": AxisRules([("dp", None), ("fsdp", None), ("tp", ("d", "t"))], name="tp"),
-    "fsdp x tp": AxisRules([("dp", "d"), ("fsdp", "d"), ("tp", "t")], name="fsdp x tp"),
-    "dp": AxisRules([("dp", ("d", "t")), ("fsdp", None), ("tp", None)], name="dp"),
-}
 CHIP = CHIPS["h100"]
 PEAK = CHIP.flops[CHIP.float32_as]
 LINK = CHIP.links[CHIP.fast]
 
-
-@pytree_dataclass
-class Mlp:
-    w_in: f32[b"embed/fsdp hidden/tp"]
-    w_out: f32[b"hidden/tp embed/fsdp"]
-
-
-@typechecked
-def mlp_step(params: Mlp, x: f32[b"batch/dp embed"]) -> Mlp:
-    def loss(p: Mlp) -> f32[b""]:
-        y = jax.nn.relu(x @ p.w_in) @ p.w_out
-        return jnp.mean((y - x) ** 2)
-
-    grads = jax.grad(loss)(params)
-    return jax.tree.map(lambda w, g: w - 0.01 * g, params, grads)
-
-
-@pytree_dataclass
-class Blocks:
-    w_in: f32[b"layers embed/fsdp hidden/tp"]
-    w_out: f32[b"layers hidden/tp embed/fsdp"]
-
-
-@typechecked
-def scan_step(params: Blocks, x: f32[b"batch/dp embed"]) -> Blocks:
-    def loss(p: Blocks) -> f32[b""]:
-        def layer(h, w):
-            return h + jax.nn.relu(h @ w[0]) @ w[1], None
-
-        y, _ = jax.lax.scan(layer, x, (p.w_in, p.w_out))
-        return jnp.mean(y ** 2)
-
-    grads = jax.grad(loss)(params)
-    return jax.tree.map(lambda w, g: w - 0.01 * g, params, grads)
-
-
 STEPS = {
-    "mlp": (mlp_step, Mlp, {"batch": 512, "embed": 1024, "hidden": 4096}),
+    "mlp": (mlp_step, Params, {"batch": 512, "embed": 1024, "hidden": 4096}),
     "scan": (scan_step, Blocks, {"batch": 256, "embed": 512, "hidden": 2048, "layers": 4}),
 }
 
